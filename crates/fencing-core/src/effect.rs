@@ -1,0 +1,168 @@
+//! Claim, then the side effect, then confirm: the one safe order for work outside the store.
+
+use async_trait::async_trait;
+
+use crate::error::{BoxError, Error, InvalidInput, Result};
+use crate::fence::Fence;
+use crate::name::{RecordKey, State};
+use crate::store::{FencedStore, FencedWrite, Record};
+
+/// Something outside every fenced store, made safe by an idempotency key: a payment
+/// gateway, an email sender, a webhook.
+///
+/// The fence cannot see this call, so it must deduplicate on its own: `perform` twice with the
+/// same key must not do the thing twice, and `lookup` must find what `perform` did.
+#[async_trait]
+pub trait SideEffect: Send + Sync {
+    /// What the effect returns, e.g. the gateway's refund id.
+    type Receipt: Send;
+
+    /// The receipt of an effect already performed under `idempotency_key`, if any.
+    async fn lookup(&self, idempotency_key: &RecordKey) -> Result<Option<Self::Receipt>, BoxError>;
+
+    /// Performs the effect for `record` under `idempotency_key`.
+    async fn perform(
+        &self,
+        idempotency_key: &RecordKey,
+        record: &Record,
+    ) -> Result<Self::Receipt, BoxError>;
+}
+
+/// The three states a record moves through: waiting, effect in flight, done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lifecycle {
+    pending: State,
+    in_flight: State,
+    done: State,
+}
+
+impl Lifecycle {
+    /// A lifecycle with these three state names (they must differ).
+    pub fn new(pending: State, in_flight: State, done: State) -> Result<Self, InvalidInput> {
+        if pending == in_flight || in_flight == done || pending == done {
+            return Err(InvalidInput::new(
+                crate::error::InputKind::State,
+                format!("lifecycle states must differ: {pending}, {in_flight}, {done}"),
+            ));
+        }
+        Ok(Lifecycle {
+            pending,
+            in_flight,
+            done,
+        })
+    }
+
+    /// The seed's lifecycle: `pending`, `sending`, `sent`.
+    pub fn pending_sending_sent() -> Self {
+        let state = |name: &str| State::new(name).expect("a valid state name");
+        Lifecycle {
+            pending: state("pending"),
+            in_flight: state("sending"),
+            done: state("sent"),
+        }
+    }
+
+    /// The state of a record waiting for its effect.
+    pub fn pending(&self) -> &State {
+        &self.pending
+    }
+
+    /// The state of a record whose effect may be under way.
+    pub fn in_flight(&self) -> &State {
+        &self.in_flight
+    }
+
+    /// The state of a record whose effect is recorded.
+    pub fn done(&self) -> &State {
+        &self.done
+    }
+
+    /// The claim: `pending` or `in_flight` (a takeover) to `in_flight`.
+    pub fn claim(&self) -> FencedWrite {
+        FencedWrite::claim()
+            .when_state_in([self.pending.clone(), self.in_flight.clone()])
+            .set_state(self.in_flight.clone())
+    }
+
+    /// The confirm: `in_flight` to `done`, only by the claimer.
+    pub fn confirm(&self) -> FencedWrite {
+        FencedWrite::holder_only()
+            .when_state_in([self.in_flight.clone()])
+            .set_state(self.done.clone())
+    }
+
+    fn is_done(&self, err: &Error) -> bool {
+        matches!(err, Error::StateMismatch { found: Some(found), .. } if *found == self.done.as_str())
+    }
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Self::pending_sending_sent()
+    }
+}
+
+/// How one record's effect ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EffectOutcome<R> {
+    /// This holder performed the effect and confirmed it.
+    Performed(R),
+    /// The record was in flight under an earlier claim and the effect had already happened:
+    /// this holder found it by idempotency key and only confirmed it.
+    Recovered(R),
+    /// The record was already done; nothing was sent and nothing written.
+    AlreadyDone,
+}
+
+impl<'a> Fence<'a> {
+    /// Claims `key`, performs `effect` with the record key as idempotency key, and confirms.
+    ///
+    /// * A record already done returns [`EffectOutcome::AlreadyDone`] without any call.
+    /// * A record found in flight (claimed under a lower fence by a holder whose lease ended,
+    ///   or by this holder before an ambiguous failure) is taken over, and the effect is first
+    ///   looked up by its idempotency key; it is performed only if it did not happen.
+    /// * Any rejection is returned as it is: abort the batch. An effect error is returned as
+    ///   [`Error::Effect`] and leaves the record in flight under this fence.
+    pub async fn run_effect<S, E>(
+        &self,
+        store: &S,
+        key: &RecordKey,
+        lifecycle: &Lifecycle,
+        effect: &E,
+    ) -> Result<EffectOutcome<E::Receipt>>
+    where
+        S: FencedStore + ?Sized,
+        E: SideEffect + ?Sized,
+    {
+        let claimed = match self.write(store, key, &lifecycle.claim()).await {
+            Err(err) if lifecycle.is_done(&err) => return Ok(EffectOutcome::AlreadyDone),
+            other => other?,
+        };
+        let effect_err = |source| Error::Effect {
+            record: key.clone(),
+            source,
+        };
+        let was_in_flight = claimed.previous_state.as_ref() == Some(lifecycle.in_flight());
+        let recovered = if was_in_flight {
+            effect.lookup(key).await.map_err(effect_err)?
+        } else {
+            None
+        };
+        let outcome = match recovered {
+            Some(receipt) => EffectOutcome::Recovered(receipt),
+            None => EffectOutcome::Performed(
+                effect
+                    .perform(key, &claimed.record)
+                    .await
+                    .map_err(effect_err)?,
+            ),
+        };
+        match self.write(store, key, &lifecycle.confirm()).await {
+            // A holder-only write passed the fence, so the fence is ours: a record already done
+            // is our own confirm, applied before an ambiguous failure.
+            Err(err) if lifecycle.is_done(&err) => Ok(outcome),
+            Err(err) => Err(err),
+            Ok(_) => Ok(outcome),
+        }
+    }
+}

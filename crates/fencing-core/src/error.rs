@@ -1,0 +1,259 @@
+//! One error type for every store, with variants that say what happened, not how.
+
+use std::fmt;
+
+use crate::name::{RecordKey, ResourceName};
+use crate::token::FencingToken;
+
+/// A boxed error from a driver, a side effect or a user callback.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The result type of this crate and of every adapter.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, at the level of meaning. Every adapter maps its driver errors into this.
+///
+/// The variants fall into four groups, and callers act on the group:
+/// * **Rejections** ([`Error::Fenced`], [`Error::TokenRegression`], [`Error::StateMismatch`],
+///   [`Error::NotFound`]): the store refused the write and changed nothing. Abort the batch;
+///   never retry with the same token. [`Error::is_rejection`] tells them apart.
+/// * **Ambiguous outcomes** ([`Error::Ambiguous`]): the request was sent and the answer lost.
+///   Retry the *same* write with the *same* token: a claim accepts `stored == token`, so the
+///   retry is idempotent.
+/// * **Lease outcomes** ([`Error::LeaseBusy`], [`Error::LeaseLost`], [`Error::TokenExhausted`]).
+/// * **Bad input** ([`Error::InvalidInput`]), reported before anything is sent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was out of range or malformed; nothing was sent to any store.
+    #[error(transparent)]
+    InvalidInput(#[from] InvalidInput),
+
+    /// The record's fence did not admit the presented token: a newer holder has written it
+    /// (claim), or the presenter is not the holder that claimed it (holder-only write).
+    #[error("{store}: write to {record:?} with token {presented} refused: {found}")]
+    Fenced {
+        /// The store that refused.
+        store: String,
+        /// The record that was written.
+        record: RecordKey,
+        /// The token the writer presented.
+        presented: FencingToken,
+        /// The fence the store found, where it could report one.
+        found: FoundFence,
+    },
+
+    /// A claim was refused because the record's fence is higher than any token the token
+    /// source has issued: the counter went backwards (e.g. Redis restarted without persistence).
+    /// Raise the source to the stores' `MAX(fence)` with [`crate::seed_from_floors`].
+    #[error(
+        "{store}: token regression on {record:?}: presented {presented}, found fence {found}, \
+         but the token source has issued at most {}",
+        highest_issued.map_or_else(|| "nothing".to_owned(), |t| t.to_string())
+    )]
+    TokenRegression {
+        /// The store that refused.
+        store: String,
+        /// The record that was written.
+        record: RecordKey,
+        /// The token the writer presented.
+        presented: FencingToken,
+        /// The fence found on the record.
+        found: FencingToken,
+        /// The highest token the source reports having issued, if any.
+        highest_issued: Option<FencingToken>,
+    },
+
+    /// The fence admitted the token but the record's state did not meet the write's
+    /// precondition (e.g. a confirm of a row that is not `sending`).
+    #[error("{store}: write to {record:?} with token {presented} refused: state is {found:?}, expected one of {expected:?}")]
+    StateMismatch {
+        /// The store that refused.
+        store: String,
+        /// The record that was written.
+        record: RecordKey,
+        /// The token the writer presented.
+        presented: FencingToken,
+        /// The states the write required.
+        expected: Vec<String>,
+        /// The state found, `None` when the record has none.
+        found: Option<String>,
+    },
+
+    /// The record does not exist and the write cannot create it.
+    #[error("{store}: record {record:?} does not exist")]
+    NotFound {
+        /// The store that was written.
+        store: String,
+        /// The missing record.
+        record: RecordKey,
+    },
+
+    /// The lease is held by another owner and the retry budget ran out.
+    #[error("lease on {resource:?} is held by another owner ({attempts} attempts)")]
+    LeaseBusy {
+        /// The resource.
+        resource: ResourceName,
+        /// How many acquisitions were tried.
+        attempts: u32,
+    },
+
+    /// The guard's owner no longer holds the lease (it expired, or another owner holds it):
+    /// extend and release are refused and change nothing.
+    #[error("lease on {resource:?} is no longer held by {owner}")]
+    LeaseLost {
+        /// The resource.
+        resource: ResourceName,
+        /// The owner named by the guard.
+        owner: String,
+    },
+
+    /// The token source has issued `i64::MAX` for this resource and can issue no more.
+    #[error("token source for {resource:?} is exhausted")]
+    TokenExhausted {
+        /// The resource.
+        resource: ResourceName,
+    },
+
+    /// A batch stopped at its first rejection; later writes in it are refused unsent.
+    #[error("batch aborted: {store} refused {record:?}")]
+    BatchAborted {
+        /// The store whose rejection aborted the batch.
+        store: String,
+        /// The record it refused.
+        record: RecordKey,
+    },
+
+    /// The side effect (e.g. a payment gateway call) failed.
+    #[error("side effect for {record:?} failed: {source}")]
+    Effect {
+        /// The record whose effect failed.
+        record: RecordKey,
+        /// The effect's own error.
+        source: BoxError,
+    },
+
+    /// The request may or may not have been applied (timeout, connection lost after sending).
+    /// Retry the same write with the same token.
+    #[error("{store}: outcome unknown: {source}")]
+    Ambiguous {
+        /// The store.
+        store: String,
+        /// The driver's error.
+        source: BoxError,
+    },
+
+    /// The store failed for a reason that is none of the above (not reachable, misconfigured).
+    #[error("{store}: {source}")]
+    Backend {
+        /// The store.
+        store: String,
+        /// The driver's error.
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// True for the rejections: the store refused and changed nothing. Abort, don't retry.
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self,
+            Error::Fenced { .. }
+                | Error::TokenRegression { .. }
+                | Error::StateMismatch { .. }
+                | Error::NotFound { .. }
+        )
+    }
+
+    /// True when the write may have been applied and should be retried with the same token.
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(self, Error::Ambiguous { .. })
+    }
+}
+
+/// The fence a store found on a refused record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoundFence {
+    /// The record carries this fence.
+    Fence(FencingToken),
+    /// The record carries no fence yet.
+    NoFence,
+    /// The store could not report it cheaply.
+    Unknown,
+}
+
+impl FoundFence {
+    /// The fence, where one was found.
+    pub fn token(self) -> Option<FencingToken> {
+        match self {
+            FoundFence::Fence(token) => Some(token),
+            FoundFence::NoFence | FoundFence::Unknown => None,
+        }
+    }
+}
+
+impl From<Option<FencingToken>> for FoundFence {
+    fn from(fence: Option<FencingToken>) -> Self {
+        fence.map_or(FoundFence::NoFence, FoundFence::Fence)
+    }
+}
+
+impl fmt::Display for FoundFence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FoundFence::Fence(token) => write!(f, "fence is {token}"),
+            FoundFence::NoFence => f.write_str("record has no fence"),
+            FoundFence::Unknown => f.write_str("fence not reported"),
+        }
+    }
+}
+
+/// Which argument was bad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InputKind {
+    /// A fencing token outside `1 ..= i64::MAX`, or text that is not one.
+    Token,
+    /// A resource name (what a lease protects).
+    ResourceName,
+    /// A record key.
+    RecordKey,
+    /// A record state name.
+    State,
+    /// A lease time-to-live.
+    Ttl,
+    /// A retry policy.
+    Retry,
+    /// The set of stores given to a batch (e.g. the same store twice).
+    StoreSet,
+    /// A store-specific identifier (table, column, key prefix, bucket).
+    Identifier,
+}
+
+/// A bad argument, caught before anything was sent.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind:?}: {detail}")]
+pub struct InvalidInput {
+    kind: InputKind,
+    detail: String,
+}
+
+impl InvalidInput {
+    /// A bad argument of `kind`, with a sentence saying what is wrong with it.
+    pub fn new(kind: InputKind, detail: impl Into<String>) -> Self {
+        InvalidInput {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// Which argument was bad.
+    pub fn kind(&self) -> InputKind {
+        self.kind
+    }
+
+    /// What is wrong with it.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}

@@ -1,0 +1,42 @@
+//! The core of `fencing`: fencing tokens that every data store checks on every write.
+//!
+//! A lease with a TTL keeps a crashed worker from blocking a resource forever; it does not
+//! stop a worker that paused past its TTL from writing beside the new holder. A
+//! [`FencingToken`], issued with every acquisition and rising each time, does, when each
+//! store checks it on every write the lease protects:
+//!
+//! * [`Lease`] acquires a resource for a [`Ttl`] and hands out a [`LeaseGuard`] with a token.
+//! * [`TokenSource`] is the per-resource counter behind the tokens; [`FenceFloor`] and
+//!   [`seed_from_floors`] keep it from going backwards.
+//! * [`FencedStore`] applies the two kinds of [`FencedWrite`]: a claim (`fence <= token`) and a
+//!   holder-only write (`fence == token`).
+//! * [`Fence`] presents a token and tells a stale holder ([`Error::Fenced`]) from a counter
+//!   that went backwards ([`Error::TokenRegression`]); [`Fence::run_effect`] runs the
+//!   claim → side effect → confirm sequence with an idempotency key.
+//! * [`FencedBatch`] runs one acquisition across several stores and stops at the first refusal.
+//! * [`MemoryLease`], [`MemoryTokenSource`] and [`MemoryStore`] implement every contract in
+//!   memory; [`Clock`] lets a whole scenario run in virtual time.
+
+mod batch;
+mod clock;
+mod effect;
+mod error;
+mod fence;
+mod lease;
+pub mod memory;
+mod name;
+mod store;
+mod token;
+mod token_source;
+
+pub use batch::FencedBatch;
+pub use clock::{Clock, TokioClock};
+pub use effect::{EffectOutcome, Lifecycle, SideEffect};
+pub use error::{BoxError, Error, FoundFence, InputKind, InvalidInput, Result};
+pub use fence::Fence;
+pub use lease::{Lease, LeaseGuard, OwnerId, RetryPolicy, Ttl, acquire};
+pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
+pub use name::{RecordKey, ResourceName, State};
+pub use store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
+pub use token::FencingToken;
+pub use token_source::{FenceFloor, TokenSource, seed_from_floors};

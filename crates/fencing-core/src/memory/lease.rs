@@ -1,0 +1,117 @@
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use super::{MemoryTokenSource, lock};
+use crate::clock::{Clock, TokioClock};
+use crate::error::Result;
+use crate::lease::{Lease, LeaseGuard, OwnerId, Ttl};
+use crate::name::ResourceName;
+use crate::token_source::TokenSource;
+
+#[derive(Debug)]
+struct Holder {
+    owner: OwnerId,
+    expires_at: Instant,
+}
+
+/// Leases in memory, judged by a [`Clock`], with tokens from a [`MemoryTokenSource`].
+///
+/// Acquisition and token happen under one lock, as the Redis script does them in one step.
+/// Clones share the same leases.
+#[derive(Clone, Debug)]
+pub struct MemoryLease {
+    clock: Arc<dyn Clock>,
+    tokens: MemoryTokenSource,
+    holders: Arc<Mutex<HashMap<ResourceName, Holder>>>,
+}
+
+impl MemoryLease {
+    /// Leases on tokio's clock (virtual in a paused runtime) with fresh counters.
+    pub fn new() -> Self {
+        Self::with_parts(Arc::new(TokioClock), MemoryTokenSource::new())
+    }
+
+    /// Leases judged by `clock`, drawing tokens from `tokens`.
+    pub fn with_parts(clock: Arc<dyn Clock>, tokens: MemoryTokenSource) -> Self {
+        MemoryLease {
+            clock,
+            tokens,
+            holders: Arc::default(),
+        }
+    }
+
+    /// The counters tokens are drawn from.
+    pub fn tokens(&self) -> &MemoryTokenSource {
+        &self.tokens
+    }
+
+    fn holds(&self, guard: &LeaseGuard, now: Instant) -> bool {
+        lock(&self.holders)
+            .get(guard.resource())
+            .is_some_and(|h| h.owner == *guard.owner() && h.expires_at > now)
+    }
+}
+
+impl Default for MemoryLease {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Lease for MemoryLease {
+    async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
+        let now = self.clock.now();
+        let mut holders = lock(&self.holders);
+        if holders.get(resource).is_some_and(|h| h.expires_at > now) {
+            return Ok(None);
+        }
+        let token = self.tokens.issue(resource)?;
+        let owner = OwnerId::random();
+        holders.insert(
+            resource.clone(),
+            Holder {
+                owner: owner.clone(),
+                expires_at: now + ttl.duration(),
+            },
+        );
+        Ok(Some(LeaseGuard::new(
+            resource.clone(),
+            owner,
+            token,
+            ttl,
+            now,
+        )))
+    }
+
+    async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
+        let now = self.clock.now();
+        if !self.holds(guard, now) {
+            return Err(guard.lost());
+        }
+        if let Some(holder) = lock(&self.holders).get_mut(guard.resource()) {
+            holder.expires_at = now + ttl.duration();
+        }
+        guard.extended(ttl, now);
+        Ok(())
+    }
+
+    async fn release(&self, guard: LeaseGuard) -> Result<()> {
+        let now = self.clock.now();
+        let mut holders = lock(&self.holders);
+        match holders.get(guard.resource()) {
+            Some(h) if h.owner == *guard.owner() && h.expires_at > now => {
+                holders.remove(guard.resource());
+                Ok(())
+            }
+            _ => Err(guard.lost()),
+        }
+    }
+
+    fn token_source(&self) -> &dyn TokenSource {
+        &self.tokens
+    }
+}

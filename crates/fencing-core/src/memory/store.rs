@@ -1,0 +1,79 @@
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use super::lock;
+use crate::error::Result;
+use crate::name::{RecordKey, State};
+use crate::store::{FencedStore, FencedWrite, Record, Written};
+use crate::token::FencingToken;
+use crate::token_source::FenceFloor;
+
+/// Fenced records in memory, checked by [`FencedWrite::decide`] under one lock per write.
+/// Clones share the same records.
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    name: String,
+    records: Arc<Mutex<BTreeMap<RecordKey, Record>>>,
+}
+
+impl MemoryStore {
+    /// An empty store called `name` in errors and batches.
+    pub fn new(name: impl Into<String>) -> Self {
+        MemoryStore {
+            name: name.into(),
+            records: Arc::default(),
+        }
+    }
+
+    /// Puts a record with no fence, as the producer of a job does before any lease exists;
+    /// replaces a record already there.
+    pub fn insert_unfenced(&self, key: RecordKey, state: Option<State>, payload: Vec<u8>) {
+        let record = Record {
+            key: key.clone(),
+            fence: None,
+            state,
+            payload,
+        };
+        lock(&self.records).insert(key, record);
+    }
+
+    /// Every record, in key order.
+    pub fn records(&self) -> Vec<Record> {
+        lock(&self.records).values().cloned().collect()
+    }
+}
+
+#[async_trait]
+impl FencedStore for MemoryStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+        Ok(lock(&self.records).get(key).cloned())
+    }
+
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        let mut records = lock(&self.records);
+        let current = records.get(key);
+        write.decide(&self.name, key, token, current)?;
+        let updated = write.apply(key, token, current);
+        let written = Written::new(current, updated.clone());
+        records.insert(key.clone(), updated);
+        Ok(written)
+    }
+}
+
+#[async_trait]
+impl FenceFloor for MemoryStore {
+    async fn max_fence(&self) -> Result<Option<FencingToken>> {
+        Ok(lock(&self.records).values().filter_map(|r| r.fence).max())
+    }
+}

@@ -1,0 +1,148 @@
+//! Validated names: what a lease protects, which record a write touches, which state it is in.
+//!
+//! Each is non-empty, bounded in length and free of control characters, so every store can
+//! hold it as text (Postgres `TEXT` refuses NUL, S3 keys stop at 1,024 bytes) and two names
+//! that look alike in a log are the same name.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::ops::Deref;
+
+use crate::error::{InputKind, InvalidInput};
+
+fn check_text(kind: InputKind, text: &str, max_bytes: usize) -> Result<(), InvalidInput> {
+    if text.is_empty() {
+        return Err(InvalidInput::new(kind, "must not be empty"));
+    }
+    if text.len() > max_bytes {
+        return Err(InvalidInput::new(
+            kind,
+            format!("{} bytes is longer than the limit of {max_bytes}", text.len()),
+        ));
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        return Err(InvalidInput::new(
+            kind,
+            format!("{text:?} contains the control character {c:?}"),
+        ));
+    }
+    Ok(())
+}
+
+macro_rules! validated_name {
+    ($(#[$doc:meta])* $name:ident, $kind:expr, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The longest accepted name, in bytes of UTF-8.
+            pub const MAX_BYTES: usize = $max;
+
+            /// Checks that `text` is non-empty, at most [`Self::MAX_BYTES`] long and free of
+            /// control characters.
+            pub fn new(text: impl Into<String>) -> Result<Self, InvalidInput> {
+                let text = text.into();
+                check_text($kind, &text, $max)?;
+                Ok($name(text))
+            }
+
+            /// The name as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = InvalidInput;
+            fn try_from(text: &str) -> Result<Self, Self::Error> {
+                Self::new(text)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidInput;
+            fn try_from(text: String) -> Result<Self, Self::Error> {
+                Self::new(text)
+            }
+        }
+    };
+}
+
+validated_name!(
+    /// The name of what a lease protects, e.g. `settle:m_4471`.
+    ResourceName,
+    InputKind::ResourceName,
+    200
+);
+
+validated_name!(
+    /// The key of one fenced record, e.g. the refund id `r_815`.
+    RecordKey,
+    InputKind::RecordKey,
+    1024
+);
+
+validated_name!(
+    /// A record's state, e.g. `pending`, `sending`, `sent`.
+    State,
+    InputKind::State,
+    64
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_long_and_control_names_are_refused() {
+        assert_eq!(
+            ResourceName::new("").unwrap_err().kind(),
+            InputKind::ResourceName
+        );
+        assert!(ResourceName::new("x".repeat(ResourceName::MAX_BYTES)).is_ok());
+        assert!(ResourceName::new("x".repeat(ResourceName::MAX_BYTES + 1)).is_err());
+        assert!(ResourceName::new("settle:\0m").is_err());
+        assert!(RecordKey::new("r_815\n").is_err());
+        assert!(RecordKey::new("x".repeat(RecordKey::MAX_BYTES + 1)).is_err());
+        assert!(State::new("").is_err());
+    }
+
+    #[test]
+    fn odd_but_printable_names_are_kept_verbatim() {
+        for text in ["settle:m_4471", "a'; DROP TABLE refund; --", "{tag}", "ünï cødé", " "] {
+            assert_eq!(ResourceName::new(text).unwrap().as_str(), text);
+        }
+    }
+}

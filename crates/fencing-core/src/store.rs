@@ -1,0 +1,290 @@
+//! Fenced stores: records that carry a fence and check it on every write.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, FoundFence, Result};
+use crate::name::{RecordKey, State};
+use crate::token::FencingToken;
+
+/// One fenced record: a key, the fence of the last claim, a state and an opaque payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The record's key.
+    pub key: RecordKey,
+    /// The token of the last accepted claim; `None` before the first.
+    pub fence: Option<FencingToken>,
+    /// The record's state, e.g. `pending`; `None` when it has none.
+    pub state: Option<State>,
+    /// Application data carried with the record.
+    pub payload: Vec<u8>,
+}
+
+/// The two kinds of fenced write. There are no others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceCheck {
+    /// Claim or take over: accepted iff the record has no fence or `fence <= token`, and sets
+    /// `fence = token`. `<=` makes the holder's own retry of an ambiguous claim idempotent.
+    Claim,
+    /// Holder-only (e.g. confirm): accepted iff `fence == token`; the fence is left as is.
+    HolderOnly,
+}
+
+/// A fenced write: its kind, the states it may start from, and what it changes.
+///
+/// ```
+/// use fencing_core::{FencedWrite, State};
+/// # fn main() -> Result<(), fencing_core::InvalidInput> {
+/// let claim = FencedWrite::claim()
+///     .when_state_in([State::new("pending")?, State::new("sending")?])
+///     .set_state(State::new("sending")?);
+/// let confirm = FencedWrite::holder_only()
+///     .when_state_in([State::new("sending")?])
+///     .set_state(State::new("sent")?);
+/// # let _ = (claim, confirm);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FencedWrite {
+    check: FenceCheck,
+    required_states: Option<Vec<State>>,
+    new_state: Option<State>,
+    new_payload: Option<Vec<u8>>,
+}
+
+impl FencedWrite {
+    /// A claim (see [`FenceCheck::Claim`]). Without a state condition it also creates a
+    /// missing record, with the token as its first fence.
+    pub fn claim() -> Self {
+        Self::of_kind(FenceCheck::Claim)
+    }
+
+    /// A holder-only write (see [`FenceCheck::HolderOnly`]).
+    pub fn holder_only() -> Self {
+        Self::of_kind(FenceCheck::HolderOnly)
+    }
+
+    fn of_kind(check: FenceCheck) -> Self {
+        FencedWrite {
+            check,
+            required_states: None,
+            new_state: None,
+            new_payload: None,
+        }
+    }
+
+    /// Requires the record to exist and be in one of `states`.
+    pub fn when_state_in(mut self, states: impl IntoIterator<Item = State>) -> Self {
+        self.required_states = Some(states.into_iter().collect());
+        self
+    }
+
+    /// Sets the record's state.
+    pub fn set_state(mut self, state: State) -> Self {
+        self.new_state = Some(state);
+        self
+    }
+
+    /// Replaces the record's payload.
+    pub fn set_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.new_payload = Some(payload.into());
+        self
+    }
+
+    /// The kind of fence check.
+    pub fn check(&self) -> FenceCheck {
+        self.check
+    }
+
+    /// The states the record must be in, `None` for any (including absent, for a claim).
+    pub fn required_states(&self) -> Option<&[State]> {
+        self.required_states.as_deref()
+    }
+
+    /// The state the write sets, if any.
+    pub fn new_state(&self) -> Option<&State> {
+        self.new_state.as_ref()
+    }
+
+    /// The payload the write sets, if any.
+    pub fn new_payload(&self) -> Option<&[u8]> {
+        self.new_payload.as_deref()
+    }
+
+    /// Decides this write against the record as the store holds it, exactly as the contract
+    /// says. Stores that cannot evaluate the condition server-side (an object store that only
+    /// compares ETags, an in-memory map) decide with this, under their own atomicity.
+    pub fn decide(
+        &self,
+        store: &str,
+        key: &RecordKey,
+        token: FencingToken,
+        current: Option<&Record>,
+    ) -> Result<()> {
+        let Some(record) = current else {
+            return match (self.check, &self.required_states) {
+                (FenceCheck::Claim, None) => Ok(()),
+                _ => Err(Error::NotFound {
+                    store: store.to_owned(),
+                    record: key.clone(),
+                }),
+            };
+        };
+        let fence_admits = match self.check {
+            FenceCheck::Claim => record.fence.is_none_or(|fence| fence <= token),
+            FenceCheck::HolderOnly => record.fence == Some(token),
+        };
+        if !fence_admits {
+            return Err(Error::Fenced {
+                store: store.to_owned(),
+                record: key.clone(),
+                presented: token,
+                found: FoundFence::from(record.fence),
+            });
+        }
+        self.decide_state(store, key, token, record.state.as_ref())
+    }
+
+    /// Checks only the state condition; for stores whose server checked the fence.
+    pub fn decide_state(
+        &self,
+        store: &str,
+        key: &RecordKey,
+        token: FencingToken,
+        state: Option<&State>,
+    ) -> Result<()> {
+        match &self.required_states {
+            Some(required) if !state.is_some_and(|s| required.contains(s)) => {
+                Err(Error::StateMismatch {
+                    store: store.to_owned(),
+                    record: key.clone(),
+                    presented: token,
+                    expected: required.iter().map(|s| s.to_string()).collect(),
+                    found: state.map(|s| s.to_string()),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The record after this (already decided) write is applied to `current`.
+    pub fn apply(&self, key: &RecordKey, token: FencingToken, current: Option<&Record>) -> Record {
+        let mut record = current.cloned().unwrap_or_else(|| Record {
+            key: key.clone(),
+            fence: None,
+            state: None,
+            payload: Vec::new(),
+        });
+        if self.check == FenceCheck::Claim {
+            record.fence = Some(token);
+        }
+        if let Some(state) = &self.new_state {
+            record.state = Some(state.clone());
+        }
+        if let Some(payload) = &self.new_payload {
+            record.payload = payload.clone();
+        }
+        record
+    }
+}
+
+/// An accepted write: what the record held before, and the record as the write left it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Written {
+    /// The record did not exist and the claim created it.
+    pub created: bool,
+    /// The fence before the write.
+    pub previous_fence: Option<FencingToken>,
+    /// The state before the write.
+    pub previous_state: Option<State>,
+    /// The record after the write.
+    pub record: Record,
+}
+
+impl Written {
+    /// A write that found `previous` (`None`: it created the record) and left `record`.
+    pub fn new(previous: Option<&Record>, record: Record) -> Self {
+        Written {
+            created: previous.is_none(),
+            previous_fence: previous.and_then(|r| r.fence),
+            previous_state: previous.and_then(|r| r.state.clone()),
+            record,
+        }
+    }
+
+    /// A write to an existing record that found this fence and state and left `record`.
+    pub fn over(
+        previous_fence: Option<FencingToken>,
+        previous_state: Option<State>,
+        record: Record,
+    ) -> Self {
+        Written {
+            created: false,
+            previous_fence,
+            previous_state,
+            record,
+        }
+    }
+}
+
+/// A store of fenced records: every write carries a token and the store checks it.
+///
+/// # Contract
+///
+/// * **Claim** ([`FenceCheck::Claim`]) is accepted iff the record has no fence or
+///   `fence <= token`, and leaves `fence = token`. Presenting the same token again is accepted
+///   (an ambiguous write can be retried); a lower one is refused.
+/// * **Holder-only** ([`FenceCheck::HolderOnly`]) is accepted iff `fence == token` and leaves
+///   the fence unchanged.
+/// * A state condition ([`FencedWrite::when_state_in`]) is checked in the same atomic step as
+///   the fence; a record outside those states is refused with [`Error::StateMismatch`].
+/// * A missing record is created only by a claim without a state condition; every other write
+///   to it is refused with [`Error::NotFound`].
+/// * A refused write changes nothing and returns a rejection ([`Error::is_rejection`]) naming
+///   the store, the record and the presented token, and the fence found where the store can
+///   report it. The fence is checked before the state, so a stale writer is told it is stale.
+/// * Concurrent writes to one record are serialised: of two claims with different tokens
+///   racing on one record, the result is as if they ran one after the other.
+/// * An accepted write returns [`Written`]: what the record held before.
+#[async_trait]
+pub trait FencedStore: Send + Sync + Debug {
+    /// The store's name in errors and batches, e.g. `postgres:public.refund`.
+    fn name(&self) -> &str;
+
+    /// Reads one record.
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>>;
+
+    /// Applies one fenced write.
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written>;
+}
+
+macro_rules! forward_store {
+    ($($wrapper:ident),*) => {$(
+        #[async_trait]
+        impl<S: FencedStore + ?Sized> FencedStore for $wrapper<S> {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+                (**self).read(key).await
+            }
+            async fn write(
+                &self,
+                key: &RecordKey,
+                token: FencingToken,
+                write: &FencedWrite,
+            ) -> Result<Written> {
+                (**self).write(key, token, write).await
+            }
+        }
+    )*};
+}
+forward_store!(Arc, Box);
