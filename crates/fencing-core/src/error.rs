@@ -66,7 +66,9 @@ pub enum Error {
 
     /// The fence admitted the token but the record's state did not meet the write's
     /// precondition (e.g. a confirm of a row that is not `sending`).
-    #[error("{store}: write to {record:?} with token {presented} refused: state is {found:?}, expected one of {expected:?}")]
+    #[error(
+        "{store}: write to {record:?} with token {presented} refused: state is {found:?}, expected one of {expected:?}"
+    )]
     StateMismatch {
         /// The store that refused.
         store: String,

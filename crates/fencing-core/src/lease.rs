@@ -285,7 +285,9 @@ impl RetryPolicy {
     }
 
     fn backoff_after(&self, failures: u32) -> Duration {
-        let factor = 1u32.checked_shl(failures.saturating_sub(1)).unwrap_or(u32::MAX);
+        let factor = 1u32
+            .checked_shl(failures.saturating_sub(1))
+            .unwrap_or(u32::MAX);
         self.first_backoff
             .saturating_mul(factor)
             .min(self.max_backoff)
@@ -334,7 +336,10 @@ mod tests {
     fn ttl_is_whole_milliseconds_within_range() {
         assert_eq!(Ttl::new(Duration::ZERO).unwrap_err().kind(), InputKind::Ttl);
         assert!(Ttl::new(Duration::from_micros(999)).is_err());
-        assert_eq!(Ttl::new(Duration::from_micros(1500)).unwrap().as_millis(), 1);
+        assert_eq!(
+            Ttl::new(Duration::from_micros(1500)).unwrap().as_millis(),
+            1
+        );
         assert!(Ttl::new(Ttl::MAX.duration()).is_ok());
         assert!(Ttl::new(Ttl::MAX.duration() + Duration::from_millis(1)).is_err());
     }
@@ -350,7 +355,10 @@ mod tests {
             ttl,
             start,
         );
-        assert_eq!(guard.local_deadline(), start + Duration::from_millis(29_700));
+        assert_eq!(
+            guard.local_deadline(),
+            start + Duration::from_millis(29_700)
+        );
         assert_eq!(
             guard.time_left(start + Duration::from_secs(31)),
             Duration::ZERO

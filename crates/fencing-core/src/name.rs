@@ -17,7 +17,10 @@ fn check_text(kind: InputKind, text: &str, max_bytes: usize) -> Result<(), Inval
     if text.len() > max_bytes {
         return Err(InvalidInput::new(
             kind,
-            format!("{} bytes is longer than the limit of {max_bytes}", text.len()),
+            format!(
+                "{} bytes is longer than the limit of {max_bytes}",
+                text.len()
+            ),
         ));
     }
     if let Some(c) = text.chars().find(|c| c.is_control()) {
@@ -141,7 +144,13 @@ mod tests {
 
     #[test]
     fn odd_but_printable_names_are_kept_verbatim() {
-        for text in ["settle:m_4471", "a'; DROP TABLE refund; --", "{tag}", "ünï cødé", " "] {
+        for text in [
+            "settle:m_4471",
+            "a'; DROP TABLE refund; --",
+            "{tag}",
+            "ünï cødé",
+            " ",
+        ] {
             assert_eq!(ResourceName::new(text).unwrap().as_str(), text);
         }
     }

@@ -57,7 +57,10 @@ impl FencingToken {
 fn out_of_range(value: impl fmt::Display) -> InvalidInput {
     InvalidInput::new(
         InputKind::Token,
-        format!("{value} is not a fencing token: tokens lie in 1..={}", i64::MAX),
+        format!(
+            "{value} is not a fencing token: tokens lie in 1..={}",
+            i64::MAX
+        ),
     )
 }
 
@@ -122,7 +125,10 @@ mod tests {
 
     #[test]
     fn range_ends_at_i64_max() {
-        assert_eq!(FencingToken::new(i64::MAX as u64).unwrap(), FencingToken::MAX);
+        assert_eq!(
+            FencingToken::new(i64::MAX as u64).unwrap(),
+            FencingToken::MAX
+        );
         assert!(FencingToken::new(i64::MAX as u64 + 1).is_err());
         assert!(FencingToken::new(u64::MAX).is_err());
         assert!(FencingToken::from_i64(-1).is_err());

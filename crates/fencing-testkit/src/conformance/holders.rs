@@ -1,0 +1,240 @@
+//! Guarantees of a lease and a store together: what a holder that outlives its lease can and cannot do.
+
+use std::sync::Arc;
+
+use fencing_core::{
+    Error, Fence, FenceFloor, FencedStore, FencedWrite, Lease, RetryPolicy, TokioClock, acquire,
+    seed_from_floors,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{Capabilities, key, resource};
+use crate::Fencing;
+
+/// What [`fenced_increments`] counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IncrementReport {
+    /// `workers × increments`: what the counter must read if no update was lost.
+    pub expected: u64,
+    /// What the counter reads.
+    pub total: u64,
+    /// Writes the store refused (stale holders).
+    pub rejected: u64,
+}
+
+/// `workers` tasks each add 1 to one counter record `increments` times, each increment a
+/// claim (which returns the current value) then a holder-only write of the value plus one,
+/// under its own lease acquisition, about one in five pausing past the TTL in between.
+/// With fences on the total is exact; with fences off (every write presents the same token)
+/// updates are lost.
+pub async fn fenced_increments<L, S>(
+    lease: Arc<L>,
+    store: Arc<S>,
+    caps: Capabilities,
+    workers: u64,
+    increments: u64,
+    fencing: Fencing,
+    seed: u64,
+) -> IncrementReport
+where
+    L: Lease + 'static,
+    S: FencedStore + ?Sized + 'static,
+{
+    let r = resource("increments");
+    let k = key("counter");
+    let step = caps.short_ttl.duration() / 10;
+    let patient = RetryPolicy::new(10_000, step, step).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..workers {
+        let (lease, store, r, k) = (lease.clone(), store.clone(), r.clone(), k.clone());
+        let mut rng = StdRng::seed_from_u64(seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        tasks.spawn(async move {
+            let mut rejected = 0;
+            let mut done = 0;
+            while done < increments {
+                let guard = acquire(&*lease, &r, caps.short_ttl, &patient, &TokioClock)
+                    .await
+                    .unwrap();
+                let token = fencing.token_for(&guard);
+                let fence = Fence::new(&r, token, lease.token_source());
+                // Claim before reading: a new holder's claim raises the fence at once, so a
+                // paused holder's write below is refused even if the new holder has not
+                // written yet. Reading first and writing with a claim loses updates.
+                let outcome = match fence.write(&*store, &k, &FencedWrite::claim()).await {
+                    Ok(claimed) => {
+                        let current = counter(&claimed.record.payload);
+                        if rng.random_bool(0.2) {
+                            tokio::time::sleep(caps.past_expiry()).await;
+                        }
+                        let write =
+                            FencedWrite::holder_only().set_payload((current + 1).to_string());
+                        fence.write(&*store, &k, &write).await
+                    }
+                    Err(err) => Err(err),
+                };
+                match outcome {
+                    Ok(_) => done += 1,
+                    Err(err) if err.is_rejection() => rejected += 1,
+                    Err(err) => panic!("increment failed: {err}"),
+                }
+                // A stale holder's release is refused; that is expected and harmless.
+                let _ = lease.release(guard).await;
+            }
+            rejected
+        });
+    }
+    let rejected = tasks.join_all().await.into_iter().sum();
+    let total = store
+        .read(&k)
+        .await
+        .unwrap()
+        .map_or(0, |rec| counter(&rec.payload));
+    IncrementReport {
+        expected: workers * increments,
+        total,
+        rejected,
+    }
+}
+
+/// The counter's value: an empty payload (a record just created) is zero.
+fn counter(payload: &[u8]) -> u64 {
+    if payload.is_empty() {
+        return 0;
+    }
+    std::str::from_utf8(payload)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .expect("the counter payload is a decimal number")
+}
+
+/// A holder that pauses past its TTL is refused by the store on its claim and its confirm,
+/// while the new holder's writes go through.
+pub async fn paused_holder_is_fenced<L, S>(lease: &L, store: &S, caps: Capabilities)
+where
+    L: Lease + ?Sized,
+    S: FencedStore + ?Sized,
+{
+    let lifecycle = fencing_core::Lifecycle::default();
+    let r = resource("paused");
+    let k = key("r_815");
+    store
+        .write(
+            &k,
+            fencing_core::FencingToken::MIN,
+            &FencedWrite::claim().set_state(lifecycle.pending().clone()),
+        )
+        .await
+        .unwrap();
+    let a = lease
+        .try_acquire(&r, caps.short_ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let fence_a = Fence::of_guard(&a, lease.token_source());
+    fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
+
+    tokio::time::sleep(caps.past_expiry()).await;
+    let b = lease
+        .try_acquire(&r, caps.short_ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let fence_b = Fence::of_guard(&b, lease.token_source());
+    let takeover = fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
+    assert_eq!(takeover.previous_fence, Some(a.token()));
+    assert_eq!(
+        takeover.previous_state.as_ref(),
+        Some(lifecycle.in_flight())
+    );
+
+    for write in [lifecycle.confirm(), lifecycle.claim()] {
+        let err = fence_a.write(store, &k, &write).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Fenced { found: fencing_core::FoundFence::Fence(f), .. } if f == b.token()),
+            "stale {:?}: {err:?}",
+            write.check()
+        );
+    }
+    fence_b
+        .write(store, &k, &lifecycle.confirm())
+        .await
+        .unwrap();
+    lease.release(b).await.unwrap();
+}
+
+/// After the token source loses its counters, the next holder's claim is refused as a
+/// [`Error::TokenRegression`] (not a plain stale refusal); seeding from the store's
+/// `MAX(fence)` restores progress and the next holder's claim goes through.
+pub async fn token_regression_is_detected<L, S>(
+    lease: &L,
+    store: &S,
+    floor: &dyn FenceFloor,
+    caps: Capabilities,
+    lose_counters: impl AsyncFnOnce(),
+) where
+    L: Lease + ?Sized,
+    S: FencedStore + ?Sized,
+{
+    let r = resource("regression");
+    let k = key("fenced-row");
+    let mut highest = None;
+    for _ in 0..5 {
+        let guard = lease
+            .try_acquire(&r, caps.short_ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        Fence::of_guard(&guard, lease.token_source())
+            .write(store, &k, &FencedWrite::claim())
+            .await
+            .unwrap();
+        highest = Some(guard.token());
+        lease.release(guard).await.unwrap();
+    }
+    lose_counters().await;
+
+    let reborn = lease
+        .try_acquire(&r, caps.short_ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        Some(reborn.token()) < highest,
+        "the counter must have gone back"
+    );
+    let err = Fence::of_guard(&reborn, lease.token_source())
+        .write(store, &k, &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    match err {
+        Error::TokenRegression {
+            found,
+            presented,
+            highest_issued,
+            ..
+        } => {
+            assert_eq!(Some(found), highest);
+            assert_eq!(presented, reborn.token());
+            assert!(highest_issued < Some(found));
+        }
+        other => panic!("expected TokenRegression, got {other:?}"),
+    }
+    lease.release(reborn).await.unwrap();
+
+    let floor_found = seed_from_floors(lease.token_source(), &r, &[floor])
+        .await
+        .unwrap();
+    assert!(floor_found >= highest);
+    let repaired = lease
+        .try_acquire(&r, caps.short_ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(Some(repaired.token()) > floor_found);
+    Fence::of_guard(&repaired, lease.token_source())
+        .write(store, &k, &FencedWrite::claim())
+        .await
+        .unwrap();
+    lease.release(repaired).await.unwrap();
+}

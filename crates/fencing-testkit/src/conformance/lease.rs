@@ -1,0 +1,211 @@
+use std::sync::Arc;
+use std::time::Instant;
+
+use fencing_core::{
+    Clock, Error, FencingToken, Lease, LeaseGuard, OwnerId, ResourceName, RetryPolicy, TokioClock,
+    Ttl, acquire,
+};
+
+use super::{Capabilities, hostile_names, resource};
+
+/// Every [`Lease`] guarantee.
+pub async fn lease_suite<L: Lease + 'static>(lease: Arc<L>, caps: Capabilities) {
+    lease_is_exclusive(&*lease, caps).await;
+    concurrent_acquirers_get_one_lease(lease.clone(), caps).await;
+    expiry_allows_takeover_with_higher_token(&*lease, caps).await;
+    non_owner_cannot_extend_or_release(&*lease, caps).await;
+    extend_keeps_the_lease_past_its_first_ttl(&*lease, caps).await;
+    release_frees_the_resource(&*lease, caps).await;
+    tokens_rise_across_acquisitions(&*lease, caps).await;
+    local_deadline_is_conservative(&*lease, caps).await;
+    acquire_retries_until_expiry(&*lease, caps).await;
+    hostile_resource_names_are_distinct(&*lease, caps).await;
+}
+
+async fn must_acquire<L: Lease + ?Sized>(lease: &L, r: &ResourceName, ttl: Ttl) -> LeaseGuard {
+    lease
+        .try_acquire(r, ttl)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{r:?} should be free"))
+}
+
+/// While a lease is live, nobody else acquires it.
+pub async fn lease_is_exclusive<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
+    let r = resource("lease-exclusive");
+    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    assert_eq!(guard.resource(), &r);
+    assert!(
+        lease
+            .try_acquire(&r, caps.short_ttl)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(lease.try_acquire(&r, Ttl::MAX).await.unwrap().is_none());
+    lease.release(guard).await.unwrap();
+}
+
+/// Of many tasks acquiring one free resource at once, exactly one succeeds.
+pub async fn concurrent_acquirers_get_one_lease<L: Lease + 'static>(
+    lease: Arc<L>,
+    caps: Capabilities,
+) {
+    let r = resource("lease-race");
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (lease, r) = (lease.clone(), r.clone());
+        tasks.spawn(async move { lease.try_acquire(&r, caps.short_ttl).await.unwrap() });
+    }
+    let winners: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+}
+
+/// After the TTL passes, another owner acquires with a higher token.
+pub async fn expiry_allows_takeover_with_higher_token<L: Lease + ?Sized>(
+    lease: &L,
+    caps: Capabilities,
+) {
+    let r = resource("lease-expiry");
+    let first = must_acquire(lease, &r, caps.short_ttl).await;
+    tokio::time::sleep(caps.past_expiry()).await;
+    let second = must_acquire(lease, &r, caps.short_ttl).await;
+    assert!(second.token() > first.token());
+    assert_ne!(second.owner(), first.owner());
+    lease.release(second).await.unwrap();
+}
+
+/// A guard whose lease expired, or was never granted, can neither extend nor release, and
+/// trying changes nothing for the real holder.
+pub async fn non_owner_cannot_extend_or_release<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
+    let r = resource("lease-owner");
+    let mut stale = must_acquire(lease, &r, caps.short_ttl).await;
+    tokio::time::sleep(caps.past_expiry()).await;
+    let holder = must_acquire(lease, &r, caps.short_ttl).await;
+
+    let err = lease.extend(&mut stale, caps.short_ttl).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    let err = lease.release(stale.clone()).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+
+    let forged = LeaseGuard::new(
+        r.clone(),
+        OwnerId::random(),
+        holder.token(),
+        caps.short_ttl,
+        Instant::now(),
+    );
+    let err = lease.release(forged).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+
+    assert!(
+        lease
+            .try_acquire(&r, caps.short_ttl)
+            .await
+            .unwrap()
+            .is_none(),
+        "the holder's lease must survive a non-owner's release"
+    );
+    lease.release(holder).await.unwrap();
+}
+
+/// An extension by the owner moves the expiry and the local deadline.
+pub async fn extend_keeps_the_lease_past_its_first_ttl<L: Lease + ?Sized>(
+    lease: &L,
+    caps: Capabilities,
+) {
+    let r = resource("lease-extend");
+    let mut guard = must_acquire(lease, &r, caps.short_ttl).await;
+    let first_deadline = guard.local_deadline();
+    tokio::time::sleep(caps.short_ttl.duration() / 2).await;
+    let longer = Ttl::new(caps.short_ttl.duration() * 4).unwrap();
+    lease.extend(&mut guard, longer).await.unwrap();
+    assert!(guard.local_deadline() > first_deadline);
+    assert_eq!(guard.ttl(), longer);
+    tokio::time::sleep(caps.past_expiry()).await;
+    assert!(
+        lease
+            .try_acquire(&r, caps.short_ttl)
+            .await
+            .unwrap()
+            .is_none(),
+        "the extended lease must outlive its first TTL"
+    );
+    lease.release(guard).await.unwrap();
+}
+
+/// A released resource can be acquired at once, with a higher token.
+pub async fn release_frees_the_resource<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
+    let r = resource("lease-release");
+    let first = must_acquire(lease, &r, caps.short_ttl).await;
+    let first_token = first.token();
+    lease.release(first).await.unwrap();
+    let second = must_acquire(lease, &r, caps.short_ttl).await;
+    assert!(second.token() > first_token);
+    lease.release(second).await.unwrap();
+}
+
+/// Tokens rise with every acquisition and match the lease's token source.
+pub async fn tokens_rise_across_acquisitions<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
+    let r = resource("lease-tokens");
+    let mut last: Option<FencingToken> = None;
+    for _ in 0..10 {
+        let guard = must_acquire(lease, &r, caps.short_ttl).await;
+        assert!(Some(guard.token()) > last);
+        last = Some(guard.token());
+        assert_eq!(lease.token_source().current(&r).await.unwrap(), last);
+        lease.release(guard).await.unwrap();
+    }
+    let floor = FencingToken::new(last.unwrap().get() + 1000).unwrap();
+    lease.token_source().advance_to(&r, floor).await.unwrap();
+    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    assert!(guard.token() > floor, "advance_to must reach the lease");
+    lease.release(guard).await.unwrap();
+}
+
+/// The local deadline is no later than the TTL measured from before the request.
+pub async fn local_deadline_is_conservative<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
+    let r = resource("lease-deadline");
+    let before = TokioClock.now();
+    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    assert!(guard.local_deadline() <= before + caps.short_ttl.duration());
+    assert!(guard.time_left(before) > caps.short_ttl.duration() / 2);
+    lease.release(guard).await.unwrap();
+}
+
+/// `acquire` with a retry policy waits out a holder that stopped renewing.
+pub async fn acquire_retries_until_expiry<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
+    let r = resource("lease-retry");
+    let holder = must_acquire(lease, &r, caps.short_ttl).await;
+    let once = acquire(lease, &r, caps.short_ttl, &RetryPolicy::once(), &TokioClock).await;
+    assert!(
+        matches!(once, Err(Error::LeaseBusy { attempts: 1, .. })),
+        "{once:?}"
+    );
+    let step = caps.past_expiry() / 4;
+    let patient = RetryPolicy::new(20, step, step).unwrap();
+    let guard = acquire(lease, &r, caps.short_ttl, &patient, &TokioClock)
+        .await
+        .unwrap();
+    assert!(guard.token() > holder.token());
+    lease.release(guard).await.unwrap();
+}
+
+/// Resource names full of quotes, braces and look-alikes are leased independently.
+pub async fn hostile_resource_names_are_distinct<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
+    let mut guards = Vec::new();
+    for name in hostile_names() {
+        let r = ResourceName::new(name).unwrap();
+        guards.push(must_acquire(lease, &r, caps.short_ttl).await);
+        assert!(
+            lease
+                .try_acquire(&r, caps.short_ttl)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    for guard in guards {
+        lease.release(guard).await.unwrap();
+    }
+}

@@ -1,0 +1,97 @@
+//! The conformance suite: every guarantee of [`Lease`], [`TokenSource`] and [`FencedStore`]
+//! as a function that panics with a message when an implementation breaks it.
+//!
+//! Functions take the implementation as a generic (so `Box<dyn …>` and `Arc<dyn …>` are tested
+//! as themselves) and a [`Capabilities`] the harness declares for the backend. Each function
+//! isolates itself with random resource names and record keys, so a shared server is fine.
+//! Time passes through tokio: a harness on the in-memory stores runs paused (virtual time);
+//! one on a real server runs in real time with TTLs short enough to wait out.
+//!
+//! [`Lease`]: fencing_core::Lease
+//! [`TokenSource`]: fencing_core::TokenSource
+//! [`FencedStore`]: fencing_core::FencedStore
+
+mod holders;
+mod lease;
+mod store;
+mod tokens;
+
+pub use holders::*;
+pub use lease::*;
+pub use store::*;
+pub use tokens::*;
+
+use std::time::Duration;
+
+use fencing_core::{RecordKey, ResourceName, Ttl};
+
+/// What the harness declares about a backend, which decides what the suite may expect.
+#[derive(Clone, Copy, Debug)]
+pub struct Capabilities {
+    /// A short TTL the suite waits out to test expiry.
+    pub short_ttl: Ttl,
+    /// Extra wait beyond a TTL before the server is sure to have expired the lease (its own
+    /// timer resolution and the round trip).
+    pub expiry_slack: Duration,
+    /// Concurrent writes to one record are serialised by the server. False for emulators that
+    /// are not (moto): concurrency tests are then skipped and interleavings tested one by one.
+    pub serialises_concurrent_writes: bool,
+}
+
+impl Capabilities {
+    /// For the in-memory implementations under a paused runtime: time is free.
+    pub fn in_memory() -> Self {
+        Capabilities {
+            short_ttl: Ttl::from_secs(30).expect("valid TTL"),
+            expiry_slack: Duration::from_millis(1),
+            serialises_concurrent_writes: true,
+        }
+    }
+
+    /// For a real server in real time.
+    pub fn real_server() -> Self {
+        Capabilities {
+            short_ttl: Ttl::from_millis(300).expect("valid TTL"),
+            expiry_slack: Duration::from_millis(150),
+            serialises_concurrent_writes: true,
+        }
+    }
+
+    /// How long to wait for a lease taken with `short_ttl` to be expired everywhere.
+    pub fn past_expiry(&self) -> Duration {
+        self.short_ttl.duration() + self.expiry_slack
+    }
+}
+
+/// Names that are valid for the core but hostile to naive adapters: quotes, SQL, braces
+/// (Redis hash tags), glob characters, path separators, unicode, and look-alikes that
+/// differ by one character. Each gets a random prefix so tests do not collide.
+pub fn hostile_names() -> Vec<String> {
+    let base = crate::unique_name("hostile");
+    [
+        "plain",
+        "plain ",
+        "it's",
+        "a\"b",
+        "x'; DROP TABLE refund; --",
+        "/*comment*/",
+        "{tag}",
+        "}{",
+        "*?[]",
+        "../../etc/passwd",
+        "%s%n",
+        "ünï-cødé-✓",
+        "ends-with-backslash\\",
+    ]
+    .iter()
+    .map(|suffix| format!("{base}:{suffix}"))
+    .collect()
+}
+
+pub(crate) fn resource(prefix: &str) -> ResourceName {
+    ResourceName::new(crate::unique_name(prefix)).expect("valid resource name")
+}
+
+pub(crate) fn key(prefix: &str) -> RecordKey {
+    RecordKey::new(crate::unique_name(prefix)).expect("valid record key")
+}

@@ -1,0 +1,83 @@
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use fencing_core::{Error, FencingToken, TokenSource};
+
+use super::resource;
+
+/// Every [`TokenSource`] guarantee that needs no server fault.
+pub async fn token_source_suite<T: TokenSource + 'static>(source: Arc<T>) {
+    tokens_strictly_increase(&*source).await;
+    advance_to_raises_and_never_lowers(&*source).await;
+    resources_have_independent_counters(&*source).await;
+    exhaustion_is_an_error(&*source).await;
+    concurrent_next_never_repeats(source).await;
+}
+
+/// `next` strictly increases and `current` reports the last token issued.
+pub async fn tokens_strictly_increase<T: TokenSource + ?Sized>(source: &T) {
+    let r = resource("tokens-increase");
+    assert_eq!(source.current(&r).await.unwrap(), None, "fresh resource");
+    let mut last = None;
+    for _ in 0..20 {
+        let token = source.next(&r).await.unwrap();
+        assert!(Some(token) > last, "{token} after {last:?}");
+        assert_eq!(source.current(&r).await.unwrap(), Some(token));
+        last = Some(token);
+    }
+}
+
+/// `advance_to` raises the counter to the floor and never lowers it.
+pub async fn advance_to_raises_and_never_lowers<T: TokenSource + ?Sized>(source: &T) {
+    let r = resource("tokens-advance");
+    let t = |n| FencingToken::new(n).unwrap();
+    assert_eq!(source.advance_to(&r, t(100)).await.unwrap(), t(100));
+    assert_eq!(source.next(&r).await.unwrap(), t(101));
+    assert_eq!(source.advance_to(&r, t(50)).await.unwrap(), t(101));
+    assert_eq!(source.current(&r).await.unwrap(), Some(t(101)));
+    assert_eq!(source.next(&r).await.unwrap(), t(102));
+}
+
+/// Counters of different resources do not affect each other.
+pub async fn resources_have_independent_counters<T: TokenSource + ?Sized>(source: &T) {
+    let (a, b) = (resource("tokens-a"), resource("tokens-b"));
+    source
+        .advance_to(&a, FencingToken::new(40).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(source.next(&b).await.unwrap(), FencingToken::MIN);
+    assert_eq!(source.next(&a).await.unwrap().get(), 41);
+}
+
+/// At `i64::MAX` the source refuses to issue and stays where it was.
+pub async fn exhaustion_is_an_error<T: TokenSource + ?Sized>(source: &T) {
+    let r = resource("tokens-exhausted");
+    source.advance_to(&r, FencingToken::MAX).await.unwrap();
+    let err = source.next(&r).await.unwrap_err();
+    assert!(matches!(err, Error::TokenExhausted { .. }), "{err:?}");
+    assert_eq!(source.current(&r).await.unwrap(), Some(FencingToken::MAX));
+}
+
+/// Tokens issued concurrently to many tasks are all distinct.
+pub async fn concurrent_next_never_repeats<T: TokenSource + 'static>(source: Arc<T>) {
+    let r = resource("tokens-concurrent");
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (source, r) = (source.clone(), r.clone());
+        tasks.spawn(async move {
+            let mut mine = Vec::new();
+            for _ in 0..25 {
+                mine.push(source.next(&r).await.unwrap());
+            }
+            mine
+        });
+    }
+    let mut all = BTreeSet::new();
+    for mine in tasks.join_all().await {
+        for token in mine {
+            assert!(all.insert(token), "token {token} issued twice");
+        }
+    }
+    assert_eq!(all.len(), 200);
+    assert_eq!(source.current(&r).await.unwrap(), all.last().copied());
+}

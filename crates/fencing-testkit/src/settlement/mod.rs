@@ -1,0 +1,280 @@
+//! The seed's settlement, runnable: merchant `m_4471`, 1,200 refunds of 70.25 EUR, workers
+//! that pause, a gateway with or without idempotency keys, and an audit of what went wrong.
+//!
+//! Run it in a paused tokio runtime (`start_paused = true`, current thread): the 8-second pause
+//! and the 30-second TTL then pass in virtual time, and every run of one configuration gives
+//! the same journal.
+
+mod gateway;
+mod journal;
+mod timeline;
+mod worker;
+
+pub use gateway::{CallResult, Gateway, GatewayMode, GatewayTally};
+pub use journal::{Event, Holder, What};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing_core::{
+    FenceCheck, FencingToken, Lifecycle, MemoryLease, MemoryStore, RecordKey, ResourceName,
+    RetryPolicy, State, TokenSource, Ttl,
+};
+
+use crate::Fencing;
+use journal::Journal;
+use worker::{Shared, work};
+
+/// A stall of a worker just before its gateway call for one refund.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pause {
+    /// The refund whose call is due.
+    pub before_call_for: RecordKey,
+    /// How long the worker stalls.
+    pub length: Duration,
+}
+
+/// One worker: when it is handed the job, how it retries the lease, where it stalls.
+#[derive(Clone, Debug)]
+pub struct WorkerPlan {
+    /// Its name in the journal.
+    pub name: String,
+    /// When the queue hands it the job.
+    pub starts_at: Duration,
+    /// How it retries a busy lease.
+    pub retry: RetryPolicy,
+    /// Stalls, each taken once.
+    pub pauses: Vec<Pause>,
+    /// How many times the job is handed to it again after its batch is aborted or it finds
+    /// the lease busy.
+    pub redeliveries: u32,
+}
+
+/// A whole run.
+#[derive(Clone, Debug)]
+pub struct SettlementConfig {
+    /// The merchant; the lease is on `settle:<merchant>`.
+    pub merchant: String,
+    /// How many refunds, named `r_001`, `r_002`, ….
+    pub refunds: usize,
+    /// Each refund's amount in cents.
+    pub cents_each: u64,
+    /// The lease TTL.
+    pub ttl: Ttl,
+    /// The first token issued (the counter is seeded just below it).
+    pub first_token: FencingToken,
+    /// How long each gateway call takes.
+    pub gateway_latency: Duration,
+    /// How the gateway treats a repeated idempotency key.
+    pub gateway: GatewayMode,
+    /// Whether writes present their own tokens.
+    pub fencing: Fencing,
+    /// The workers.
+    pub workers: Vec<WorkerPlan>,
+}
+
+/// The refund id of the `n`th refund (from 1): `r_001`, …, `r_815`, …, `r_1200`.
+pub fn refund_key(n: usize) -> RecordKey {
+    RecordKey::new(format!("r_{n:03}")).expect("valid key")
+}
+
+impl SettlementConfig {
+    /// The seed's story: A takes token 33 at 0 s, claims r_815 at 26 s and stalls 8 s before
+    /// its gateway call; the lease expires at 30 s; B is handed the job at 31 s.
+    pub fn seed(fencing: Fencing, gateway: GatewayMode) -> Self {
+        let second = Duration::from_secs(1);
+        SettlementConfig {
+            merchant: "m_4471".into(),
+            refunds: 1200,
+            cents_each: 7025,
+            ttl: Ttl::from_secs(30).expect("valid TTL"),
+            first_token: FencingToken::new(33).expect("valid token"),
+            // 814 refunds of 32 ms each: A claims r_815 at 26.048 s.
+            gateway_latency: Duration::from_millis(32),
+            gateway,
+            fencing,
+            workers: vec![
+                WorkerPlan {
+                    name: "A".into(),
+                    starts_at: Duration::ZERO,
+                    retry: RetryPolicy::once(),
+                    pauses: vec![Pause {
+                        before_call_for: refund_key(815),
+                        length: 8 * second,
+                    }],
+                    redeliveries: 0,
+                },
+                WorkerPlan {
+                    name: "B".into(),
+                    starts_at: 31 * second,
+                    retry: RetryPolicy::new(60, second, second).expect("valid policy"),
+                    pauses: Vec::new(),
+                    redeliveries: 0,
+                },
+            ],
+        }
+    }
+
+    /// The lease's resource name.
+    pub fn resource(&self) -> ResourceName {
+        ResourceName::new(format!("settle:{}", self.merchant)).expect("valid resource name")
+    }
+}
+
+/// Runs `config` to the end and audits it.
+pub async fn run(config: &SettlementConfig) -> SettlementReport {
+    let lease = MemoryLease::new();
+    let resource = config.resource();
+    if let Some(floor) = FencingToken::new(config.first_token.get() - 1).ok() {
+        lease
+            .tokens()
+            .advance_to(&resource, floor)
+            .await
+            .expect("in memory");
+    }
+    let lifecycle = Lifecycle::default();
+    let store = MemoryStore::new("refunds");
+    let keys: Vec<_> = (1..=config.refunds).map(refund_key).collect();
+    for key in &keys {
+        store.insert_unfenced(
+            key.clone(),
+            Some(lifecycle.pending().clone()),
+            config.cents_each.to_string().into_bytes(),
+        );
+    }
+    let shared = Arc::new(Shared {
+        resource,
+        ttl: config.ttl,
+        fencing: config.fencing,
+        lifecycle,
+        keys,
+        lease,
+        store,
+        gateway: Gateway::new(config.gateway, config.gateway_latency),
+        journal: Journal::new(),
+    });
+    let mut workers = tokio::task::JoinSet::new();
+    for plan in &config.workers {
+        workers.spawn(work(shared.clone(), plan.clone()));
+    }
+    workers.join_all().await;
+    let shared = Arc::into_inner(shared).expect("every worker has ended");
+    SettlementReport::audit(shared, config.cents_each)
+}
+
+/// Counts drawn from a run's journal, gateway and store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// Rows the store records as sent.
+    pub rows_sent: u64,
+    /// Rows not sent at the end.
+    pub rows_unsent: u64,
+    /// Cents the store records as sent.
+    pub cents_recorded: u64,
+    /// What the gateway saw.
+    pub gateway: GatewayTally,
+    /// Refund calls for a key that already had a refund (returned or paid again).
+    pub calls_for_existing_refund: u64,
+    /// Claims that took a record in flight over from another holder.
+    pub takeovers: u64,
+    /// Writes by a holder after a newer holder had claimed the record, refused by the store.
+    pub stale_writes_rejected: u64,
+    /// Writes by a holder after a newer holder had claimed the record, accepted by the store.
+    pub stale_writes_accepted: u64,
+    /// Accepted confirms by a holder that was not the record's current claimer.
+    pub confirms_by_non_claimer: u64,
+    /// Rows with more than one refund created, or sent without one.
+    pub rows_not_refunded_once: u64,
+}
+
+impl Audit {
+    /// Every broken guarantee, as sentences; empty when the run was safe.
+    ///
+    /// With an idempotent gateway, a safe run has no stale write accepted, no confirm by a
+    /// non-claimer, every sent row refunded exactly once, and no more calls for an existing
+    /// refund than takeovers (only a call already in flight at a pause may repeat).
+    pub fn violations(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut check = |broken: bool, what: String| {
+            if broken {
+                found.push(what);
+            }
+        };
+        check(
+            self.stale_writes_accepted > 0,
+            format!("{} stale writes accepted", self.stale_writes_accepted),
+        );
+        check(
+            self.confirms_by_non_claimer > 0,
+            format!("{} confirms by a non-claimer", self.confirms_by_non_claimer),
+        );
+        check(
+            self.rows_not_refunded_once > 0,
+            format!(
+                "{} rows not refunded exactly once",
+                self.rows_not_refunded_once
+            ),
+        );
+        check(
+            self.calls_for_existing_refund > self.takeovers,
+            format!(
+                "{} calls for existing refunds but only {} takeovers",
+                self.calls_for_existing_refund, self.takeovers
+            ),
+        );
+        found
+    }
+}
+
+/// A run's journal and audit.
+#[derive(Clone, Debug)]
+pub struct SettlementReport {
+    /// Everything that happened, in order.
+    pub events: Vec<Event>,
+    /// The counts.
+    pub audit: Audit,
+}
+
+impl SettlementReport {
+    fn audit(shared: Shared, cents_each: u64) -> Self {
+        let done: &State = shared.lifecycle.done();
+        let mut audit = Audit {
+            gateway: shared.gateway.tally(),
+            ..Audit::default()
+        };
+        for record in shared.store.records() {
+            let sent = record.state.as_ref() == Some(done);
+            let refunds = shared.gateway.refunds_for(&record.key);
+            if sent {
+                audit.rows_sent += 1;
+                audit.cents_recorded += cents_each;
+            } else {
+                audit.rows_unsent += 1;
+            }
+            audit.rows_not_refunded_once += u64::from(refunds > 1 || (sent && refunds == 0));
+        }
+        let events = shared.journal.into_events();
+        for event in &events {
+            match &event.what {
+                What::Called { result, .. } => {
+                    audit.calls_for_existing_refund += u64::from(*result != CallResult::Created);
+                }
+                What::Accepted {
+                    check,
+                    took_over_from,
+                    stale,
+                    by_non_claimer,
+                    ..
+                } => {
+                    audit.takeovers += u64::from(took_over_from.is_some());
+                    audit.stale_writes_accepted += u64::from(*stale);
+                    audit.confirms_by_non_claimer +=
+                        u64::from(*check == FenceCheck::HolderOnly && *by_non_claimer);
+                }
+                What::Refused { stale, .. } => audit.stale_writes_rejected += u64::from(*stale),
+                _ => {}
+            }
+        }
+        SettlementReport { events, audit }
+    }
+}

@@ -1,0 +1,223 @@
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use fencing_core::{
+    BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken,
+    Lease, Lifecycle, MemoryLease, MemoryStore, Record, RecordKey, ResourceName, Result,
+    SideEffect, TokioClock, Ttl, Written, acquire,
+};
+
+use super::gateway::Gateway;
+use super::journal::{Holder, Journal, What};
+use super::{Pause, WorkerPlan};
+use crate::Fencing;
+
+/// What every worker of one run shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) resource: ResourceName,
+    pub(crate) ttl: Ttl,
+    pub(crate) fencing: Fencing,
+    pub(crate) lifecycle: Lifecycle,
+    pub(crate) keys: Vec<RecordKey>,
+    pub(crate) lease: MemoryLease,
+    pub(crate) store: MemoryStore,
+    pub(crate) gateway: Gateway,
+    pub(crate) journal: Journal,
+}
+
+/// Runs one worker's plan: wait for its start, then take the job once per delivery.
+pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
+    tokio::time::sleep(plan.starts_at).await;
+    let pauses = Mutex::new(plan.pauses);
+    for _ in 0..=plan.redeliveries {
+        let guard = match acquire(
+            &shared.lease,
+            &shared.resource,
+            shared.ttl,
+            &plan.retry,
+            &TokioClock,
+        )
+        .await
+        {
+            Ok(guard) => guard,
+            Err(Error::LeaseBusy { .. }) => {
+                shared.journal.record(&plan.name, What::Busy);
+                continue;
+            }
+            Err(err) => panic!("in-memory lease failed: {err}"),
+        };
+        let holder = shared.journal.acquired(&plan.name, guard.token());
+        let finished = run_batch(&shared, &holder, shared.fencing.token_for(&guard), &pauses).await;
+        // A holder whose lease ended is refused here; only the current owner can release.
+        let _ = shared.lease.release(guard).await;
+        if finished {
+            shared.journal.record(&plan.name, What::Finished);
+            return;
+        }
+    }
+}
+
+/// One delivery of the job: every refund in order, stopping at the first rejection.
+async fn run_batch(
+    shared: &Shared,
+    holder: &Holder,
+    token: FencingToken,
+    pauses: &Mutex<Vec<Pause>>,
+) -> bool {
+    let fence = Fence::new(&shared.resource, token, shared.lease.token_source());
+    let store = ObservedStore { shared, holder };
+    let gateway = WorkerGateway {
+        shared,
+        worker: &holder.worker,
+        pauses,
+    };
+    for key in &shared.keys {
+        let outcome = fence
+            .run_effect(&store, key, &shared.lifecycle, &gateway)
+            .await;
+        let what = match outcome {
+            Ok(EffectOutcome::AlreadyDone) => What::Skipped { key: key.clone() },
+            Ok(EffectOutcome::Performed(()) | EffectOutcome::Recovered(())) => {
+                What::Sent { key: key.clone() }
+            }
+            Err(err) => {
+                let reason = err.to_string();
+                shared.journal.record(
+                    &holder.worker,
+                    What::Aborted {
+                        key: key.clone(),
+                        reason,
+                    },
+                );
+                return false;
+            }
+        };
+        shared.journal.record(&holder.worker, what);
+    }
+    true
+}
+
+/// The refund store as one holder sees it: every write journaled with whether it was stale.
+#[derive(Debug)]
+struct ObservedStore<'a> {
+    shared: &'a Shared,
+    holder: &'a Holder,
+}
+
+#[async_trait]
+impl FencedStore for ObservedStore<'_> {
+    fn name(&self) -> &str {
+        self.shared.store.name()
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+        self.shared.store.read(key).await
+    }
+
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        let journal = &self.shared.journal;
+        let claimer = journal.claimer(key);
+        let stale = claimer
+            .as_ref()
+            .is_some_and(|c| c.epoch > self.holder.epoch);
+        let result = self.shared.store.write(key, token, write).await;
+        let what = match &result {
+            Ok(written) => {
+                let claim = write.check() == FenceCheck::Claim;
+                let in_flight =
+                    written.previous_state.as_ref() == Some(self.shared.lifecycle.in_flight());
+                let took_over_from = claimer
+                    .as_ref()
+                    .filter(|c| claim && in_flight && c.epoch != self.holder.epoch)
+                    .map(|c| c.epoch);
+                let by_non_claimer = !claim && claimer.as_ref() != Some(self.holder);
+                if claim {
+                    journal.claimed(key, self.holder);
+                }
+                What::Accepted {
+                    key: key.clone(),
+                    check: write.check(),
+                    token,
+                    took_over_from,
+                    stale,
+                    by_non_claimer,
+                }
+            }
+            Err(Error::StateMismatch {
+                found: Some(found), ..
+            }) if *found == self.shared.lifecycle.done().as_str() => {
+                return result;
+            }
+            Err(err) => What::Refused {
+                key: key.clone(),
+                check: write.check(),
+                token,
+                reason: err.to_string(),
+                stale,
+            },
+        };
+        journal.record(&self.holder.worker, what);
+        result
+    }
+}
+
+/// The gateway as one worker calls it, stalling where the worker's plan says.
+struct WorkerGateway<'a> {
+    shared: &'a Shared,
+    worker: &'a str,
+    pauses: &'a Mutex<Vec<Pause>>,
+}
+
+#[async_trait]
+impl SideEffect for WorkerGateway<'_> {
+    type Receipt = ();
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<()>, BoxError> {
+        let found = self.shared.gateway.find(key).await;
+        self.shared.journal.record(
+            self.worker,
+            What::LookedUp {
+                key: key.clone(),
+                found,
+            },
+        );
+        Ok(found.then_some(()))
+    }
+
+    async fn perform(&self, key: &RecordKey, record: &Record) -> Result<(), BoxError> {
+        let pause = {
+            let mut pauses = self.pauses.lock().unwrap();
+            let due = pauses.iter().position(|p| p.before_call_for == *key);
+            due.map(|i| pauses.remove(i))
+        };
+        if let Some(pause) = pause {
+            let journal = &self.shared.journal;
+            let length = pause.length;
+            journal.record(
+                self.worker,
+                What::Paused {
+                    key: key.clone(),
+                    length,
+                },
+            );
+            tokio::time::sleep(length).await;
+            journal.record(self.worker, What::Resumed { key: key.clone() });
+        }
+        let cents = std::str::from_utf8(&record.payload)?.parse()?;
+        let result = self.shared.gateway.refund(key, cents).await;
+        self.shared.journal.record(
+            self.worker,
+            What::Called {
+                key: key.clone(),
+                result,
+            },
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,128 @@
+//! The conformance suite against the in-memory implementations, each three ways: as the
+//! concrete type, as `Box<dyn …>` and as `Arc<dyn …>`, through the same generic bounds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing_core::{FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource, TokenSource};
+use fencing_testkit::Fencing;
+use fencing_testkit::conformance::*;
+
+#[tokio::test(start_paused = true)]
+async fn lease_contract_three_ways() {
+    let caps = Capabilities::in_memory();
+    lease_suite(Arc::new(MemoryLease::new()), caps).await;
+    lease_suite(
+        Arc::new(Box::new(MemoryLease::new()) as Box<dyn Lease>),
+        caps,
+    )
+    .await;
+    lease_suite(
+        Arc::new(Arc::new(MemoryLease::new()) as Arc<dyn Lease>),
+        caps,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn token_source_contract_three_ways() {
+    token_source_suite(Arc::new(MemoryTokenSource::new())).await;
+    token_source_suite(Arc::new(
+        Box::new(MemoryTokenSource::new()) as Box<dyn TokenSource>
+    ))
+    .await;
+    token_source_suite(Arc::new(
+        Arc::new(MemoryTokenSource::new()) as Arc<dyn TokenSource>
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn store_contract_three_ways() {
+    store_suite(&MemoryStore::new("concrete")).await;
+    store_suite(&(Box::new(MemoryStore::new("boxed")) as Box<dyn FencedStore>)).await;
+    store_suite(&(Arc::new(MemoryStore::new("shared")) as Arc<dyn FencedStore>)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn paused_holder_is_fenced_three_ways() {
+    let caps = Capabilities::in_memory();
+    let lease = MemoryLease::new();
+    let store = MemoryStore::new("refunds");
+    paused_holder_is_fenced(&lease, &store, caps).await;
+    let boxed: (Box<dyn Lease>, Box<dyn FencedStore>) =
+        (Box::new(lease.clone()), Box::new(store.clone()));
+    paused_holder_is_fenced(&boxed.0, &boxed.1, caps).await;
+    let shared: (Arc<dyn Lease>, Arc<dyn FencedStore>) = (Arc::new(lease), Arc::new(store));
+    paused_holder_is_fenced(&shared.0, &shared.1, caps).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn token_regression_is_detected_and_repaired() {
+    let caps = Capabilities::in_memory();
+    let lease = MemoryLease::new();
+    let store = MemoryStore::new("refunds");
+    let tokens = lease.tokens().clone();
+    token_regression_is_detected(&lease, &store, &store, caps, async || tokens.forget_all()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn fenced_increments_are_exact_in_virtual_time() {
+    for seed in 0..20 {
+        let report = fenced_increments(
+            Arc::new(MemoryLease::new()),
+            Arc::new(MemoryStore::new("counter")),
+            Capabilities::in_memory(),
+            8,
+            20,
+            Fencing::On,
+            seed,
+        )
+        .await;
+        assert_eq!(report.total, report.expected, "seed {seed}: {report:?}");
+        assert!(report.rejected > 0, "seed {seed}: no holder was ever stale");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_fences_the_same_increments_lose_updates() {
+    let mut lost = 0;
+    for seed in 0..20 {
+        let report = fenced_increments(
+            Arc::new(MemoryLease::new()),
+            Arc::new(MemoryStore::new("counter")),
+            Capabilities::in_memory(),
+            8,
+            20,
+            Fencing::Off,
+            seed,
+        )
+        .await;
+        assert_eq!(
+            report.rejected, 0,
+            "nothing can refuse a write without fences"
+        );
+        lost += report.expected - report.total;
+    }
+    assert!(lost > 0, "the checker must see lost updates without fences");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_increments_are_exact_across_threads_in_real_time() {
+    let caps = Capabilities {
+        expiry_slack: Duration::from_millis(20),
+        ..Capabilities::real_server()
+    };
+    let shared_lease: Arc<dyn Lease> = Arc::new(MemoryLease::new());
+    let report = fenced_increments(
+        Arc::new(shared_lease),
+        Arc::new(MemoryStore::new("counter")),
+        caps,
+        4,
+        5,
+        Fencing::On,
+        7,
+    )
+    .await;
+    assert_eq!(report.total, report.expected, "{report:?}");
+}
