@@ -86,6 +86,12 @@ pub enum What {
         /// The record.
         key: RecordKey,
     },
+    /// A record in flight was confirmed by this worker after the gateway showed its refund
+    /// already made: nothing was paid.
+    Recovered {
+        /// The record.
+        key: RecordKey,
+    },
     /// A record was already sent; the worker skipped it.
     Skipped {
         /// The record.

@@ -13,6 +13,7 @@ const SAME_KIND_SHOWN: usize = 4;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum RunKind {
     Sent,
+    Recovered,
     Skipped,
 }
 
@@ -40,10 +41,10 @@ impl SettlementReport {
             let Some((label, text)) = describe(&event.what) else {
                 continue;
             };
-            flush_runs(&mut runs, &mut lines);
             let seen = shown.entry((event.worker.clone(), label)).or_default();
             *seen += 1;
             if *seen <= SAME_KIND_SHOWN {
+                flush_runs(&mut runs, &mut lines);
                 lines.push(format!("{}  {} {text}", clock(event.at), event.worker));
             }
         }
@@ -63,6 +64,7 @@ impl SettlementReport {
 fn routine_run(what: &What) -> Option<RunKind> {
     match what {
         What::Sent { .. } => Some(RunKind::Sent),
+        What::Recovered { .. } => Some(RunKind::Recovered),
         What::Skipped { .. } => Some(RunKind::Skipped),
         _ => None,
     }
@@ -70,7 +72,7 @@ fn routine_run(what: &What) -> Option<RunKind> {
 
 fn key_of(what: &What) -> &RecordKey {
     match what {
-        What::Sent { key } | What::Skipped { key } => key,
+        What::Sent { key } | What::Recovered { key } | What::Skipped { key } => key,
         _ => unreachable!("only runs have keys here"),
     }
 }
@@ -114,6 +116,7 @@ fn flush_runs(runs: &mut BTreeMap<String, Run>, lines: &mut Vec<String>) {
 fn render_run(worker: &str, run: &Run) -> String {
     let verb = match run.kind {
         RunKind::Sent => "claims, refunds and confirms",
+        RunKind::Recovered => "confirms, finding the refund already made:",
         RunKind::Skipped => "skips, already sent:",
     };
     let span = if run.count == 1 {
@@ -146,7 +149,7 @@ fn describe(what: &What) -> Option<(&'static str, String)> {
         } => (
             "stale write accepted",
             format!(
-                "{} of {key} with token {token} ACCEPTED although a newer holder claimed it",
+                "has its {} of {key} with token {token} ACCEPTED although a newer holder claimed it",
                 check_name(check)
             ),
         ),
@@ -159,7 +162,10 @@ fn describe(what: &What) -> Option<(&'static str, String)> {
             "takes over",
             format!("claims {key} with token {token}, taking it over from a holder in flight"),
         ),
-        What::Accepted { .. } | What::Sent { .. } | What::Skipped { .. } => return None,
+        What::Accepted { .. }
+        | What::Sent { .. }
+        | What::Recovered { .. }
+        | What::Skipped { .. } => return None,
         What::Refused {
             key,
             check,
@@ -169,7 +175,7 @@ fn describe(what: &What) -> Option<(&'static str, String)> {
         } => (
             "refused",
             format!(
-                "{} of {key} with token {token} refused: {reason}",
+                "is refused on its {} of {key} with token {token}: {reason}",
                 check_name(check)
             ),
         ),
@@ -200,18 +206,21 @@ fn describe(what: &What) -> Option<(&'static str, String)> {
             result: CallResult::ReturnedExisting,
         } => (
             "gateway returns existing",
-            format!("gateway call for {key} returns the refund already made (idempotency key)"),
+            format!(
+                "gets the refund already made for {key} back from the gateway (idempotency key)"
+            ),
         ),
         What::Called {
             key,
             result: CallResult::PaidTwice,
         } => (
             "pays twice",
-            format!("gateway call for {key} PAYS {key} A SECOND TIME"),
+            format!("makes the gateway PAY {key} A SECOND TIME"),
         ),
-        What::Aborted { key, reason } => {
-            ("abandons", format!("abandons the batch at {key}: {reason}"))
-        }
+        What::Aborted { key, .. } => (
+            "abandons",
+            format!("abandons the batch at {key}, claiming nothing further"),
+        ),
         What::Finished => ("finishes", "finishes the batch".into()),
     })
 }

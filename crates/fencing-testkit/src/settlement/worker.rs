@@ -78,9 +78,8 @@ async fn run_batch(
             .await;
         let what = match outcome {
             Ok(EffectOutcome::AlreadyDone) => What::Skipped { key: key.clone() },
-            Ok(EffectOutcome::Performed(()) | EffectOutcome::Recovered(())) => {
-                What::Sent { key: key.clone() }
-            }
+            Ok(EffectOutcome::Performed(())) => What::Sent { key: key.clone() },
+            Ok(EffectOutcome::Recovered(())) => What::Recovered { key: key.clone() },
             Err(err) => {
                 let reason = err.to_string();
                 shared.journal.record(
