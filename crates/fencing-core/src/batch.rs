@@ -138,10 +138,8 @@ impl FencedBatch {
     }
 
     fn note<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(err) = &result {
-            if let Some(refusal) = refused_record(err) {
-                self.aborted_slot().get_or_insert(refusal);
-            }
+        if let Some(refusal) = result.as_ref().err().and_then(refused_record) {
+            self.aborted_slot().get_or_insert(refusal);
         }
         result
     }

@@ -29,6 +29,9 @@ mod store;
 mod token;
 mod token_source;
 
+/// The attribute every implementation of this crate's traits needs (re-exported so that
+/// implementors need no dependency of their own).
+pub use async_trait::async_trait;
 pub use batch::FencedBatch;
 pub use clock::{Clock, TokioClock};
 pub use effect::{EffectOutcome, Lifecycle, SideEffect};

@@ -125,7 +125,7 @@ impl SettlementConfig {
 pub async fn run(config: &SettlementConfig) -> SettlementReport {
     let lease = MemoryLease::new();
     let resource = config.resource();
-    if let Some(floor) = FencingToken::new(config.first_token.get() - 1).ok() {
+    if let Ok(floor) = FencingToken::new(config.first_token.get() - 1) {
         lease
             .tokens()
             .advance_to(&resource, floor)
