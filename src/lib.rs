@@ -1,7 +1,5 @@
-//! `fencing`: leases that are actually safe, because every data store checks a fencing token
-//! on every write.
+#![doc = include_str!("../README.md")]
 //!
-//! This facade re-exports [`fencing_core`] (tokens, contracts, in-memory implementations).
-//! Store adapters are added behind cargo features as they arrive.
+//! This facade re-exports [`fencing_core`]; store adapters join it behind cargo features.
 
 pub use fencing_core::*;

@@ -57,6 +57,11 @@ pub struct FencedWrite {
 impl FencedWrite {
     /// A claim (see [`FenceCheck::Claim`]). Without a state condition it also creates a
     /// missing record, with the token as its first fence.
+    ///
+    /// A read-modify-write must claim *before* it reads: the claim returns the record
+    /// ([`Written::record`]) and raises the fence at once, so a paused older holder's write is
+    /// refused. A plain read registers nothing, and an older holder could still write between
+    /// the read and this holder's first write.
     pub fn claim() -> Self {
         Self::of_kind(FenceCheck::Claim)
     }

@@ -47,12 +47,10 @@ impl MemoryLease {
     pub fn tokens(&self) -> &MemoryTokenSource {
         &self.tokens
     }
+}
 
-    fn holds(&self, guard: &LeaseGuard, now: Instant) -> bool {
-        lock(&self.holders)
-            .get(guard.resource())
-            .is_some_and(|h| h.owner == *guard.owner() && h.expires_at > now)
-    }
+fn is_live_owner(holder: &Holder, guard: &LeaseGuard, now: Instant) -> bool {
+    holder.owner == *guard.owner() && holder.expires_at > now
 }
 
 impl Default for MemoryLease {
@@ -89,21 +87,22 @@ impl Lease for MemoryLease {
 
     async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
         let now = self.clock.now();
-        if !self.holds(guard, now) {
-            return Err(guard.lost());
+        let mut holders = lock(&self.holders);
+        match holders.get_mut(guard.resource()) {
+            Some(h) if is_live_owner(h, guard, now) => {
+                h.expires_at = now + ttl.duration();
+                guard.extended(ttl, now);
+                Ok(())
+            }
+            _ => Err(guard.lost()),
         }
-        if let Some(holder) = lock(&self.holders).get_mut(guard.resource()) {
-            holder.expires_at = now + ttl.duration();
-        }
-        guard.extended(ttl, now);
-        Ok(())
     }
 
     async fn release(&self, guard: LeaseGuard) -> Result<()> {
         let now = self.clock.now();
         let mut holders = lock(&self.holders);
         match holders.get(guard.resource()) {
-            Some(h) if h.owner == *guard.owner() && h.expires_at > now => {
+            Some(h) if is_live_owner(h, guard, now) => {
                 holders.remove(guard.resource());
                 Ok(())
             }
