@@ -102,7 +102,7 @@ impl Lease for MemoryLease {
         let now = self.clock.now();
         let mut holders = lock(&self.holders);
         match holders.get(guard.resource()) {
-            Some(h) if is_live_owner(h, guard, now) => {
+            Some(h) if is_live_owner(h, &guard, now) => {
                 holders.remove(guard.resource());
                 Ok(())
             }
