@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::{
-    FenceCheck, FencingToken, Lifecycle, MemoryLease, MemoryStore, RecordKey, ResourceName,
-    RetryPolicy, State, TokenSource, Ttl,
+    FenceCheck, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, MemoryLease, MemoryStore,
+    RecordKey, ResourceName, RetryPolicy, State, Ttl,
 };
 
 use crate::Fencing;
@@ -121,26 +121,45 @@ impl SettlementConfig {
     }
 }
 
-/// Runs `config` to the end and audits it.
+/// Runs `config` on the in-memory lease and store, to the end, and audits it.
 pub async fn run(config: &SettlementConfig) -> SettlementReport {
-    let lease = MemoryLease::new();
+    run_on(
+        config,
+        Arc::new(MemoryLease::new()),
+        Arc::new(MemoryStore::new("refunds")),
+    )
+    .await
+}
+
+/// Runs `config` with `lease` and the refunds in `store` (which must not hold the run's
+/// refund keys yet), to the end, and audits it.
+///
+/// The rows are created through the store's own claim, with token 1 and state `pending`; the
+/// lease's counter is raised so that the first worker gets `config.first_token`.
+pub async fn run_on(
+    config: &SettlementConfig,
+    lease: Arc<dyn Lease>,
+    store: Arc<dyn FencedStore>,
+) -> SettlementReport {
     let resource = config.resource();
     if let Ok(floor) = FencingToken::new(config.first_token.get() - 1) {
         lease
-            .tokens()
+            .token_source()
             .advance_to(&resource, floor)
             .await
-            .expect("in memory");
+            .expect("seed the token counter");
     }
     let lifecycle = Lifecycle::default();
-    let store = MemoryStore::new("refunds");
     let keys: Vec<_> = (1..=config.refunds).map(refund_key).collect();
+    let create = FencedWrite::claim()
+        .set_state(lifecycle.pending().clone())
+        .set_payload(config.cents_each.to_string());
     for key in &keys {
-        store.insert_unfenced(
-            key.clone(),
-            Some(lifecycle.pending().clone()),
-            config.cents_each.to_string().into_bytes(),
-        );
+        let created = store
+            .write(key, FencingToken::MIN, &create)
+            .await
+            .expect("create the refund rows");
+        assert!(created.created, "{key} already existed in the store");
     }
     let shared = Arc::new(Shared {
         resource,
@@ -159,7 +178,7 @@ pub async fn run(config: &SettlementConfig) -> SettlementReport {
     }
     workers.join_all().await;
     let shared = Arc::into_inner(shared).expect("every worker has ended");
-    SettlementReport::audit(shared, config.cents_each)
+    SettlementReport::audit(shared, config.cents_each).await
 }
 
 /// Counts drawn from a run's journal, gateway and store.
@@ -236,15 +255,20 @@ pub struct SettlementReport {
 }
 
 impl SettlementReport {
-    fn audit(shared: Shared, cents_each: u64) -> Self {
+    async fn audit(shared: Shared, cents_each: u64) -> Self {
         let done: &State = shared.lifecycle.done();
         let mut audit = Audit {
             gateway: shared.gateway.tally(),
             ..Audit::default()
         };
-        for record in shared.store.records() {
-            let sent = record.state.as_ref() == Some(done);
-            let refunds = shared.gateway.refunds_for(&record.key);
+        for key in &shared.keys {
+            let record = shared
+                .store
+                .read(key)
+                .await
+                .expect("read back a refund row");
+            let sent = record.and_then(|r| r.state).as_ref() == Some(done);
+            let refunds = shared.gateway.refunds_for(key);
             if sent {
                 audit.rows_sent += 1;
                 audit.cents_recorded += cents_each;

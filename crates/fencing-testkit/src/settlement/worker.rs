@@ -3,8 +3,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use fencing_core::{
     BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken,
-    Lease, Lifecycle, MemoryLease, MemoryStore, Record, RecordKey, ResourceName, Result,
-    SideEffect, TokioClock, Ttl, Written, acquire,
+    Lease, Lifecycle, Record, RecordKey, ResourceName, Result, SideEffect, TokioClock, Ttl,
+    Written, acquire,
 };
 
 use super::gateway::Gateway;
@@ -20,8 +20,8 @@ pub(crate) struct Shared {
     pub(crate) fencing: Fencing,
     pub(crate) lifecycle: Lifecycle,
     pub(crate) keys: Vec<RecordKey>,
-    pub(crate) lease: MemoryLease,
-    pub(crate) store: MemoryStore,
+    pub(crate) lease: Arc<dyn Lease>,
+    pub(crate) store: Arc<dyn FencedStore>,
     pub(crate) gateway: Gateway,
     pub(crate) journal: Journal,
 }
@@ -32,7 +32,7 @@ pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
     let pauses = Mutex::new(plan.pauses);
     for _ in 0..=plan.redeliveries {
         let guard = match acquire(
-            &shared.lease,
+            &*shared.lease,
             &shared.resource,
             shared.ttl,
             &plan.retry,
@@ -45,7 +45,7 @@ pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
                 shared.journal.record(&plan.name, What::Busy);
                 continue;
             }
-            Err(err) => panic!("in-memory lease failed: {err}"),
+            Err(err) => panic!("the lease failed: {err}"),
         };
         let holder = shared.journal.acquired(&plan.name, guard.token());
         let finished = run_batch(&shared, &holder, shared.fencing.token_for(&guard), &pauses).await;
