@@ -1,0 +1,166 @@
+//! A lease on a table, judged by the database's clock, with its token drawn in the same
+//! statement.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fencing_core::{
+    Clock, Error, FencingToken, Lease, LeaseGuard, OwnerId, ResourceName, Result, TokenSource,
+    TokioClock, Ttl,
+};
+use sqlx::{AssertSqlSafe, Row};
+
+use crate::error::PgFailure;
+use crate::ident::QualifiedName;
+use crate::tokens::PgTokenSource;
+
+/// Leases in a table `(resource, owner, token, expires_at)`, expiry judged by `now()` on the
+/// server, so no worker's clock matters. One statement checks the lease is free, draws the
+/// next token from a [`PgTokenSource`] and records the new holder.
+#[derive(Clone, Debug)]
+pub struct PgLease {
+    tokens: PgTokenSource,
+    table: QualifiedName,
+    clock: Arc<dyn Clock>,
+    acquire: String,
+    extend: String,
+    release: String,
+}
+
+impl PgLease {
+    /// Leases in `table`, tokens from `tokens` (create both with [`Self::create_if_missing`]).
+    pub fn new(table: QualifiedName, tokens: PgTokenSource) -> Self {
+        let counters = tokens.table();
+        let acquire = format!(
+            "WITH free AS (SELECT 1 WHERE NOT EXISTS \
+                 (SELECT 1 FROM {table} WHERE resource = $1 AND expires_at > now())), \
+             tok AS (INSERT INTO {counters} AS t (resource, value) SELECT $1, 1 FROM free \
+                 ON CONFLICT (resource) DO UPDATE SET value = t.value + 1 \
+                 WHERE t.value < {max} RETURNING value), \
+             granted AS (INSERT INTO {table} AS l (resource, owner, token, expires_at) \
+                 SELECT $1, $2, value, now() + $3 * interval '1 millisecond' FROM tok \
+                 ON CONFLICT (resource) DO UPDATE SET owner = EXCLUDED.owner, \
+                 token = EXCLUDED.token, expires_at = EXCLUDED.expires_at \
+                 WHERE l.expires_at <= now() RETURNING token) \
+             SELECT EXISTS (SELECT 1 FROM free), EXISTS (SELECT 1 FROM tok), \
+                 (SELECT token FROM granted)",
+            max = i64::MAX
+        );
+        PgLease {
+            extend: format!(
+                "UPDATE {table} SET expires_at = now() + $3 * interval '1 millisecond' \
+                 WHERE resource = $1 AND owner = $2 AND expires_at > now()"
+            ),
+            release: format!(
+                "DELETE FROM {table} WHERE resource = $1 AND owner = $2 AND expires_at > now()"
+            ),
+            acquire,
+            table,
+            tokens,
+            clock: Arc::new(TokioClock),
+        }
+    }
+
+    /// Creates the lease table and the counter table, if missing.
+    pub async fn create_if_missing(&self) -> Result<()> {
+        self.tokens.create_if_missing().await?;
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {} (resource TEXT PRIMARY KEY, owner TEXT NOT NULL, \
+             token BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)",
+            self.table
+        );
+        sqlx::raw_sql(AssertSqlSafe(ddl))
+            .execute(self.tokens.pool())
+            .await
+            .map(drop)
+            .map_err(|e| self.failed(e.into(), false))
+    }
+
+    fn failed(&self, failure: PgFailure, wrote: bool) -> Error {
+        failure.into_error(self.tokens.store_name(), wrote)
+    }
+
+    async fn owner_statement(
+        &self,
+        sql: &str,
+        guard: &LeaseGuard,
+        ttl: Option<Ttl>,
+    ) -> Result<bool> {
+        let query = sqlx::query(AssertSqlSafe(sql))
+            .bind(guard.resource().as_str())
+            .bind(guard.owner().as_str());
+        let query = match ttl {
+            Some(ttl) => query.bind(ttl.as_millis() as i64),
+            None => query,
+        };
+        let done = query
+            .execute(self.tokens.pool())
+            .await
+            .map_err(|e| self.failed(e.into(), true))?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+#[async_trait]
+impl Lease for PgLease {
+    async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
+        let owner = OwnerId::random();
+        let requested_at = self.clock.now();
+        let row = sqlx::query(AssertSqlSafe(self.acquire.as_str()))
+            .bind(resource.as_str())
+            .bind(owner.as_str())
+            .bind(ttl.as_millis() as i64)
+            .fetch_one(self.tokens.pool())
+            .await
+            .map_err(|e| self.failed(e.into(), true))?;
+        let decoded = || -> Result<_, PgFailure> {
+            Ok((
+                row.try_get::<bool, _>(0)?,
+                row.try_get::<bool, _>(1)?,
+                row.try_get::<Option<i64>, _>(2)?,
+            ))
+        };
+        let (free, drew, granted) = decoded().map_err(|e| self.failed(e, true))?;
+        match granted {
+            Some(token) => {
+                let token = FencingToken::from_i64(token).map_err(|e| {
+                    self.failed(
+                        PgFailure::Corrupt(format!("lease token {token}: {e}")),
+                        true,
+                    )
+                })?;
+                Ok(Some(LeaseGuard::new(
+                    resource.clone(),
+                    owner,
+                    token,
+                    ttl,
+                    requested_at,
+                )))
+            }
+            None if free && !drew => Err(Error::TokenExhausted {
+                resource: resource.clone(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
+        let requested_at = self.clock.now();
+        if !self.owner_statement(&self.extend, guard, Some(ttl)).await? {
+            return Err(guard.lost());
+        }
+        guard.extended(ttl, requested_at);
+        Ok(())
+    }
+
+    async fn release(&self, guard: LeaseGuard) -> Result<()> {
+        if !self.owner_statement(&self.release, &guard, None).await? {
+            return Err(guard.lost());
+        }
+        Ok(())
+    }
+
+    fn token_source(&self) -> &dyn TokenSource {
+        &self.tokens
+    }
+}

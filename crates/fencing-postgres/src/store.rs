@@ -1,0 +1,350 @@
+//! A Postgres table as a fenced store.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fencing_core::{
+    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
+    Record, RecordKey, Result, State, Written,
+};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{Acquire, AssertSqlSafe, PgExecutor, PgPool, Postgres, Row};
+
+use crate::error::PgFailure;
+use crate::table::FencedTable;
+
+/// A [`FencedTable`] on a pool: every write is one conditional statement that checks the
+/// fence and the state in the row it changes.
+///
+/// The `*_with` methods take the caller's own connection or transaction instead of the pool,
+/// so fenced writes can join other work in one transaction.
+#[derive(Clone, Debug)]
+pub struct PgFencedStore {
+    pool: PgPool,
+    table: FencedTable,
+    name: Arc<str>,
+}
+
+/// What [`PgFencedStore::write_many`] did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ManyWritten {
+    /// The keys written, in the order given.
+    pub written: Vec<RecordKey>,
+    /// The keys left alone because the row is missing or outside the required states, each
+    /// with the rejection a single write would have had.
+    pub skipped: Vec<Error>,
+}
+
+/// How many times a write goes round when a row appears between its update and its insert.
+const RACE_ROUNDS: usize = 3;
+
+impl PgFencedStore {
+    /// The fenced records of `table`, through `pool`.
+    pub fn new(pool: PgPool, table: FencedTable) -> Self {
+        let name = table.store_name().into();
+        PgFencedStore { pool, table, name }
+    }
+
+    /// The table.
+    pub fn table(&self) -> &FencedTable {
+        &self.table
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Reads one record through `executor`.
+    pub async fn read_with<'c, E: PgExecutor<'c>>(
+        &self,
+        executor: E,
+        key: &RecordKey,
+    ) -> Result<Option<Record>> {
+        let row = sqlx::query(AssertSqlSafe(self.table.sql().read.clone()))
+            .bind(key.as_str())
+            .fetch_optional(executor)
+            .await
+            .map_err(|e| self.failed(e.into(), false))?;
+        row.map(|row| {
+            let fence = fence_from_db(row.try_get(0)?)?;
+            record_from(key, fence, row.try_get(1), row.try_get(2))
+        })
+        .transpose()
+        .map_err(|e| self.failed(e, false))
+    }
+
+    /// Applies one fenced write on the caller's connection or transaction.
+    ///
+    /// One statement locks the row, checks fence and state, applies the change and returns
+    /// what the row held, so a refusal names the fence it met. A claim without a state
+    /// condition on a missing row inserts it; the table's other columns need defaults.
+    pub async fn write_with<'c, A: Acquire<'c, Database = Postgres>>(
+        &self,
+        conn: A,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        self.check_payload(write)?;
+        let mut conn = conn
+            .acquire()
+            .await
+            .map_err(|e| self.failed(e.into(), false))?;
+        let sql = self.table.sql();
+        let statement = match write.check() {
+            FenceCheck::Claim => &sql.claim,
+            FenceCheck::HolderOnly => &sql.holder_only,
+        };
+        for _ in 0..RACE_ROUNDS {
+            let row = self
+                .bind_write(statement, key.as_str(), token, write)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.failed(e.into(), true))?;
+            if let Some(row) = row {
+                return self.updated(row, key, token, write);
+            }
+            // No such row: a claim without a state condition creates it; anything else is
+            // refused exactly as the contract says.
+            write.decide(&self.name, key, token, None)?;
+            let inserted = self
+                .bind_write(&sql.insert, key.as_str(), token, write)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.failed(e.into(), true))?;
+            if let Some(row) = inserted {
+                let record = record_from(key, Some(token), row.try_get(0), row.try_get(1))
+                    .map_err(|e| self.failed(e, true))?;
+                return Ok(Written::new(None, record));
+            }
+        }
+        Err(self.failed(
+            PgFailure::Inconsistent("the row kept appearing and disappearing under the write"),
+            true,
+        ))
+    }
+
+    /// Applies one fenced write to many rows in one transaction on the caller's connection
+    /// (a savepoint inside the caller's transaction).
+    ///
+    /// Rows are locked in key order (so concurrent batches cannot deadlock), decided by the
+    /// contract, and the accepted ones changed by one `UPDATE … WHERE key = ANY($1)`. A fence
+    /// refusal on any row rolls the whole statement back and is returned through `fence`
+    /// (so a counter that went backwards is reported as such). Missing rows and rows outside
+    /// the required states are skipped and listed. Missing rows are not created.
+    pub async fn write_many_with<'c, A: Acquire<'c, Database = Postgres>>(
+        &self,
+        conn: A,
+        fence: &Fence<'_>,
+        keys: &[RecordKey],
+        write: &FencedWrite,
+    ) -> Result<ManyWritten> {
+        self.check_payload(write)?;
+        let token = fence.token();
+        let sql = self.table.sql();
+        let mut tx = conn
+            .begin()
+            .await
+            .map_err(|e| self.failed(e.into(), false))?;
+        let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        let rows = sqlx::query(AssertSqlSafe(sql.lock_many.clone()))
+            .bind(&texts)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| self.failed(e.into(), false))?;
+        let mut current = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let decoded = || -> Result<(String, Record), PgFailure> {
+                let text: String = row.try_get(0)?;
+                let key = RecordKey::new(text.clone())
+                    .map_err(|e| PgFailure::Corrupt(format!("stored key {text:?}: {e}")))?;
+                let fence = fence_from_db(row.try_get(1)?)?;
+                Ok((text, record_from(&key, fence, row.try_get(2), Ok(None))?))
+            };
+            let (text, record) = decoded().map_err(|e| self.failed(e, false))?;
+            current.insert(text, record);
+        }
+        let mut written = Vec::new();
+        let mut skipped = Vec::new();
+        for key in keys {
+            let record = current.get(key.as_str());
+            match (write.decide(&self.name, key, token, record), record) {
+                (Ok(()), Some(_)) => written.push(key.clone()),
+                (Ok(()), None) => skipped.push(Error::NotFound {
+                    store: self.name.to_string(),
+                    record: key.clone(),
+                }),
+                (Err(err @ Error::Fenced { .. }), _) => {
+                    drop(tx);
+                    return Err(fence.explain(err).await);
+                }
+                (Err(err), _) => skipped.push(err),
+            }
+        }
+        if !written.is_empty() {
+            let statement = match write.check() {
+                FenceCheck::Claim => &sql.claim_many,
+                FenceCheck::HolderOnly => &sql.holder_only_many,
+            };
+            let texts: Vec<&str> = written.iter().map(|k| k.as_str()).collect();
+            let changed = self
+                .bind_write(statement, texts, token, write)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.failed(e.into(), true))?;
+            if changed.len() != written.len() {
+                return Err(self.failed(
+                    PgFailure::Inconsistent("locked rows changed under the batch write"),
+                    true,
+                ));
+            }
+        }
+        tx.commit().await.map_err(|e| self.failed(e.into(), true))?;
+        Ok(ManyWritten { written, skipped })
+    }
+
+    /// [`Self::write_many_with`] on the store's pool.
+    pub async fn write_many(
+        &self,
+        fence: &Fence<'_>,
+        keys: &[RecordKey],
+        write: &FencedWrite,
+    ) -> Result<ManyWritten> {
+        self.write_many_with(&self.pool, fence, keys, write).await
+    }
+
+    fn bind_write<'q, K>(
+        &self,
+        sql: &Arc<str>,
+        keys: K,
+        token: FencingToken,
+        write: &'q FencedWrite,
+    ) -> Query<'q, Postgres, PgArguments>
+    where
+        K: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
+    {
+        let required: Option<Vec<&str>> = write
+            .required_states()
+            .map(|states| states.iter().map(|s| s.as_str()).collect());
+        let query = sqlx::query(AssertSqlSafe(sql.clone()))
+            .bind(keys)
+            .bind(token.as_i64())
+            .bind(write.new_state().map(|s| s.as_str()))
+            .bind(required);
+        match self.table.payload_column() {
+            Some(_) => query.bind(write.new_payload()),
+            None => query,
+        }
+    }
+
+    /// Turns the single-row statement's answer into the outcome.
+    fn updated(
+        &self,
+        row: PgRow,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        let decode = || -> Result<_, PgFailure> {
+            let previous_fence = fence_from_db(row.try_get(0)?)?;
+            let previous_state = state_from_db(row.try_get(1)?)?;
+            let applied: bool = row.try_get(2)?;
+            Ok((previous_fence, previous_state, applied))
+        };
+        let (previous_fence, previous_state, applied) =
+            decode().map_err(|e| self.failed(e, true))?;
+        if !applied {
+            let found = Record {
+                key: key.clone(),
+                fence: previous_fence,
+                state: previous_state,
+                payload: Vec::new(),
+            };
+            write.decide(&self.name, key, token, Some(&found))?;
+            return Err(self.failed(
+                PgFailure::Inconsistent("the update refused a write its own row admits"),
+                true,
+            ));
+        }
+        let fence = match write.check() {
+            FenceCheck::Claim => Some(token),
+            FenceCheck::HolderOnly => previous_fence,
+        };
+        let record = record_from(key, fence, row.try_get(3), row.try_get(4))
+            .map_err(|e| self.failed(e, true))?;
+        Ok(Written::over(previous_fence, previous_state, record))
+    }
+
+    fn check_payload(&self, write: &FencedWrite) -> Result<()> {
+        if write.new_payload().is_some() && self.table.payload_column().is_none() {
+            return Err(InvalidInput::new(
+                InputKind::Identifier,
+                format!("{} has no payload column to write a payload to", self.name),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    fn failed(&self, failure: PgFailure, wrote: bool) -> Error {
+        failure.into_error(&self.name, wrote)
+    }
+}
+
+/// A record from decoded columns: state and payload as the driver returned them.
+fn record_from(
+    key: &RecordKey,
+    fence: Option<FencingToken>,
+    state: Result<Option<String>, sqlx::Error>,
+    payload: Result<Option<Vec<u8>>, sqlx::Error>,
+) -> Result<Record, PgFailure> {
+    Ok(Record {
+        key: key.clone(),
+        fence,
+        state: state_from_db(state?)?,
+        payload: payload?.unwrap_or_default(),
+    })
+}
+
+/// A fence as stored: 0 is "no fence yet", a negative number is corruption.
+pub(crate) fn fence_from_db(value: i64) -> Result<Option<FencingToken>, PgFailure> {
+    match value {
+        0 => Ok(None),
+        v => FencingToken::from_i64(v)
+            .map(Some)
+            .map_err(|e| PgFailure::Corrupt(format!("stored fence {v}: {e}"))),
+    }
+}
+
+fn state_from_db(value: Option<String>) -> Result<Option<State>, PgFailure> {
+    value
+        .map(|text| {
+            State::new(text.clone())
+                .map_err(|e| PgFailure::Corrupt(format!("stored state {text:?}: {e}")))
+        })
+        .transpose()
+}
+
+#[async_trait]
+impl FencedStore for PgFencedStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+        self.read_with(&self.pool, key).await
+    }
+
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        self.write_with(&self.pool, key, token, write).await
+    }
+}

@@ -1,0 +1,256 @@
+//! Which table holds the fenced records, and the statements that read and write it.
+
+use std::sync::Arc;
+
+use fencing_core::InvalidInput;
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::error::PgFailure;
+use crate::ident::{Ident, QualifiedName};
+
+/// A table whose rows are fenced records: a unique key column, a `BIGINT` fence column
+/// (0 means no fence yet), a text state column and, optionally, a `BYTEA` payload column.
+///
+/// Names are checked when set ([`Ident`]), and the statements are built once, here.
+#[derive(Clone, Debug)]
+pub struct FencedTable {
+    name: QualifiedName,
+    key: Ident,
+    fence: Ident,
+    state: Ident,
+    payload: Option<Ident>,
+    sql: Arc<Statements>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) read: Arc<str>,
+    pub(crate) claim: Arc<str>,
+    pub(crate) holder_only: Arc<str>,
+    pub(crate) insert: Arc<str>,
+    pub(crate) lock_many: Arc<str>,
+    pub(crate) claim_many: Arc<str>,
+    pub(crate) holder_only_many: Arc<str>,
+    pub(crate) max_fence: Arc<str>,
+}
+
+impl FencedTable {
+    /// `schema.table` with columns `id` (key), `fence`, `state` and no payload column.
+    pub fn new(schema: &str, table: &str) -> Result<Self, InvalidInput> {
+        Self::build(
+            QualifiedName::new(schema, table)?,
+            Ident::new("id")?,
+            Ident::new("fence")?,
+            Ident::new("state")?,
+            None,
+        )
+    }
+
+    /// The seed's refund table, `schema.refund`, with a `payload` column for the amount.
+    pub fn refunds(schema: &str) -> Result<Self, InvalidInput> {
+        Self::new(schema, "refund")?.with_payload_column("payload")
+    }
+
+    /// Names the key column (unique: a primary key or a unique index).
+    pub fn with_key_column(self, column: &str) -> Result<Self, InvalidInput> {
+        let key = Ident::new(column)?;
+        Self::build(self.name, key, self.fence, self.state, self.payload)
+    }
+
+    /// Names the fence column.
+    pub fn with_fence_column(self, column: &str) -> Result<Self, InvalidInput> {
+        let fence = Ident::new(column)?;
+        Self::build(self.name, self.key, fence, self.state, self.payload)
+    }
+
+    /// Names the state column.
+    pub fn with_state_column(self, column: &str) -> Result<Self, InvalidInput> {
+        let state = Ident::new(column)?;
+        Self::build(self.name, self.key, self.fence, state, self.payload)
+    }
+
+    /// Names a `BYTEA` column that carries each record's payload.
+    pub fn with_payload_column(self, column: &str) -> Result<Self, InvalidInput> {
+        let payload = Some(Ident::new(column)?);
+        Self::build(self.name, self.key, self.fence, self.state, payload)
+    }
+
+    /// The table's qualified name.
+    pub fn name(&self) -> &QualifiedName {
+        &self.name
+    }
+
+    /// The key column.
+    pub fn key_column(&self) -> &Ident {
+        &self.key
+    }
+
+    /// The fence column.
+    pub fn fence_column(&self) -> &Ident {
+        &self.fence
+    }
+
+    /// The state column.
+    pub fn state_column(&self) -> &Ident {
+        &self.state
+    }
+
+    /// The payload column, if the table has one.
+    pub fn payload_column(&self) -> Option<&Ident> {
+        self.payload.as_ref()
+    }
+
+    pub(crate) fn sql(&self) -> &Statements {
+        &self.sql
+    }
+
+    /// Creates the schema and a table of exactly these columns, if missing: key `TEXT PRIMARY
+    /// KEY`, fence `BIGINT NOT NULL DEFAULT 0`, state `TEXT`, payload `BYTEA`.
+    pub async fn create_if_missing(&self, pool: &PgPool) -> Result<(), fencing_core::Error> {
+        let payload = self
+            .payload
+            .as_ref()
+            .map(|p| format!(", {p} BYTEA NOT NULL DEFAULT '\\x'::bytea"))
+            .unwrap_or_default();
+        let ddl = format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema}; \
+             CREATE TABLE IF NOT EXISTS {table} ({key} TEXT PRIMARY KEY, \
+             {fence} BIGINT NOT NULL DEFAULT 0, {state} TEXT{payload})",
+            schema = self.name.schema(),
+            table = self.name,
+            key = self.key,
+            fence = self.fence,
+            state = self.state,
+        );
+        self.run_ddl(pool, ddl).await
+    }
+
+    /// Adds the fence column (`BIGINT NOT NULL DEFAULT 0`) to an existing table, if missing.
+    /// Existing rows start with no fence.
+    pub async fn add_fence_column(&self, pool: &PgPool) -> Result<(), fencing_core::Error> {
+        let ddl = format!(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} BIGINT NOT NULL DEFAULT 0",
+            self.name, self.fence
+        );
+        self.run_ddl(pool, ddl).await
+    }
+
+    async fn run_ddl(&self, pool: &PgPool, ddl: String) -> Result<(), fencing_core::Error> {
+        sqlx::raw_sql(AssertSqlSafe(ddl))
+            .execute(pool)
+            .await
+            .map(drop)
+            .map_err(|e| PgFailure::from(e).into_error(&self.store_name(), false))
+    }
+
+    /// The name the store goes by in errors and batches: `postgres:schema.table`.
+    pub fn store_name(&self) -> String {
+        format!(
+            "postgres:{}.{}",
+            self.name.schema().as_str(),
+            self.name.name().as_str()
+        )
+    }
+
+    fn build(
+        name: QualifiedName,
+        key: Ident,
+        fence: Ident,
+        state: Ident,
+        payload: Option<Ident>,
+    ) -> Result<Self, InvalidInput> {
+        let sql = Arc::new(Statements::new(
+            &name,
+            &key,
+            &fence,
+            &state,
+            payload.as_ref(),
+        ));
+        Ok(FencedTable {
+            name,
+            key,
+            fence,
+            state,
+            payload,
+            sql,
+        })
+    }
+}
+
+impl Statements {
+    /// Parameters of every write: `$1` key (or keys), `$2` token, `$3` new state (or NULL),
+    /// `$4` required states (or NULL for any), `$5` new payload (or NULL), when the table has
+    /// a payload column.
+    fn new(
+        table: &QualifiedName,
+        key: &Ident,
+        fence: &Ident,
+        state: &Ident,
+        payload: Option<&Ident>,
+    ) -> Self {
+        let fence_value = format!("COALESCE({fence}, 0)");
+        let payload_read = payload.map_or("NULL::bytea".to_owned(), |p| p.to_string());
+        let payload_set = payload
+            .map(|p| format!(", {p} = COALESCE($5, {p})"))
+            .unwrap_or_default();
+        let states_ok = format!("($4::text[] IS NULL OR {state} = ANY($4::text[]))");
+        let update = |set_fence: &str, fence_ok: &str, keys: &str| {
+            format!(
+                "UPDATE {table} SET {set_fence}{state} = COALESCE($3, {state}){payload_set} \
+                 WHERE {key} {keys} AND {fence_ok} AND {states_ok}"
+            )
+        };
+        let claim_set = format!("{fence} = $2, ");
+        let claim_ok = format!("{fence_value} <= $2");
+        let holder_ok = format!("{fence_value} = $2");
+        // One statement: lock the row, remember what it held, apply the fenced update, and
+        // return the old fence and state whether or not the update applied, so a refusal
+        // names the fence it met without a second round trip.
+        let single = |update: String| {
+            format!(
+                "WITH old AS (SELECT {fence_value} AS fence, {state} AS state FROM {table} \
+                 WHERE {key} = $1 FOR UPDATE), \
+                 upd AS ({update} RETURNING {state} AS state, {payload_read} AS payload) \
+                 SELECT old.fence, old.state, EXISTS (SELECT 1 FROM upd) AS applied, upd.state AS new_state, upd.payload AS new_payload \
+                 FROM old LEFT JOIN upd ON TRUE"
+            )
+        };
+        let (insert_payload_col, insert_payload_val) =
+            payload.map_or((String::new(), String::new()), |p| {
+                (
+                    format!(", {p}"),
+                    ", COALESCE($5::bytea, '\\x'::bytea)".to_owned(),
+                )
+            });
+        Statements {
+            read: format!(
+                "SELECT {fence_value}, {state}, {payload_read} FROM {table} WHERE {key} = $1"
+            )
+            .into(),
+            claim: single(update(&claim_set, &claim_ok, "= $1")).into(),
+            holder_only: single(update("", &holder_ok, "= $1")).into(),
+            insert: format!(
+                "INSERT INTO {table} ({key}, {fence}, {state}{insert_payload_col}) \
+                 SELECT $1::text, $2::bigint, $3::text{insert_payload_val} WHERE $4::text[] IS NULL \
+                 ON CONFLICT ({key}) DO NOTHING RETURNING {state}, {payload_read}"
+            )
+            .into(),
+            lock_many: format!(
+                "SELECT {key}, {fence_value}, {state} FROM {table} \
+                 WHERE {key} = ANY($1) ORDER BY {key} FOR UPDATE"
+            )
+            .into(),
+            claim_many: format!(
+                "{} RETURNING {key}",
+                update(&claim_set, &claim_ok, "= ANY($1)")
+            )
+            .into(),
+            holder_only_many: format!(
+                "{} RETURNING {key}",
+                update("", &holder_ok, "= ANY($1)")
+            )
+            .into(),
+            max_fence: format!("SELECT MAX({fence_value}) FROM {table}").into(),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! A durable token source: one row per resource in a counter table.
+
+use async_trait::async_trait;
+use fencing_core::{Error, FencingToken, ResourceName, Result, TokenSource};
+use sqlx::{AssertSqlSafe, PgPool, Row};
+
+use crate::error::PgFailure;
+use crate::ident::QualifiedName;
+
+/// Tokens from a table of counters, `(resource TEXT PRIMARY KEY, value BIGINT)`: each `next` is
+/// one `INSERT … ON CONFLICT DO UPDATE SET value = value + 1 RETURNING value`. Unlike a Redis
+/// counter without persistence, it cannot go backwards.
+#[derive(Clone, Debug)]
+pub struct PgTokenSource {
+    pool: PgPool,
+    table: QualifiedName,
+    store: String,
+    next: String,
+    current: String,
+    advance: String,
+}
+
+impl PgTokenSource {
+    /// Counters in `table` (create it with [`Self::create_if_missing`]).
+    pub fn new(pool: PgPool, table: QualifiedName) -> Self {
+        let next = format!(
+            "INSERT INTO {table} AS t (resource, value) VALUES ($1, 1) \
+             ON CONFLICT (resource) DO UPDATE SET value = t.value + 1 \
+             WHERE t.value < {max} RETURNING value",
+            max = i64::MAX
+        );
+        PgTokenSource {
+            store: format!(
+                "postgres:{}.{}",
+                table.schema().as_str(),
+                table.name().as_str()
+            ),
+            current: format!("SELECT value FROM {table} WHERE resource = $1"),
+            advance: format!(
+                "INSERT INTO {table} AS t (resource, value) VALUES ($1, $2) \
+                 ON CONFLICT (resource) DO UPDATE SET value = GREATEST(t.value, EXCLUDED.value) \
+                 RETURNING value"
+            ),
+            next,
+            table,
+            pool,
+        }
+    }
+
+    /// The counter table.
+    pub fn table(&self) -> &QualifiedName {
+        &self.table
+    }
+
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub(crate) fn store_name(&self) -> &str {
+        &self.store
+    }
+
+    /// Creates the schema and the counter table, if missing.
+    pub async fn create_if_missing(&self) -> Result<()> {
+        let ddl = format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema}; \
+             CREATE TABLE IF NOT EXISTS {table} (resource TEXT PRIMARY KEY, \
+             value BIGINT NOT NULL CHECK (value > 0))",
+            schema = self.table.schema(),
+            table = self.table,
+        );
+        sqlx::raw_sql(AssertSqlSafe(ddl))
+            .execute(&self.pool)
+            .await
+            .map(drop)
+            .map_err(|e| PgFailure::from(e).into_error(&self.store, false))
+    }
+
+    /// Runs one counter statement; `wrote` says whether it changes the counter.
+    async fn value(
+        &self,
+        sql: &str,
+        resource: &ResourceName,
+        floor: Option<i64>,
+        wrote: bool,
+    ) -> Result<Option<FencingToken>> {
+        let query = sqlx::query(AssertSqlSafe(sql)).bind(resource.as_str());
+        let query = match floor {
+            Some(floor) => query.bind(floor),
+            None => query,
+        };
+        let decoded = async {
+            let Some(row) = query.fetch_optional(&self.pool).await? else {
+                return Ok(None);
+            };
+            let value: i64 = row.try_get(0)?;
+            FencingToken::from_i64(value)
+                .map(Some)
+                .map_err(|e| PgFailure::Corrupt(format!("counter value {value}: {e}")))
+        };
+        decoded
+            .await
+            .map_err(|e: PgFailure| e.into_error(&self.store, wrote))
+    }
+}
+
+#[async_trait]
+impl TokenSource for PgTokenSource {
+    async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
+        self.value(&self.next, resource, None, true)
+            .await?
+            .ok_or_else(|| Error::TokenExhausted {
+                resource: resource.clone(),
+            })
+    }
+
+    async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+        self.value(&self.current, resource, None, false).await
+    }
+
+    async fn advance_to(
+        &self,
+        resource: &ResourceName,
+        floor: FencingToken,
+    ) -> Result<FencingToken> {
+        let value = self
+            .value(&self.advance, resource, Some(floor.as_i64()), true)
+            .await?;
+        value.ok_or_else(|| {
+            PgFailure::Inconsistent("an upsert returned no row").into_error(&self.store, true)
+        })
+    }
+}

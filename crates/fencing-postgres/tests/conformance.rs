@@ -1,0 +1,85 @@
+//! The shared conformance suite against real PostgreSQL, each run in its own schema.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::Schema;
+use fencing_core::{FencedStore, Lease, TokenSource};
+use fencing_postgres::PgFenceFloor;
+use fencing_testkit::Fencing;
+use fencing_testkit::conformance::*;
+
+#[tokio::test]
+async fn store_contract() {
+    let schema = Schema::new().await;
+    store_suite(&schema.store()).await;
+    store_suite(&(Box::new(schema.store()) as Box<dyn FencedStore>)).await;
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn token_source_contract() {
+    let schema = Schema::new().await;
+    let tokens = schema.tokens();
+    tokens.create_if_missing().await.unwrap();
+    token_source_suite(Arc::new(tokens.clone())).await;
+    token_source_suite(Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>)).await;
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_contract() {
+    let schema = Schema::new().await;
+    let lease = schema.lease().await;
+    lease_suite(Arc::new(lease.clone()), Capabilities::real_server()).await;
+    lease_suite(
+        Arc::new(Box::new(lease) as Box<dyn Lease>),
+        Capabilities::real_server(),
+    )
+    .await;
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn paused_holder_is_fenced_by_the_row() {
+    let schema = Schema::new().await;
+    let lease = schema.lease().await;
+    paused_holder_is_fenced(&lease, &schema.store(), Capabilities::real_server()).await;
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn token_regression_is_detected_and_repaired_from_max_fence() {
+    let schema = Schema::new().await;
+    let lease = schema.lease().await;
+    let store = schema.store();
+    let floor = PgFenceFloor::new(schema.pool.clone(), &schema.table);
+    let lose = format!("DELETE FROM \"{}\".tokens", schema.name);
+    token_regression_is_detected(
+        &lease,
+        &store,
+        &floor,
+        Capabilities::real_server(),
+        async || schema.execute(lose).await,
+    )
+    .await;
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_increments_are_exact() {
+    let schema = Schema::new().await;
+    let report = fenced_increments(
+        Arc::new(schema.lease().await),
+        Arc::new(schema.store()),
+        Capabilities::real_server(),
+        4,
+        5,
+        Fencing::On,
+        11,
+    )
+    .await;
+    assert_eq!(report.total, report.expected, "{report:?}");
+    schema.drop_schema().await;
+}
