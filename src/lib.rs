@@ -1,5 +1,9 @@
 #![doc = include_str!("../README.md")]
 //!
-//! This facade re-exports [`fencing_core`]; store adapters join it behind cargo features.
+//! This facade re-exports [`fencing_core`]; each store adapter joins it behind its feature.
 
 pub use fencing_core::*;
+
+/// PostgreSQL: fenced tables, batch claims, a durable token source and a database-clock lease.
+#[cfg(feature = "postgres")]
+pub use fencing_postgres as postgres;

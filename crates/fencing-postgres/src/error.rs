@@ -47,17 +47,17 @@ impl PgFailure {
             sqlx::Error::Database(db) => db.code().is_some_and(|c| is_ambiguous_code(&c)),
             _ => false,
         };
-        if let sqlx::Error::Database(db) = &err {
-            if matches!(db.code().as_deref(), Some("42P01" | "42703" | "3F000")) {
-                return backend(
-                    format!(
-                        "{}: the fenced table or one of its columns does not exist \
-                         (FencedTable::add_fence_column adds the fence column)",
-                        db.message()
-                    )
-                    .into(),
-                );
-            }
+        if let sqlx::Error::Database(db) = &err
+            && matches!(db.code().as_deref(), Some("42P01" | "42703" | "3F000"))
+        {
+            return backend(
+                format!(
+                    "{}: the fenced table or one of its columns does not exist \
+                     (FencedTable::add_fence_column adds the fence column)",
+                    db.message()
+                )
+                .into(),
+            );
         }
         if ambiguous && wrote {
             Error::Ambiguous {

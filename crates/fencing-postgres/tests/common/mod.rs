@@ -1,4 +1,6 @@
 //! One isolated schema per test on the shared server, dropped when the test ends well.
+// Each test binary uses its own subset of these helpers.
+#![allow(dead_code)]
 
 use fencing_postgres::{FencedTable, PgFencedStore, PgLease, PgTokenSource, QualifiedName};
 use fencing_testkit::{services, unique_name};

@@ -1,0 +1,189 @@
+//! Faults against real PostgreSQL: a connection killed between a claim and its confirm, and
+//! the seed's settlement with the refunds in Postgres and a real pause past a real TTL.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::Schema;
+use fencing_core::{
+    BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken,
+    Lifecycle, MemoryLease, MemoryTokenSource, Record, RecordKey, ResourceName, Result, SideEffect,
+    TokenSource, Written, async_trait,
+};
+use fencing_postgres::PgFencedStore;
+use fencing_testkit::Fencing;
+use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+/// Counts the ambiguous outcomes the store reported, so the test knows the retry path ran.
+#[derive(Debug)]
+struct CountsAmbiguous {
+    inner: PgFencedStore,
+    ambiguous: AtomicU32,
+}
+
+#[async_trait]
+impl FencedStore for CountsAmbiguous {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+        self.inner.read(key).await
+    }
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        let result = self.inner.write(key, token, write).await;
+        if matches!(result, Err(Error::Ambiguous { .. })) {
+            self.ambiguous.fetch_add(1, Ordering::SeqCst);
+        }
+        result
+    }
+}
+
+/// A gateway that, during the call for one refund, has the worker's database connection
+/// terminated by the server.
+struct KillsTheConnection {
+    admin: sqlx::PgPool,
+    application: String,
+    kill_during: RecordKey,
+    refunds: Mutex<HashMap<RecordKey, u32>>,
+}
+
+#[async_trait]
+impl SideEffect for KillsTheConnection {
+    type Receipt = ();
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<()>, BoxError> {
+        Ok(self.refunds.lock().unwrap().contains_key(key).then_some(()))
+    }
+    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<(), BoxError> {
+        if *key == self.kill_during {
+            let killed: Vec<bool> = sqlx::query_scalar(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            )
+            .bind(&self.application)
+            .fetch_all(&self.admin)
+            .await?;
+            assert_eq!(killed, [true], "exactly the worker's connection is killed");
+        }
+        *self.refunds.lock().unwrap().entry(key.clone()).or_default() += 1;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_connection_killed_mid_batch_is_retried_with_the_same_token() {
+    let schema = Schema::new().await;
+    let application = schema.name.clone();
+    let options: PgConnectOptions = fencing_testkit::services::postgres_url().parse().unwrap();
+    let worker_pool = PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect_with(options.application_name(&application))
+        .await
+        .unwrap();
+    let store = CountsAmbiguous {
+        inner: PgFencedStore::new(worker_pool, schema.table.clone()),
+        ambiguous: AtomicU32::new(0),
+    };
+    let lifecycle = Lifecycle::default();
+    let keys: Vec<_> = (1..=40).map(refund_key).collect();
+    let create = FencedWrite::claim().set_state(lifecycle.pending().clone());
+    for k in &keys {
+        store.write(k, FencingToken::MIN, &create).await.unwrap();
+    }
+    let gateway = KillsTheConnection {
+        admin: schema.pool.clone(),
+        application,
+        kill_during: refund_key(15),
+        refunds: Mutex::default(),
+    };
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let token = source.next(&resource).await.unwrap();
+    let fence = Fence::new(&resource, token, &source);
+    for k in &keys {
+        let outcome = fence
+            .run_effect(&store, k, &lifecycle, &gateway)
+            .await
+            .unwrap();
+        assert_eq!(outcome, EffectOutcome::Performed(()), "{k}");
+    }
+    assert!(
+        store.ambiguous.load(Ordering::SeqCst) >= 1,
+        "the confirm after the kill must have met a lost connection"
+    );
+    let refunds = gateway.refunds.lock().unwrap().clone();
+    assert_eq!(refunds.len(), 40);
+    assert!(
+        refunds.values().all(|n| *n == 1),
+        "nothing sent twice: {refunds:?}"
+    );
+    for k in &keys {
+        let row = store.read(k).await.unwrap().unwrap();
+        assert_eq!(row.state.as_ref(), Some(lifecycle.done()), "{k} lost");
+        assert_eq!(row.fence, Some(token));
+    }
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_settlement_with_refunds_in_postgres() {
+    let schema = Schema::new().await;
+    let mut config = SettlementConfig::seed(Fencing::On, GatewayMode::Idempotent);
+    // Real time, shortened: A's lease lasts 6 s and A stalls 8 s at r_815; B retries from
+    // 0.5 s every 200 ms, so it takes over as soon as A's lease ends.
+    config.ttl = fencing_core::Ttl::from_secs(6).unwrap();
+    config.gateway_latency = Duration::ZERO;
+    config.workers[0].pauses[0].length = Duration::from_secs(8);
+    config.workers[1].starts_at = Duration::from_millis(500);
+    config.workers[1].retry =
+        fencing_core::RetryPolicy::new(200, Duration::from_millis(200), Duration::from_millis(200))
+            .unwrap();
+    let report = settlement::run_on(
+        &config,
+        Arc::new(MemoryLease::new()),
+        Arc::new(schema.store()),
+    )
+    .await;
+
+    let audit = &report.audit;
+    assert_eq!(audit.violations(), Vec::<String>::new(), "{audit:?}");
+    assert_eq!(audit.rows_sent, 1200);
+    assert_eq!(audit.gateway.refunds_created, 1200);
+    assert_eq!(audit.stale_writes_accepted, 0);
+    assert_eq!(audit.stale_writes_rejected, 1, "{audit:?}");
+    let a_refused = report
+        .events
+        .iter()
+        .find(|e| e.worker == "A" && matches!(&e.what, What::Refused { .. }));
+    match a_refused.map(|e| &e.what) {
+        Some(What::Refused {
+            key,
+            check,
+            token,
+            reason,
+            ..
+        }) => {
+            assert_eq!(*key, refund_key(815));
+            assert_eq!(*check, FenceCheck::HolderOnly);
+            assert_eq!(token.get(), 33);
+            assert!(reason.contains("fence is 34"), "{reason}");
+        }
+        other => panic!("A's stale confirm must be refused by the row: {other:?}"),
+    }
+    assert!(
+        report
+            .events
+            .iter()
+            .any(|e| e.worker == "B" && e.what == What::Finished)
+    );
+    schema.drop_schema().await;
+}

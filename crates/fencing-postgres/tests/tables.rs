@@ -1,0 +1,304 @@
+//! Postgres-specific behaviour: batch claims, the caller's own transaction, the low-level
+//! pieces, floors, and bad input refused before any query is sent.
+
+mod common;
+
+use common::Schema;
+use fencing_core::{
+    Error, Fence, FenceCheck, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence,
+    InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, TokenSource,
+};
+use fencing_postgres::{
+    FencedTable, Ident, PgFenceFloor, PgFencedStore, push_fence_condition, rows_affected_to_result,
+};
+use sqlx::{Postgres, QueryBuilder};
+
+fn key(text: &str) -> RecordKey {
+    RecordKey::new(text).unwrap()
+}
+
+fn token(n: u64) -> FencingToken {
+    FencingToken::new(n).unwrap()
+}
+
+async fn pending_rows(store: &PgFencedStore, keys: &[RecordKey]) {
+    let create = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
+    for k in keys {
+        store.write(k, FencingToken::MIN, &create).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let lifecycle = Lifecycle::default();
+    let keys: Vec<_> = (1..=20).map(|n| key(&format!("r_{n:03}"))).collect();
+    pending_rows(&store, &keys).await;
+    let sent = FencedWrite::claim().set_state(lifecycle.done().clone());
+    store.write(&keys[3], token(2), &sent).await.unwrap();
+
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let mine = source.advance_to(&resource, token(33)).await.unwrap();
+    let fence = Fence::new(&resource, mine, &source);
+    let mut asked = keys.clone();
+    asked.push(key("r_missing"));
+    let done = store
+        .write_many(&fence, &asked, &lifecycle.claim())
+        .await
+        .unwrap();
+    assert_eq!(done.written.len(), 19);
+    assert!(!done.written.contains(&keys[3]));
+    assert_eq!(done.skipped.len(), 2);
+    assert!(matches!(&done.skipped[0], Error::StateMismatch { record, .. } if *record == keys[3]));
+    assert!(matches!(&done.skipped[1], Error::NotFound { .. }));
+    let row = store.read(&keys[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (row.fence, row.state.as_ref()),
+        (Some(mine), Some(lifecycle.in_flight()))
+    );
+
+    let confirmed = store
+        .write_many(&fence, &done.written, &lifecycle.confirm())
+        .await
+        .unwrap();
+    assert_eq!(confirmed.written, done.written);
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn batch_claim_is_all_or_nothing_when_a_newer_holder_fenced_one_row() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let lifecycle = Lifecycle::default();
+    let keys: Vec<_> = (1..=10).map(|n| key(&format!("r_{n:03}"))).collect();
+    pending_rows(&store, &keys).await;
+    store
+        .write(&keys[7], token(34), &lifecycle.claim())
+        .await
+        .unwrap();
+
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    source.advance_to(&resource, token(34)).await.unwrap();
+    let stale = Fence::new(&resource, token(33), &source);
+    let err = store
+        .write_many(&stale, &keys, &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { record, found: FoundFence::Fence(f), .. } if *record == keys[7] && *f == token(34)),
+        "{err:?}"
+    );
+    for k in &keys[..7] {
+        let row = store.read(k).await.unwrap().unwrap();
+        assert_eq!(row.fence, Some(FencingToken::MIN), "{k} must be untouched");
+    }
+
+    // With the counter lost, the same refusal is a regression, not a stale holder.
+    source.forget_all();
+    let err = store
+        .write_many(&stale, &keys, &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn fenced_writes_join_the_callers_transaction() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let k = key("r_815");
+    pending_rows(&store, std::slice::from_ref(&k)).await;
+    let lifecycle = Lifecycle::default();
+
+    let mut tx = schema.pool.begin().await.unwrap();
+    store
+        .write_with(&mut *tx, &k, token(33), &lifecycle.claim())
+        .await
+        .unwrap();
+    let inside = store.read_with(&mut *tx, &k).await.unwrap().unwrap();
+    assert_eq!(inside.fence, Some(token(33)));
+    tx.rollback().await.unwrap();
+    let after = store.read(&k).await.unwrap().unwrap();
+    assert_eq!(
+        after.fence,
+        Some(FencingToken::MIN),
+        "rolled back with the caller's work"
+    );
+
+    let mut tx = schema.pool.begin().await.unwrap();
+    store
+        .write_with(&mut *tx, &k, token(33), &lifecycle.claim())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        store.read(&k).await.unwrap().unwrap().fence,
+        Some(token(33))
+    );
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn the_fence_condition_fits_a_statement_of_your_own() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let k = key("r_815");
+    pending_rows(&store, std::slice::from_ref(&k)).await;
+    store
+        .write(&k, token(34), &FencedWrite::claim())
+        .await
+        .unwrap();
+
+    let fence = Ident::new("fence").unwrap();
+    let update = |t: FencingToken| {
+        let mut q: QueryBuilder<Postgres> = QueryBuilder::new(format!(
+            "UPDATE \"{}\".records SET state = 'sent' WHERE id = ",
+            schema.name
+        ));
+        q.push_bind(k.as_str().to_owned());
+        push_fence_condition(&mut q, &fence, FenceCheck::HolderOnly, t);
+        q
+    };
+    let stale = update(token(33))
+        .build()
+        .execute(&schema.pool)
+        .await
+        .unwrap();
+    let err =
+        rows_affected_to_result(stale.rows_affected(), store.name(), &k, token(33)).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Fenced {
+            found: FoundFence::Unknown,
+            ..
+        }
+    ));
+    let holder = update(token(34))
+        .build()
+        .execute(&schema.pool)
+        .await
+        .unwrap();
+    rows_affected_to_result(holder.rows_affected(), store.name(), &k, token(34)).unwrap();
+    assert_eq!(
+        store
+            .read(&k)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .unwrap()
+            .as_str(),
+        "sent"
+    );
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn the_floor_is_max_fence_over_one_merchants_rows() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    schema
+        .execute(format!(
+            "ALTER TABLE \"{}\".records ADD COLUMN merchant_id TEXT NOT NULL DEFAULT 'm_4471'",
+            schema.name
+        ))
+        .await;
+    store
+        .write(&key("a"), token(33), &FencedWrite::claim())
+        .await
+        .unwrap();
+    store
+        .write(&key("b"), token(90), &FencedWrite::claim())
+        .await
+        .unwrap();
+    schema
+        .execute(format!(
+            "UPDATE \"{}\".records SET merchant_id = 'm_other' WHERE id = 'b'",
+            schema.name
+        ))
+        .await;
+    let whole = PgFenceFloor::new(schema.pool.clone(), &schema.table);
+    assert_eq!(whole.max_fence().await.unwrap(), Some(token(90)));
+    let merchant =
+        PgFenceFloor::filtered(schema.pool.clone(), &schema.table, "merchant_id", "m_4471")
+            .unwrap();
+    assert_eq!(merchant.max_fence().await.unwrap(), Some(token(33)));
+    let nobody =
+        PgFenceFloor::filtered(schema.pool.clone(), &schema.table, "merchant_id", "m_none")
+            .unwrap();
+    assert_eq!(nobody.max_fence().await.unwrap(), None);
+    assert!(PgFenceFloor::filtered(schema.pool.clone(), &schema.table, "x; --", "v").is_err());
+    schema.drop_schema().await;
+}
+
+#[test]
+fn injection_in_names_is_refused_before_any_query() {
+    for (schema, table) in [
+        ("public", "refund\"; DROP TABLE refund; --"),
+        ("public; --", "refund"),
+        ("", "refund"),
+        ("public", ""),
+        ("public", &"r".repeat(64)),
+        ("public", "re fund"),
+        ("public", "refund/*"),
+    ] {
+        let err = FencedTable::new(schema, table).unwrap_err();
+        assert_eq!(err.kind(), InputKind::Identifier, "{schema:?}.{table:?}");
+    }
+    let table = FencedTable::new("public", "refund").unwrap();
+    for column in ["fence'", "fence;", "fence--", "fen ce"] {
+        assert!(table.clone().with_fence_column(column).is_err());
+        assert!(table.clone().with_key_column(column).is_err());
+        assert!(table.clone().with_state_column(column).is_err());
+        assert!(table.clone().with_payload_column(column).is_err());
+    }
+}
+
+#[tokio::test]
+async fn a_missing_table_or_fence_column_is_a_clear_error() {
+    let schema = Schema::new().await;
+    let missing = PgFencedStore::new(
+        schema.pool.clone(),
+        FencedTable::new(&schema.name, "no_such_table").unwrap(),
+    );
+    let err = missing.read(&key("r_1")).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+
+    schema
+        .execute(format!(
+            "CREATE TABLE \"{}\".legacy (id TEXT PRIMARY KEY, state TEXT)",
+            schema.name
+        ))
+        .await;
+    let legacy_table = FencedTable::new(&schema.name, "legacy").unwrap();
+    let legacy = PgFencedStore::new(schema.pool.clone(), legacy_table.clone());
+    let err = legacy
+        .write(&key("r_1"), token(1), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("add_fence_column"), "{err}");
+    legacy_table.add_fence_column(&schema.pool).await.unwrap();
+    legacy
+        .write(&key("r_1"), token(1), &FencedWrite::claim())
+        .await
+        .unwrap();
+
+    let err = legacy
+        .write(
+            &key("r_1"),
+            token(1),
+            &FencedWrite::claim().set_payload(b"x".to_vec()),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput(_)),
+        "no payload column: {err:?}"
+    );
+    schema.drop_schema().await;
+}
