@@ -1,0 +1,208 @@
+//! Fenced writes against unfenced ones on the same PostgreSQL server, in the same run.
+//!
+//! ```text
+//! cargo bench -p fencing-postgres --bench postgres
+//! ```
+//!
+//! Each round times every variant once, in rotating order, over the same 1,200 rows on one
+//! connection; the medians of the rounds are reported with their ratio to the unfenced
+//! baseline. Nothing here asserts a time: the figures go to docs/benchmarks.md.
+
+use std::time::{Duration, Instant};
+
+use fencing_core::{
+    Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource,
+    RecordKey, ResourceName, State, TokenSource,
+};
+use fencing_postgres::{FencedTable, Ident, PgFencedStore, push_fence_condition};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
+
+const ROWS: usize = 1200;
+const ROUNDS: usize = 9;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let url = fencing_testkit::services::postgres_url();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let schema = fencing_testkit::unique_name("bench").replace('-', "_");
+    let table = FencedTable::refunds(&schema).unwrap();
+    table.create_if_missing(&pool).await.unwrap();
+    let store = PgFencedStore::new(pool.clone(), table);
+    let keys: Vec<_> = (1..=ROWS)
+        .map(|n| RecordKey::new(format!("r_{n:04}")).unwrap())
+        .collect();
+    let lifecycle = Lifecycle::default();
+    let create = FencedWrite::claim().set_state(lifecycle.pending().clone());
+    for k in &keys {
+        store.write(k, FencingToken::MIN, &create).await.unwrap();
+    }
+    let bench = Bench {
+        pool: pool.clone(),
+        schema: schema.clone(),
+        store,
+        keys,
+        lifecycle,
+    };
+
+    println!(
+        "PostgreSQL at {url}, {ROWS} rows, {ROUNDS} rounds, one connection, median per round\n"
+    );
+    let updates = bench
+        .compare(&[
+            "plain UPDATE",
+            "fenced UPDATE (push_fence_condition)",
+            "PgFencedStore::write (claim)",
+        ])
+        .await;
+    report(&updates);
+    println!();
+    let settlements = bench
+        .compare(&[
+            "settlement, row-by-row claims",
+            "settlement, batch claim (write_many)",
+        ])
+        .await;
+    report(&settlements);
+
+    sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
+
+struct Bench {
+    pool: PgPool,
+    schema: String,
+    store: PgFencedStore,
+    keys: Vec<RecordKey>,
+    lifecycle: Lifecycle,
+}
+
+impl Bench {
+    /// Times each named variant once per round, rotating which goes first.
+    async fn compare(&self, variants: &[&'static str]) -> Vec<(&'static str, Duration)> {
+        let mut times = vec![Vec::new(); variants.len()];
+        for round in 0..ROUNDS {
+            for offset in 0..variants.len() {
+                let i = (round + offset) % variants.len();
+                self.reset().await;
+                let token = FencingToken::new(round as u64 + 2).unwrap();
+                let start = Instant::now();
+                self.run(variants[i], token).await;
+                times[i].push(start.elapsed());
+            }
+        }
+        variants
+            .iter()
+            .zip(times)
+            .map(|(name, mut t)| {
+                t.sort();
+                (*name, t[t.len() / 2])
+            })
+            .collect()
+    }
+
+    async fn reset(&self) {
+        let sql = format!(
+            "UPDATE \"{}\".refund SET state = 'pending', fence = 0",
+            self.schema
+        );
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&self.pool)
+            .await
+            .unwrap();
+    }
+
+    async fn run(&self, variant: &str, token: FencingToken) {
+        let sending = self.lifecycle.in_flight().clone();
+        match variant {
+            "plain UPDATE" => {
+                let sql = format!(
+                    "UPDATE \"{}\".refund SET state = $2 WHERE id = $1",
+                    self.schema
+                );
+                for k in &self.keys {
+                    let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+                        .bind(k.as_str())
+                        .bind(sending.as_str())
+                        .execute(&self.pool)
+                        .await
+                        .unwrap();
+                    assert_eq!(done.rows_affected(), 1);
+                }
+            }
+            "fenced UPDATE (push_fence_condition)" => {
+                let fence = Ident::new("fence").unwrap();
+                for k in &self.keys {
+                    let mut q: QueryBuilder<Postgres> = QueryBuilder::new(format!(
+                        "UPDATE \"{}\".refund SET state = ",
+                        self.schema
+                    ));
+                    q.push_bind(sending.as_str())
+                        .push(", fence = ")
+                        .push_bind(token.as_i64());
+                    q.push(" WHERE id = ").push_bind(k.as_str());
+                    push_fence_condition(&mut q, &fence, FenceCheck::Claim, token);
+                    let done = q.build().execute(&self.pool).await.unwrap();
+                    assert_eq!(done.rows_affected(), 1);
+                }
+            }
+            "PgFencedStore::write (claim)" => {
+                let claim = FencedWrite::claim().set_state(State::clone(&sending));
+                for k in &self.keys {
+                    self.store.write(k, token, &claim).await.unwrap();
+                }
+            }
+            "settlement, row-by-row claims" => {
+                for k in &self.keys {
+                    self.store
+                        .write(k, token, &self.lifecycle.claim())
+                        .await
+                        .unwrap();
+                    self.store
+                        .write(k, token, &self.lifecycle.confirm())
+                        .await
+                        .unwrap();
+                }
+            }
+            "settlement, batch claim (write_many)" => {
+                let source = MemoryTokenSource::new();
+                let resource = ResourceName::new("settle:m_4471").unwrap();
+                source.advance_to(&resource, token).await.unwrap();
+                let fence = Fence::new(&resource, token, &source);
+                let claimed = self
+                    .store
+                    .write_many(&fence, &self.keys, &self.lifecycle.claim())
+                    .await
+                    .unwrap();
+                assert_eq!(claimed.written.len(), ROWS);
+                for k in &claimed.written {
+                    self.store
+                        .write(k, token, &self.lifecycle.confirm())
+                        .await
+                        .unwrap();
+                }
+            }
+            other => unreachable!("no variant {other}"),
+        }
+    }
+}
+
+fn report(results: &[(&str, Duration)]) {
+    let baseline = results[0].1;
+    println!("| variant | median per {ROWS} rows | per row | ratio to first |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (name, time) in results {
+        println!(
+            "| {name} | {:.1} ms | {:.1} µs | {:.3}× |",
+            time.as_secs_f64() * 1e3,
+            time.as_secs_f64() * 1e6 / ROWS as f64,
+            time.as_secs_f64() / baseline.as_secs_f64()
+        );
+    }
+}
