@@ -64,12 +64,13 @@ macro_rules! forward_token_source {
 }
 forward_token_source!(Arc, Box);
 
-/// Reports the highest fence a protected store holds for one resource: `MAX(fence)` over the
-/// records that resource's lease protects. A token source seeded above it cannot go backwards.
+/// Reports the highest fence a protected store holds for a resource: `MAX(fence)` over the
+/// records that resource's lease protects (or over more, which is merely conservative). A
+/// token source seeded above it cannot go backwards.
 #[async_trait]
 pub trait FenceFloor: Send + Sync + Debug {
-    /// The highest fence stored, `None` when no record carries one.
-    async fn max_fence(&self) -> Result<Option<FencingToken>>;
+    /// The highest fence stored for `resource`, `None` when no record carries one.
+    async fn max_fence(&self, resource: &ResourceName) -> Result<Option<FencingToken>>;
 }
 
 /// Raises `source`'s counter for `resource` to the highest fence any of `floors` reports.
@@ -83,7 +84,7 @@ pub async fn seed_from_floors(
 ) -> Result<Option<FencingToken>> {
     let mut highest = None;
     for floor in floors {
-        highest = highest.max(floor.max_fence().await?);
+        highest = highest.max(floor.max_fence(resource).await?);
     }
     if let Some(floor) = highest {
         source.advance_to(resource, floor).await?;

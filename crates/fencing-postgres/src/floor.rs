@@ -1,7 +1,10 @@
 //! `MAX(fence)` over a fenced table: the floor a token source must stay above.
 
+use std::fmt;
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use fencing_core::{FenceFloor, FencingToken, InvalidInput, Result};
+use fencing_core::{FenceFloor, FencingToken, InvalidInput, ResourceName, Result};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use crate::error::PgFailure;
@@ -9,15 +12,30 @@ use crate::ident::Ident;
 use crate::store::fence_from_db;
 use crate::table::FencedTable;
 
-/// Reports `MAX(fence)` over a [`FencedTable`], optionally only over the rows one lease
-/// protects (e.g. `merchant_id = 'm_4471'`). Seed any token source from it with
-/// [`fencing_core::seed_from_floors`].
-#[derive(Clone, Debug)]
+/// Reports `MAX(fence)` over a [`FencedTable`], or only over the rows one lease protects
+/// (e.g. `merchant_id = 'm_4471'`, fixed or derived from the resource name). Seed any token
+/// source from it with [`fencing_core::seed_from_floors`].
+#[derive(Clone)]
 pub struct PgFenceFloor {
     pool: PgPool,
     store: String,
     sql: String,
-    filter: Option<String>,
+    filter: Option<Filter>,
+}
+
+#[derive(Clone)]
+enum Filter {
+    Fixed(String),
+    PerResource(Arc<dyn Fn(&ResourceName) -> String + Send + Sync>),
+}
+
+impl fmt::Debug for PgFenceFloor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgFenceFloor")
+            .field("store", &self.store)
+            .field("sql", &self.sql)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PgFenceFloor {
@@ -31,27 +49,48 @@ impl PgFenceFloor {
         }
     }
 
-    /// The highest fence among rows whose `column` equals `value`.
+    /// The highest fence among rows whose `column` equals `value`, whatever the resource.
     pub fn filtered(
         pool: PgPool,
         table: &FencedTable,
         column: &str,
         value: impl Into<String>,
     ) -> Result<Self, InvalidInput> {
+        Self::with_filter(pool, table, column, Filter::Fixed(value.into()))
+    }
+
+    /// The highest fence among rows whose `column` equals `value_of(resource)`, e.g. the
+    /// merchant id taken from `settle:m_4471`.
+    pub fn per_resource(
+        pool: PgPool,
+        table: &FencedTable,
+        column: &str,
+        value_of: impl Fn(&ResourceName) -> String + Send + Sync + 'static,
+    ) -> Result<Self, InvalidInput> {
+        Self::with_filter(pool, table, column, Filter::PerResource(Arc::new(value_of)))
+    }
+
+    fn with_filter(
+        pool: PgPool,
+        table: &FencedTable,
+        column: &str,
+        filter: Filter,
+    ) -> Result<Self, InvalidInput> {
         let column = Ident::new(column)?;
         let mut floor = Self::new(pool, table);
         floor.sql = format!("{} WHERE {column} = $1", floor.sql);
-        floor.filter = Some(value.into());
+        floor.filter = Some(filter);
         Ok(floor)
     }
 }
 
 #[async_trait]
 impl FenceFloor for PgFenceFloor {
-    async fn max_fence(&self) -> Result<Option<FencingToken>> {
+    async fn max_fence(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
         let query = sqlx::query(AssertSqlSafe(self.sql.as_str()));
         let query = match &self.filter {
-            Some(value) => query.bind(value.as_str()),
+            Some(Filter::Fixed(value)) => query.bind(value.clone()),
+            Some(Filter::PerResource(value_of)) => query.bind(value_of(resource)),
             None => query,
         };
         let decoded = async {

@@ -221,16 +221,38 @@ async fn the_floor_is_max_fence_over_one_merchants_rows() {
             schema.name
         ))
         .await;
+    let settle = |m: &str| ResourceName::new(format!("settle:{m}")).unwrap();
     let whole = PgFenceFloor::new(schema.pool.clone(), &schema.table);
-    assert_eq!(whole.max_fence().await.unwrap(), Some(token(90)));
+    assert_eq!(
+        whole.max_fence(&settle("m_4471")).await.unwrap(),
+        Some(token(90))
+    );
     let merchant =
         PgFenceFloor::filtered(schema.pool.clone(), &schema.table, "merchant_id", "m_4471")
             .unwrap();
-    assert_eq!(merchant.max_fence().await.unwrap(), Some(token(33)));
-    let nobody =
-        PgFenceFloor::filtered(schema.pool.clone(), &schema.table, "merchant_id", "m_none")
-            .unwrap();
-    assert_eq!(nobody.max_fence().await.unwrap(), None);
+    assert_eq!(
+        merchant.max_fence(&settle("m_other")).await.unwrap(),
+        Some(token(33))
+    );
+    let by_resource = PgFenceFloor::per_resource(
+        schema.pool.clone(),
+        &schema.table,
+        "merchant_id",
+        |r: &ResourceName| r.as_str().trim_start_matches("settle:").to_owned(),
+    )
+    .unwrap();
+    assert_eq!(
+        by_resource.max_fence(&settle("m_4471")).await.unwrap(),
+        Some(token(33))
+    );
+    assert_eq!(
+        by_resource.max_fence(&settle("m_other")).await.unwrap(),
+        Some(token(90))
+    );
+    assert_eq!(
+        by_resource.max_fence(&settle("m_none")).await.unwrap(),
+        None
+    );
     assert!(PgFenceFloor::filtered(schema.pool.clone(), &schema.table, "x; --", "v").is_err());
     schema.drop_schema().await;
 }

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::lock;
 use crate::error::Result;
-use crate::name::{RecordKey, State};
+use crate::name::{RecordKey, ResourceName, State};
 use crate::store::{FencedStore, FencedWrite, Record, Written};
 use crate::token::FencingToken;
 use crate::token_source::FenceFloor;
@@ -71,9 +71,10 @@ impl FencedStore for MemoryStore {
     }
 }
 
+/// The highest fence of every record in the store, whatever the resource.
 #[async_trait]
 impl FenceFloor for MemoryStore {
-    async fn max_fence(&self) -> Result<Option<FencingToken>> {
+    async fn max_fence(&self, _: &ResourceName) -> Result<Option<FencingToken>> {
         Ok(lock(&self.records).values().filter_map(|r| r.fence).max())
     }
 }
