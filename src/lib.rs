@@ -7,3 +7,7 @@ pub use fencing_core::*;
 /// PostgreSQL: fenced tables, batch claims, a durable token source and a database-clock lease.
 #[cfg(feature = "postgres")]
 pub use fencing_postgres as postgres;
+
+/// Redis: a lease that issues its fencing token in the same round trip, and its token source.
+#[cfg(feature = "redis")]
+pub use fencing_redis as redis;

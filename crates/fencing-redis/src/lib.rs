@@ -1,1 +1,27 @@
-//! wip
+//! Redis for `fencing`: a lease whose acquisition and fencing token take one round trip, and a
+//! token source with a floor, seeding and regression detection.
+//!
+//! * [`RedisLease`] runs `SET lock:{r} <owner> NX PX <ttl>` and `INCR fence:{r}` in one script,
+//!   sent by its SHA1 (with the source only when the server's script cache is empty). Extend
+//!   and release compare the owner inside a script.
+//! * [`RedisTokenSource`] is the counter behind it: `advance_to` raises it atomically, and
+//!   [`RedisTokenSource::seeded_from`] re-seeds a counter a restart without persistence lost.
+//! * [`RedisKeys`] lays the two keys of a resource under one hash tag, so everything works on
+//!   Redis Cluster; resource names with braces are refused.
+//!
+//! Both work over a multiplexed connection, a `ConnectionManager` (which reconnects) or an
+//! async cluster connection.
+//!
+//! A lease alone is not safe, however it is renewed: a paused process cannot renew, and when
+//! it resumes it does not know time passed. Present the guard's token on every protected
+//! write; the store's fence is what refuses the paused holder.
+
+mod error;
+mod keys;
+mod lease;
+mod scripts;
+mod tokens;
+
+pub use keys::RedisKeys;
+pub use lease::RedisLease;
+pub use tokens::RedisTokenSource;

@@ -2,8 +2,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fencing_core::{
-    Clock, Error, FencingToken, Lease, LeaseGuard, OwnerId, ResourceName, RetryPolicy, TokioClock,
-    Ttl, acquire,
+    Clock, Error, FencingToken, InputKind, Lease, LeaseGuard, OwnerId, ResourceName, RetryPolicy,
+    TokioClock, Ttl, acquire,
 };
 
 use super::{Capabilities, hostile_names, resource};
@@ -191,11 +191,20 @@ pub async fn acquire_retries_until_expiry<L: Lease + ?Sized>(lease: &L, caps: Ca
     lease.release(guard).await.unwrap();
 }
 
-/// Resource names full of quotes, braces and look-alikes are leased independently.
+/// Resource names full of quotes, braces and look-alikes are leased independently; where the
+/// backend declares braces unusable, names with braces are refused as invalid input.
 pub async fn hostile_resource_names_are_distinct<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
     let mut guards = Vec::new();
     for name in hostile_names() {
         let r = ResourceName::new(name).unwrap();
+        if !caps.braces_in_resource_names && r.contains(['{', '}']) {
+            let err = lease.try_acquire(&r, caps.short_ttl).await.unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidInput(e) if e.kind() == InputKind::ResourceName),
+                "{r:?}: {err:?}"
+            );
+            continue;
+        }
         guards.push(must_acquire(lease, &r, caps.short_ttl).await);
         assert!(
             lease

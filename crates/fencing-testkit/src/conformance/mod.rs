@@ -36,6 +36,9 @@ pub struct Capabilities {
     /// Concurrent writes to one record are serialised by the server. False for emulators that
     /// are not (moto): concurrency tests are then skipped and interleavings tested one by one.
     pub serialises_concurrent_writes: bool,
+    /// Resource names may contain `{` and `}`. False for Redis, whose hash tags they would
+    /// break: such names must then be refused as invalid input, before anything is sent.
+    pub braces_in_resource_names: bool,
 }
 
 impl Capabilities {
@@ -45,6 +48,7 @@ impl Capabilities {
             short_ttl: Ttl::from_secs(30).expect("valid TTL"),
             expiry_slack: Duration::from_millis(1),
             serialises_concurrent_writes: true,
+            braces_in_resource_names: true,
         }
     }
 
@@ -54,6 +58,15 @@ impl Capabilities {
             short_ttl: Ttl::from_millis(300).expect("valid TTL"),
             expiry_slack: Duration::from_millis(150),
             serialises_concurrent_writes: true,
+            braces_in_resource_names: true,
+        }
+    }
+
+    /// The same, for a backend that refuses braces in resource names.
+    pub fn without_braces(self) -> Self {
+        Capabilities {
+            braces_in_resource_names: false,
+            ..self
         }
     }
 

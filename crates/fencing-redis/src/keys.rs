@@ -1,0 +1,101 @@
+//! Where a resource's lease and counter live: two keys sharing one Redis Cluster hash tag.
+
+use fencing_core::{InputKind, InvalidInput, ResourceName};
+
+/// The key layout: `<lock prefix>{<resource>}` and `<counter prefix>{<resource>}`, e.g.
+/// `lock:{settle:m_4471}` and `fence:{settle:m_4471}`.
+///
+/// The braces are a Redis Cluster hash tag: both keys hash to the same slot, so one script can
+/// touch both on a cluster. A resource name containing `{` or `}` would move or split the tag,
+/// so it is refused; so is a prefix containing one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisKeys {
+    lock_prefix: String,
+    counter_prefix: String,
+}
+
+impl RedisKeys {
+    /// A layout with these prefixes, which must differ and contain no brace.
+    pub fn new(
+        lock_prefix: impl Into<String>,
+        counter_prefix: impl Into<String>,
+    ) -> Result<Self, InvalidInput> {
+        let (lock_prefix, counter_prefix) = (lock_prefix.into(), counter_prefix.into());
+        for prefix in [&lock_prefix, &counter_prefix] {
+            if prefix.contains(['{', '}']) || prefix.chars().any(char::is_control) {
+                return Err(InvalidInput::new(
+                    InputKind::Identifier,
+                    format!("key prefix {prefix:?} may not contain braces or control characters"),
+                ));
+            }
+        }
+        if lock_prefix == counter_prefix {
+            return Err(InvalidInput::new(
+                InputKind::Identifier,
+                format!("the lock and counter prefixes are both {lock_prefix:?}"),
+            ));
+        }
+        Ok(RedisKeys {
+            lock_prefix,
+            counter_prefix,
+        })
+    }
+
+    /// The lease key of `resource`.
+    pub fn lock_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
+        Ok(format!("{}{{{}}}", self.lock_prefix, tag(resource)?))
+    }
+
+    /// The counter key of `resource`.
+    pub fn counter_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
+        Ok(format!("{}{{{}}}", self.counter_prefix, tag(resource)?))
+    }
+}
+
+impl Default for RedisKeys {
+    /// `lock:{…}` and `fence:{…}`.
+    fn default() -> Self {
+        RedisKeys {
+            lock_prefix: "lock:".into(),
+            counter_prefix: "fence:".into(),
+        }
+    }
+}
+
+fn tag(resource: &ResourceName) -> Result<&str, InvalidInput> {
+    if resource.contains(['{', '}']) {
+        return Err(InvalidInput::new(
+            InputKind::ResourceName,
+            format!("{resource:?} contains a brace, which would break the Redis Cluster hash tag"),
+        ));
+    }
+    Ok(resource.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_and_counter_share_the_hash_tag() {
+        let keys = RedisKeys::default();
+        let r = ResourceName::new("settle:m_4471").unwrap();
+        assert_eq!(keys.lock_key(&r).unwrap(), "lock:{settle:m_4471}");
+        assert_eq!(keys.counter_key(&r).unwrap(), "fence:{settle:m_4471}");
+    }
+
+    #[test]
+    fn braces_are_refused() {
+        let keys = RedisKeys::default();
+        for name in ["{x}", "a}b", "a{b", "}{"] {
+            let r = ResourceName::new(name).unwrap();
+            assert_eq!(
+                keys.lock_key(&r).unwrap_err().kind(),
+                InputKind::ResourceName
+            );
+        }
+        assert!(RedisKeys::new("lock:{", "fence:").is_err());
+        assert!(RedisKeys::new("same:", "same:").is_err());
+        assert!(RedisKeys::new("l:", "f:").is_ok());
+    }
+}

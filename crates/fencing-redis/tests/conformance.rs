@@ -1,0 +1,123 @@
+//! The shared conformance suite against real Redis: a multiplexed connection, a
+//! `ConnectionManager`, and `Box<dyn …>` of the lease.
+
+use std::sync::Arc;
+
+use fencing_core::{FencedStore, Lease, MemoryStore, TokenSource};
+use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
+use fencing_testkit::conformance::*;
+use fencing_testkit::{Fencing, services, unique_name};
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+
+async fn multiplexed() -> MultiplexedConnection {
+    let url = services::redis_url();
+    redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("connect to Redis at {url}: {e}"))
+}
+
+async fn manager() -> ConnectionManager {
+    let url = services::redis_url();
+    ConnectionManager::new(redis::Client::open(url.as_str()).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("connect to Redis at {url}: {e}"))
+}
+
+/// Keys of this test only, so tests sharing a server never meet: `<run>:lock:` and
+/// `<run>:fence:`.
+fn keys_of(run: &str) -> RedisKeys {
+    RedisKeys::new(format!("{run}:lock:"), format!("{run}:fence:")).unwrap()
+}
+
+fn keys() -> RedisKeys {
+    keys_of(&unique_name("t"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_contract_over_a_multiplexed_connection() {
+    let lease = RedisLease::new(multiplexed().await).with_keys(keys());
+    lease_suite(
+        Arc::new(lease.clone()),
+        Capabilities::real_server().without_braces(),
+    )
+    .await;
+    lease_suite(
+        Arc::new(Box::new(lease) as Box<dyn Lease>),
+        Capabilities::real_server().without_braces(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_contract_over_a_connection_manager() {
+    let lease = RedisLease::new(manager().await).with_keys(keys());
+    lease_suite(
+        Arc::new(lease),
+        Capabilities::real_server().without_braces(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn token_source_contract() {
+    let tokens = RedisTokenSource::new(multiplexed().await).with_keys(keys());
+    token_source_suite(Arc::new(tokens.clone())).await;
+    token_source_suite(Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>)).await;
+}
+
+#[tokio::test]
+async fn paused_holder_is_fenced_by_the_store() {
+    let lease = RedisLease::new(multiplexed().await).with_keys(keys());
+    let store = MemoryStore::new("refunds");
+    paused_holder_is_fenced(&lease, &store, Capabilities::real_server().without_braces()).await;
+}
+
+#[tokio::test]
+async fn token_regression_is_detected_and_repaired() {
+    let run = unique_name("t");
+    let lease = RedisLease::new(multiplexed().await).with_keys(keys_of(&run));
+    let store = MemoryStore::new("refunds");
+    let conn = multiplexed().await;
+    token_regression_is_detected(
+        &lease,
+        &store,
+        &store,
+        Capabilities::real_server().without_braces(),
+        async || {
+            // Only this test's counters: the server is shared.
+            let mut conn = conn.clone();
+            let pattern = format!("{run}:fence:*");
+            let found: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(!found.is_empty(), "no counter under {pattern}");
+            let _: () = redis::cmd("DEL")
+                .arg(found)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_increments_are_exact() {
+    let lease = RedisLease::new(multiplexed().await).with_keys(keys());
+    let store: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("counter"));
+    let report = fenced_increments(
+        Arc::new(lease),
+        store,
+        Capabilities::real_server().without_braces(),
+        4,
+        5,
+        Fencing::On,
+        3,
+    )
+    .await;
+    assert_eq!(report.total, report.expected, "{report:?}");
+}
