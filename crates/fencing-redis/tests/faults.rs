@@ -1,0 +1,292 @@
+//! Faults with a redis-server of the test's own: a restart that loses the counters in the
+//! middle of a batch, a holder whose connection dies, a counter key holding garbage, and the
+//! seed's settlement with a real pause past a real TTL.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencing_core::{
+    BoxError, Error, Fence, FencingToken, InputKind, Lease, Lifecycle, MemoryStore, Record,
+    RecordKey, ResourceName, RetryPolicy, SideEffect, Ttl, async_trait,
+};
+use fencing_redis::{RedisKeys, RedisLease};
+use fencing_testkit::services::RedisServer;
+use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
+use fencing_testkit::{Fencing, unique_name};
+use redis::aio::ConnectionManager;
+
+#[derive(Default)]
+struct Gateway {
+    refunds: Mutex<HashMap<RecordKey, u32>>,
+}
+
+#[async_trait]
+impl SideEffect for Gateway {
+    type Receipt = ();
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<()>, BoxError> {
+        Ok(self.refunds.lock().unwrap().contains_key(key).then_some(()))
+    }
+    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<(), BoxError> {
+        *self.refunds.lock().unwrap().entry(key.clone()).or_default() += 1;
+        Ok(())
+    }
+}
+
+async fn manager(server: &RedisServer) -> ConnectionManager {
+    ConnectionManager::new(redis::Client::open(server.url()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Waits until the manager has reconnected after a restart: its first request after the
+/// restart fails (the outcome of a write there would be ambiguous), then it reconnects.
+async fn reconnected(conn: &ConnectionManager) {
+    for _ in 0..100 {
+        let mut conn = conn.clone();
+        if redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the connection manager did not reconnect");
+}
+
+/// Runs every refund under `lease`'s next acquisition; returns the first error, if any.
+async fn batch(
+    lease: &RedisLease<ConnectionManager>,
+    resource: &ResourceName,
+    store: &MemoryStore,
+    keys: &[RecordKey],
+    gateway: &Gateway,
+) -> Result<(), Error> {
+    let guard = lease
+        .try_acquire(resource, Ttl::from_secs(30).unwrap())
+        .await?
+        .expect("the lease is free");
+    let fence = Fence::of_guard(&guard, lease.token_source());
+    for key in keys {
+        fence
+            .run_effect(store, key, &Lifecycle::default(), gateway)
+            .await?;
+    }
+    lease.release(guard).await
+}
+
+#[tokio::test]
+async fn a_restart_without_persistence_is_detected_and_seeding_restores_progress() {
+    let mut server = RedisServer::start(&[]);
+    let conn = manager(&server).await;
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let store = MemoryStore::new("refunds");
+    let keys: Vec<_> = (1..=10).map(refund_key).collect();
+    for key in &keys {
+        store.insert_unfenced(
+            key.clone(),
+            Some(Lifecycle::default().pending().clone()),
+            b"7025".to_vec(),
+        );
+    }
+    let gateway = Gateway::default();
+
+    let plain = RedisLease::new(conn.clone());
+    plain
+        .token_source()
+        .advance_to(&resource, FencingToken::new(32).unwrap())
+        .await
+        .unwrap();
+    batch(&plain, &resource, &store, &keys[..5], &gateway)
+        .await
+        .unwrap();
+
+    server.restart();
+    reconnected(&conn).await;
+    let err = batch(&plain, &resource, &store, &keys, &gateway)
+        .await
+        .unwrap_err();
+    match err {
+        Error::TokenRegression {
+            found, presented, ..
+        } => {
+            assert_eq!(found.get(), 33);
+            assert_eq!(presented.get(), 1);
+        }
+        other => panic!("a lost counter must be reported as regression: {other:?}"),
+    }
+
+    server.restart();
+    reconnected(&conn).await;
+    let seeded = RedisLease::new(conn.clone()).seeded_from(vec![Arc::new(store.clone())]);
+    batch(&seeded, &resource, &store, &keys, &gateway)
+        .await
+        .unwrap();
+    let refunds = gateway.refunds.lock().unwrap().clone();
+    assert_eq!(refunds.len(), 10);
+    assert!(
+        refunds.values().all(|n| *n == 1),
+        "nothing sent twice: {refunds:?}"
+    );
+    let fences: Vec<_> = store
+        .records()
+        .iter()
+        .map(|r| r.fence.unwrap().get())
+        .collect();
+    assert_eq!(fences, [33, 33, 33, 33, 33, 34, 34, 34, 34, 34]);
+}
+
+#[tokio::test]
+async fn a_holder_whose_connection_died_is_taken_over_after_its_ttl() {
+    let server = RedisServer::start(&[]);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut doomed = client.get_multiplexed_async_connection().await.unwrap();
+    let doomed_id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut doomed)
+        .await
+        .unwrap();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_millis(300).unwrap();
+    let a = RedisLease::new(doomed.clone())
+        .try_acquire(&resource, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(doomed_id)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1);
+
+    let b_lease = RedisLease::new(admin.clone());
+    assert!(
+        b_lease.try_acquire(&resource, ttl).await.unwrap().is_none(),
+        "not before the TTL"
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let b = b_lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    assert!(b.token() > a.token());
+    b_lease.release(b).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_counter_holding_garbage_is_refused_and_nothing_is_left_half_written() {
+    let server = RedisServer::start(&[]);
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let lease = RedisLease::new(conn.clone());
+    let ttl = Ttl::from_secs(5).unwrap();
+    for garbage in ["abc", "-5", "007", "1.5", "99999999999999999999", ""] {
+        let resource = ResourceName::new(unique_name("settle")).unwrap();
+        let keys = RedisKeys::default();
+        let counter = keys.counter_key(&resource).unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&counter)
+            .arg(garbage)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let err = lease.try_acquire(&resource, ttl).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Backend { .. }) && err.to_string().contains("other than a token"),
+            "{garbage:?}: {err}"
+        );
+        let lock_exists: bool = redis::cmd("EXISTS")
+            .arg(keys.lock_key(&resource).unwrap())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            !lock_exists,
+            "{garbage:?}: the lease key must not be left behind"
+        );
+        let unchanged: String = redis::cmd("GET")
+            .arg(&counter)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(unchanged, garbage);
+        assert!(lease.token_source().next(&resource).await.is_err());
+        assert!(lease.token_source().current(&resource).await.is_err());
+    }
+    let braces = ResourceName::new("settle:{m_4471}").unwrap();
+    let err = lease.try_acquire(&braces, ttl).await.unwrap_err();
+    assert!(matches!(&err, Error::InvalidInput(e) if e.kind() == InputKind::ResourceName));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_settlement_with_the_lease_on_redis_and_a_real_pause() {
+    let server = RedisServer::start(&[]);
+    let lease = RedisLease::new(manager(&server).await);
+    let mut config = SettlementConfig::seed(Fencing::On, GatewayMode::Idempotent);
+    // Real time, shortened: A's lease lasts 2 s and A sleeps 3 s at r_815; B retries from
+    // 0.3 s every 100 ms, so it takes over as soon as A's lease ends in Redis.
+    config.ttl = Ttl::from_secs(2).unwrap();
+    config.gateway_latency = Duration::ZERO;
+    config.workers[0].pauses[0].length = Duration::from_secs(3);
+    config.workers[1].starts_at = Duration::from_millis(300);
+    config.workers[1].retry =
+        RetryPolicy::new(200, Duration::from_millis(100), Duration::from_millis(100)).unwrap();
+    let report = settlement::run_on(
+        &config,
+        Arc::new(lease),
+        Arc::new(MemoryStore::new("refunds")),
+    )
+    .await;
+
+    let audit = &report.audit;
+    assert_eq!(audit.violations(), Vec::<String>::new(), "{audit:?}");
+    assert_eq!(
+        (audit.rows_sent, audit.gateway.refunds_created),
+        (1200, 1200)
+    );
+    assert_eq!(
+        (audit.stale_writes_accepted, audit.stale_writes_rejected),
+        (0, 1)
+    );
+    let tokens: Vec<_> = report
+        .events
+        .iter()
+        .filter_map(|e| match e.what {
+            What::Acquired { token } => Some((e.worker.as_str(), token.get())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tokens, [("A", 33), ("B", 34)]);
+    assert!(report.events.iter().any(|e| e.worker == "A"
+        && matches!(&e.what, What::Aborted { key, .. } if *key == refund_key(815))));
+}
+
+#[tokio::test]
+async fn an_empty_script_cache_is_refilled_by_the_next_call() {
+    let server = RedisServer::start(&[]);
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let lease = RedisLease::new(conn.clone());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_millis(100).unwrap();
+    let first = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    lease.release(first).await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let second = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    assert_eq!(second.token().get(), 2);
+    lease.release(second).await.unwrap();
+}
