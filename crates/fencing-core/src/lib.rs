@@ -5,7 +5,8 @@
 //! [`FencingToken`], issued with every acquisition and rising each time, does, when each
 //! store checks it on every write the lease protects:
 //!
-//! * [`Lease`] acquires a resource for a [`Ttl`] and hands out a [`LeaseGuard`] with a token.
+//! * [`Lease`] acquires a resource for a [`Ttl`] and hands out a [`LeaseGuard`] with a token;
+//!   [`LeaseRenewal`] optionally keeps it alive (liveness only: the fence is what is safe).
 //! * [`TokenSource`] is the per-resource counter behind the tokens; [`FenceFloor`] and
 //!   [`seed_from_floors`] keep it from going backwards.
 //! * [`FencedStore`] applies the two kinds of [`FencedWrite`]: a claim (`fence <= token`) and a
@@ -25,6 +26,7 @@ mod fence;
 mod lease;
 pub mod memory;
 mod name;
+mod renewal;
 mod store;
 mod token;
 mod token_source;
@@ -40,6 +42,7 @@ pub use fence::Fence;
 pub use lease::{Lease, LeaseGuard, OwnerId, RetryPolicy, Ttl, acquire};
 pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
 pub use name::{RecordKey, ResourceName, State};
+pub use renewal::LeaseRenewal;
 pub use store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
 pub use token::FencingToken;
 pub use token_source::{FenceFloor, TokenSource, seed_from_floors};

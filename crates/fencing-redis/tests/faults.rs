@@ -290,3 +290,32 @@ async fn an_empty_script_cache_is_refilled_by_the_next_call() {
     assert_eq!(second.token().get(), 2);
     lease.release(second).await.unwrap();
 }
+
+#[tokio::test]
+async fn renewal_keeps_a_redis_lease_alive_and_reports_when_it_is_lost() {
+    let server = RedisServer::start(&[]);
+    let lease = Arc::new(RedisLease::new(manager(&server).await));
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_millis(300).unwrap();
+    let guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    let renewal =
+        fencing_core::LeaseRenewal::start(lease.clone(), guard, Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        lease.try_acquire(&resource, ttl).await.unwrap().is_none(),
+        "renewed past 3 TTLs"
+    );
+    assert!(!renewal.is_lost());
+
+    // Someone deletes the key (an operator, a failover to a replica that never saw it): the
+    // next extension fails and the renewal says so.
+    let mut conn = manager(&server).await;
+    let lock = RedisKeys::default().lock_key(&resource).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(lock)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(renewal.is_lost());
+}

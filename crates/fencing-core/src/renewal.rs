@@ -1,0 +1,119 @@
+//! Optional lease renewal: keeps a long batch's lease alive, and says when it failed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::lease::{Lease, LeaseGuard};
+
+/// A background task that extends a lease every `every`, by the guard's TTL, until an
+/// extension fails; then it stops and marks the lease lost, so the batch can stop early.
+///
+/// Renewal is liveness, not safety. A process that pauses cannot renew, and when it resumes
+/// it does not know that time passed: its lease may have expired and been granted to another
+/// holder, with a higher token, between two renewals. Only the fence refuses that holder's
+/// writes. Check [`LeaseRenewal::is_lost`] to stop wasting work; never to decide that a write
+/// is safe.
+#[derive(Debug)]
+pub struct LeaseRenewal {
+    lost: Arc<AtomicBool>,
+    guard: Arc<Mutex<LeaseGuard>>,
+    task: JoinHandle<()>,
+}
+
+impl LeaseRenewal {
+    /// Starts renewing `guard` on `lease` every `every` (a third of the TTL is usual). Must be
+    /// called inside a tokio runtime.
+    pub fn start(lease: Arc<dyn Lease>, guard: LeaseGuard, every: Duration) -> Self {
+        let lost = Arc::new(AtomicBool::new(false));
+        let guard = Arc::new(Mutex::new(guard));
+        let task = tokio::spawn({
+            let (lost, guard) = (lost.clone(), guard.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let mut renewed = lock(&guard).clone();
+                    let ttl = renewed.ttl();
+                    if lease.extend(&mut renewed, ttl).await.is_err() {
+                        lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    *lock(&guard) = renewed;
+                }
+            }
+        });
+        LeaseRenewal { lost, guard, task }
+    }
+
+    /// True once an extension failed: the lease is (or may be) gone.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// The guard as last extended (its local deadline moves with each renewal).
+    pub fn guard(&self) -> LeaseGuard {
+        lock(&self.guard).clone()
+    }
+
+    /// Stops renewing and returns the guard as last extended, e.g. to release it.
+    pub fn stop(self) -> LeaseGuard {
+        self.task.abort();
+        self.guard()
+    }
+}
+
+impl Drop for LeaseRenewal {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock(guard: &Mutex<LeaseGuard>) -> std::sync::MutexGuard<'_, LeaseGuard> {
+    guard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Ttl;
+    use crate::memory::MemoryLease;
+    use crate::name::ResourceName;
+
+    #[tokio::test(start_paused = true)]
+    async fn renewal_keeps_the_lease_past_many_ttls_and_ends_when_stopped() {
+        let lease = Arc::new(MemoryLease::new());
+        let r = ResourceName::new("settle:m_4471").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let guard = lease.try_acquire(&r, ttl).await.unwrap().unwrap();
+        let first_deadline = guard.local_deadline();
+        let renewal = LeaseRenewal::start(lease.clone(), guard, ttl.duration() / 3);
+        tokio::time::sleep(ttl.duration() * 5).await;
+        assert!(lease.try_acquire(&r, ttl).await.unwrap().is_none());
+        assert!(!renewal.is_lost());
+        assert!(renewal.guard().local_deadline() > first_deadline);
+        let guard = renewal.stop();
+        tokio::time::sleep(ttl.duration() * 2).await;
+        assert!(lease.try_acquire(&r, ttl).await.unwrap().is_some());
+        assert!(lease.release(guard).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_extension_marks_the_lease_lost_and_stops() {
+        let lease = Arc::new(MemoryLease::new());
+        let r = ResourceName::new("settle:m_4471").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let stale = lease.try_acquire(&r, ttl).await.unwrap().unwrap();
+        tokio::time::sleep(ttl.duration() * 2).await;
+        let holder = lease.try_acquire(&r, ttl).await.unwrap().unwrap();
+        let renewal = LeaseRenewal::start(lease.clone(), stale, Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(renewal.is_lost());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        lease
+            .release(holder)
+            .await
+            .expect("the new holder's lease is untouched");
+    }
+}
