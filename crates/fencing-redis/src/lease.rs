@@ -61,6 +61,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
         &self.tokens
     }
 
+    /// The SHA1 the acquire script is sent by (to preload it with `SCRIPT LOAD`, or to drive
+    /// it from `redis-benchmark`). Its keys are the lease and counter keys; its arguments the
+    /// owner, the TTL in milliseconds, and `1` when a missing counter must be seeded.
+    pub fn acquire_script_hash(&self) -> &str {
+        self.tokens.scripts.acquire.get_hash()
+    }
+
     async fn owner_script(
         &self,
         script: &Script,
