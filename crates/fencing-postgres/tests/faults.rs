@@ -79,7 +79,7 @@ impl SideEffect for KillsTheConnection {
 }
 
 #[tokio::test]
-async fn a_connection_killed_mid_batch_is_retried_with_the_same_token() {
+async fn a_connection_killed_mid_batch_loses_nothing_and_sends_nothing_twice() {
     let schema = Schema::new().await;
     let application = schema.name.clone();
     let options: PgConnectOptions = fencing_testkit::services::postgres_url().parse().unwrap();
@@ -116,9 +116,12 @@ async fn a_connection_killed_mid_batch_is_retried_with_the_same_token() {
             .unwrap();
         assert_eq!(outcome, EffectOutcome::Performed(()), "{k}");
     }
-    assert!(
-        store.ambiguous.load(Ordering::SeqCst) >= 1,
-        "the confirm after the kill must have met a lost connection"
+    // Whether the pool handed the dead connection to the confirm (an ambiguous outcome,
+    // retried) or noticed and replaced it first depends on timing; either way nothing may be
+    // lost or sent twice. The ambiguous path itself is pinned down by the next test.
+    println!(
+        "ambiguous outcomes retried: {}",
+        store.ambiguous.load(Ordering::SeqCst)
     );
     let refunds = gateway.refunds.lock().unwrap().clone();
     assert_eq!(refunds.len(), 40);
@@ -131,6 +134,80 @@ async fn a_connection_killed_mid_batch_is_retried_with_the_same_token() {
         assert_eq!(row.state.as_ref(), Some(lifecycle.done()), "{k} lost");
         assert_eq!(row.fence, Some(token));
     }
+    schema.drop_schema().await;
+}
+
+/// Waits until the server no longer lists a backend for `application`.
+async fn backend_gone(admin: &sqlx::PgPool, application: &str) {
+    for _ in 0..250 {
+        let left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(application)
+                .fetch_one(admin)
+                .await
+                .unwrap();
+        if left == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the terminated backend is still listed");
+}
+
+#[tokio::test]
+async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempotent() {
+    use sqlx::Connection;
+
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let lifecycle = Lifecycle::default();
+    let k = refund_key(815);
+    let create = FencedWrite::claim().set_state(lifecycle.pending().clone());
+    store.write(&k, FencingToken::MIN, &create).await.unwrap();
+    let token = FencingToken::new(33).unwrap();
+
+    let application = format!("{}_single", schema.name);
+    let options: PgConnectOptions = fencing_testkit::services::postgres_url().parse().unwrap();
+    let mut conn = sqlx::PgConnection::connect_with(&options.application_name(&application))
+        .await
+        .unwrap();
+    store
+        .write_with(&mut conn, &k, token, &lifecycle.claim())
+        .await
+        .unwrap();
+
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind(&application)
+    .fetch_all(&schema.pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, [true]);
+    backend_gone(&schema.pool, &application).await;
+
+    let err = store
+        .write_with(&mut conn, &k, token, &lifecycle.confirm())
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_ambiguous(),
+        "a lost connection under a write is ambiguous: {err:?}"
+    );
+
+    // The holder retries the same writes with the same token on a new connection.
+    let again = store.write(&k, token, &lifecycle.claim()).await.unwrap();
+    assert_eq!(
+        again.previous_fence,
+        Some(token),
+        "the claim had committed: idempotent"
+    );
+    store.write(&k, token, &lifecycle.confirm()).await.unwrap();
+    let row = store.read(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (row.fence, row.state.as_ref()),
+        (Some(token), Some(lifecycle.done()))
+    );
     schema.drop_schema().await;
 }
 
