@@ -14,7 +14,7 @@ use fencing_redis::{RedisKeys, RedisLease};
 use fencing_testkit::services::RedisServer;
 use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use fencing_testkit::{Fencing, unique_name};
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 
 #[derive(Default)]
 struct Gateway {
@@ -31,6 +31,14 @@ impl SideEffect for Gateway {
         *self.refunds.lock().unwrap().entry(key.clone()).or_default() += 1;
         Ok(())
     }
+}
+
+async fn multiplexed(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }
 
 async fn manager(server: &RedisServer) -> ConnectionManager {
@@ -180,11 +188,7 @@ async fn a_holder_whose_connection_died_is_taken_over_after_its_ttl() {
 #[tokio::test]
 async fn a_counter_holding_garbage_is_refused_and_nothing_is_left_half_written() {
     let server = RedisServer::start(&[]);
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = multiplexed(&server).await;
     let lease = RedisLease::new(conn.clone());
     let ttl = Ttl::from_secs(5).unwrap();
     for garbage in ["abc", "-5", "007", "1.5", "99999999999999999999", ""] {
@@ -271,11 +275,7 @@ async fn the_seed_settlement_with_the_lease_on_redis_and_a_real_pause() {
 #[tokio::test]
 async fn an_empty_script_cache_is_refilled_by_the_next_call() {
     let server = RedisServer::start(&[]);
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = multiplexed(&server).await;
     let lease = RedisLease::new(conn.clone());
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let ttl = Ttl::from_millis(100).unwrap();

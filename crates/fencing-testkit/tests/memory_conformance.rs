@@ -66,19 +66,24 @@ async fn token_regression_is_detected_and_repaired() {
     token_regression_is_detected(&lease, &store, &store, caps, async || tokens.forget_all()).await;
 }
 
+/// 8 workers × 20 increments on fresh in-memory stores, in virtual time.
+async fn increments(fencing: Fencing, seed: u64) -> IncrementReport {
+    fenced_increments(
+        Arc::new(MemoryLease::new()),
+        Arc::new(MemoryStore::new("counter")),
+        Capabilities::in_memory(),
+        8,
+        20,
+        fencing,
+        seed,
+    )
+    .await
+}
+
 #[tokio::test(start_paused = true)]
 async fn fenced_increments_are_exact_in_virtual_time() {
     for seed in 0..20 {
-        let report = fenced_increments(
-            Arc::new(MemoryLease::new()),
-            Arc::new(MemoryStore::new("counter")),
-            Capabilities::in_memory(),
-            8,
-            20,
-            Fencing::On,
-            seed,
-        )
-        .await;
+        let report = increments(Fencing::On, seed).await;
         assert_eq!(report.total, report.expected, "seed {seed}: {report:?}");
         assert!(report.rejected > 0, "seed {seed}: no holder was ever stale");
     }
@@ -88,16 +93,7 @@ async fn fenced_increments_are_exact_in_virtual_time() {
 async fn without_fences_the_same_increments_lose_updates() {
     let mut lost = 0;
     for seed in 0..20 {
-        let report = fenced_increments(
-            Arc::new(MemoryLease::new()),
-            Arc::new(MemoryStore::new("counter")),
-            Capabilities::in_memory(),
-            8,
-            20,
-            Fencing::Off,
-            seed,
-        )
-        .await;
+        let report = increments(Fencing::Off, seed).await;
         assert_eq!(
             report.rejected, 0,
             "nothing can refuse a write without fences"
