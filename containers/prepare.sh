@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Prepares a machine with no image registry to run the test suite's containers:
+#   1. a Docker engine: the one DOCKER_HOST names, or the default socket, or — if none
+#      answers — Debian's docker.io, installed if missing and started with its own roots;
+#   2. the test images, built locally from Debian's packages (a debootstrap root turned into
+#      images with `docker import`), unless they exist already.
+# It writes the environment the tests need to containers/.env (source it) and records what it
+# started so that containers/teardown.sh stops exactly that.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+state="$here/.state"
+mkdir -p "$state"
+: > "$state/started"
+
+engine_answers() { docker info >/dev/null 2>&1; }
+
+if ! engine_answers; then
+    export DOCKER_HOST=unix:///run/fencing-docker.sock
+    if ! engine_answers; then
+        if ! command -v dockerd >/dev/null 2>&1; then
+            echo "installing Debian's docker.io"
+            apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io
+        fi
+        mkdir -p /var/lib/fencing-docker /run/fencing-docker
+        # No iptables here; keep the default bridge (--bridge=none breaks port publishing).
+        nohup dockerd --iptables=false --ip-masq=false \
+            --data-root /var/lib/fencing-docker --exec-root /run/fencing-docker \
+            -H "$DOCKER_HOST" --pidfile /run/fencing-docker.pid \
+            >"$state/dockerd.log" 2>&1 &
+        echo dockerd >> "$state/started"
+        for _ in $(seq 1 100); do engine_answers && break; sleep 0.2; done
+        engine_answers || { tail -20 "$state/dockerd.log"; echo "dockerd did not start" >&2; exit 1; }
+    fi
+fi
+echo "Docker engine: ${DOCKER_HOST:-default socket} ($(docker version --format '{{.Server.Version}}'))"
+
+postgres_image="${FENCING_POSTGRES_IMAGE:-fencing-test/postgres}:${FENCING_POSTGRES_TAG:-local}"
+redis_image="${FENCING_REDIS_IMAGE:-fencing-test/redis}:${FENCING_REDIS_TAG:-local}"
+
+if ! docker image inspect "$postgres_image" "$redis_image" >/dev/null 2>&1; then
+    root="$(mktemp -d /var/tmp/fencing-root.XXXXXX)"
+    trap 'rm -rf "$root"' EXIT
+    mirror="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+    command -v debootstrap >/dev/null 2>&1 || {
+        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
+    }
+    echo "debootstrap bookworm (postgresql, redis-server) into $root"
+    debootstrap --variant=minbase --include=postgresql,redis-server bookworm "$root" \
+        "${mirror:-http://deb.debian.org/debian}" >"$state/debootstrap.log" 2>&1 \
+        || { tail -20 "$state/debootstrap.log"; exit 1; }
+    install -m 0755 "$here/postgres-entrypoint.sh" "$root/usr/local/bin/postgres-entrypoint"
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    tar -C "$root" -c . | docker import \
+        --change 'ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]' \
+        --change 'EXPOSE 5432' - "$postgres_image"
+    tar -C "$root" -c . | docker import \
+        --change 'ENTRYPOINT ["redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no"]' \
+        --change 'EXPOSE 6379' - "$redis_image"
+fi
+
+cat > "$here/.env" <<ENV
+export DOCKER_HOST=${DOCKER_HOST:-unix:///var/run/docker.sock}
+export FENCING_POSTGRES_IMAGE=${postgres_image%:*}
+export FENCING_POSTGRES_TAG=${postgres_image##*:}
+export FENCING_REDIS_IMAGE=${redis_image%:*}
+export FENCING_REDIS_TAG=${redis_image##*:}
+ENV
+echo "images ready: $postgres_image $redis_image (environment in containers/.env)"
