@@ -2,8 +2,9 @@
 # Prepares a machine with no image registry to run the test suite's containers:
 #   1. a Docker engine: the one DOCKER_HOST names, or the default socket, or — if none
 #      answers — Debian's docker.io, installed if missing and started with its own roots;
-#   2. the test images, built locally from Debian's packages (a debootstrap root turned into
-#      images with `docker import`), unless they exist already.
+#   2. the test images (PostgreSQL, Redis, the moto S3/DynamoDB emulator), built locally from
+#      Debian's packages and PyPI (one debootstrap root turned into three images with
+#      `docker import`), unless they exist already.
 # It writes the environment the tests need to containers/.env (source it) and records what it
 # started so that containers/teardown.sh stops exactly that.
 set -euo pipefail
@@ -36,19 +37,31 @@ echo "Docker engine: ${DOCKER_HOST:-default socket} ($(docker version --format '
 
 postgres_image="${FENCING_POSTGRES_IMAGE:-fencing-test/postgres}:${FENCING_POSTGRES_TAG:-local}"
 redis_image="${FENCING_REDIS_IMAGE:-fencing-test/redis}:${FENCING_REDIS_TAG:-local}"
+moto_image="${FENCING_MOTO_IMAGE:-fencing-test/moto}:${FENCING_MOTO_TAG:-local}"
 
-if ! docker image inspect "$postgres_image" "$redis_image" >/dev/null 2>&1; then
+if ! docker image inspect "$postgres_image" "$redis_image" "$moto_image" >/dev/null 2>&1; then
     root="$(mktemp -d /var/tmp/fencing-root.XXXXXX)"
     trap 'rm -rf "$root"' EXIT
     mirror="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
     command -v debootstrap >/dev/null 2>&1 || {
         apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
     }
-    echo "debootstrap bookworm (postgresql, redis-server) into $root"
-    debootstrap --variant=minbase --include=postgresql,redis-server bookworm "$root" \
-        "${mirror:-http://deb.debian.org/debian}" >"$state/debootstrap.log" 2>&1 \
-        || { tail -20 "$state/debootstrap.log"; exit 1; }
+    echo "debootstrap bookworm (postgresql, redis-server, python3) into $root"
+    debootstrap --variant=minbase --include=postgresql,redis-server,python3,python3-venv \
+        bookworm "$root" "${mirror:-http://deb.debian.org/debian}" \
+        >"$state/debootstrap.log" 2>&1 || { tail -20 "$state/debootstrap.log"; exit 1; }
     install -m 0755 "$here/postgres-entrypoint.sh" "$root/usr/local/bin/postgres-entrypoint"
+    # moto with only what its S3 and DynamoDB server needs (moto[server] pulls ~290 MB more).
+    # pip in the root trusts the host's CA bundle, which may hold a proxy's CA.
+    cp /etc/resolv.conf "$root/etc/resolv.conf"
+    cp /etc/ssl/certs/ca-certificates.crt "$root/tmp/host-ca.crt"
+    echo "pip install moto[s3,dynamodb] flask flask-cors into /opt/moto"
+    chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root sh -c \
+        'python3 -m venv /opt/moto && /opt/moto/bin/pip install -q --cert /tmp/host-ca.crt \
+         "moto[s3,dynamodb]" flask flask-cors' >"$state/pip.log" 2>&1 \
+        || { tail -20 "$state/pip.log"; exit 1; }
+    rm -f "$root/tmp/host-ca.crt"
+    rm -rf "$root/root/.cache"
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
     tar -C "$root" -c . | docker import \
         --change 'ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]' \
@@ -56,6 +69,9 @@ if ! docker image inspect "$postgres_image" "$redis_image" >/dev/null 2>&1; then
     tar -C "$root" -c . | docker import \
         --change 'ENTRYPOINT ["redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no"]' \
         --change 'EXPOSE 6379' - "$redis_image"
+    tar -C "$root" -c . | docker import \
+        --change 'ENTRYPOINT ["/opt/moto/bin/moto_server", "-H", "0.0.0.0", "-p", "5000"]' \
+        --change 'EXPOSE 5000' - "$moto_image"
 fi
 
 cat > "$here/.env" <<ENV
@@ -64,5 +80,7 @@ export FENCING_POSTGRES_IMAGE=${postgres_image%:*}
 export FENCING_POSTGRES_TAG=${postgres_image##*:}
 export FENCING_REDIS_IMAGE=${redis_image%:*}
 export FENCING_REDIS_TAG=${redis_image##*:}
+export FENCING_MOTO_IMAGE=${moto_image%:*}
+export FENCING_MOTO_TAG=${moto_image##*:}
 ENV
-echo "images ready: $postgres_image $redis_image (environment in containers/.env)"
+echo "images ready: $postgres_image $redis_image $moto_image (environment in containers/.env)"

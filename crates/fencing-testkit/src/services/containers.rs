@@ -1,6 +1,7 @@
 //! Test services in containers, through `testcontainers`. Image names and tags come from the
-//! environment (`FENCING_POSTGRES_IMAGE`/`_TAG`, `FENCING_REDIS_IMAGE`/`_TAG`); the defaults
-//! are the official images a machine with a registry pulls. `containers/prepare.sh` builds
+//! environment (`FENCING_POSTGRES_IMAGE`/`_TAG`, `FENCING_REDIS_IMAGE`/`_TAG`,
+//! `FENCING_MOTO_IMAGE`/`_TAG`); the defaults are the official images a machine with a
+//! registry pulls. `containers/prepare.sh` builds
 //! compatible images locally where there is no registry.
 //!
 //! Every container carries the label `fencing.test=1`; `containers/teardown.sh` removes them.
@@ -28,6 +29,7 @@ pub struct TestContainer {
 enum Service {
     Postgres,
     Redis,
+    Moto,
 }
 
 impl TestContainer {
@@ -54,6 +56,16 @@ impl TestContainer {
             .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
             .with_label("fencing.test", "1");
         Self::start(Service::Redis, 6379, move || request.start())
+    }
+
+    /// The moto server, serving S3 and DynamoDB on one endpoint.
+    pub fn moto() -> Result<Self, String> {
+        let (image, tag) = image_from_env("MOTO", "motoserver/moto", "latest");
+        let request = GenericImage::new(image, tag)
+            .with_exposed_port(5000.tcp())
+            .with_wait_for(WaitFor::message_on_stderr("Running on"))
+            .with_label("fencing.test", "1");
+        Self::start(Service::Moto, 5000, move || request.start())
     }
 
     /// testcontainers' blocking runner drives its own runtime, which must not run inside the
@@ -97,6 +109,7 @@ impl TestContainer {
         match self.service {
             Service::Postgres => format!("postgres://postgres@127.0.0.1:{}/test", self.port),
             Service::Redis => format!("redis://127.0.0.1:{}/", self.port),
+            Service::Moto => format!("http://127.0.0.1:{}", self.port),
         }
     }
 
@@ -132,7 +145,8 @@ impl TestContainer {
         while Instant::now() < deadline {
             let answered = match self.service {
                 Service::Postgres => postgres_answers(self.port),
-                Service::Redis => super::ping(self.port),
+                Service::Redis => super::local::ping(self.port),
+                Service::Moto => super::local::moto_answers(self.port),
             };
             if answered {
                 return Ok(());

@@ -1,0 +1,223 @@
+//! Servers the tests start themselves from local binaries, each under a shell watcher that
+//! kills it when the test process is gone, so none outlives its test.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A process run under `sh`, which kills it when the shell is told to stop or the test
+/// process that started it is gone.
+#[derive(Debug)]
+struct Watched {
+    shell: Child,
+}
+
+impl Watched {
+    fn spawn(command_line: &str, log: &Path) -> Result<Self, String> {
+        let script = format!(
+            "{command_line} >'{log}' 2>&1 & server=$!; \
+             trap 'kill -9 $server 2>/dev/null; exit 0' TERM INT HUP; \
+             while kill -0 {parent} 2>/dev/null && kill -0 $server 2>/dev/null; do sleep 0.2; done; \
+             kill -9 $server 2>/dev/null",
+            log = log.display(),
+            parent = std::process::id(),
+        );
+        let shell = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run sh: {e}"))?;
+        Ok(Watched { shell })
+    }
+
+    /// TERM, not KILL: the shell's trap must run to take the server with it.
+    fn stop(&mut self, port: u16) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.shell.id().to_string())
+            .status();
+        let _ = self.shell.wait();
+        for _ in 0..100 {
+            if !super::listening(([127, 0, 0, 1], port).into()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A scratch directory for one server, removed with it.
+fn scratch(prefix: &str) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(crate::unique_name(prefix));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn wait_for(port: u16, what: &str, answers: fn(u16) -> bool) -> Result<(), String> {
+    for _ in 0..500 {
+        if answers(port) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("{what} did not answer on port {port} within 10 s"))
+}
+
+/// A `redis-server` of the test's own, on a free loopback port, with nothing persisted.
+/// It is killed when dropped, and also when the test process dies.
+#[derive(Debug)]
+pub struct RedisServer {
+    process: Watched,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts one with the machine's `redis-server`, passing `extra` arguments.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot start, saying why.
+    pub fn start(extra: &[&str]) -> Self {
+        Self::try_start(extra).unwrap_or_else(|why| panic!("redis-server: {why}"))
+    }
+
+    pub(crate) fn try_start(extra: &[&str]) -> Result<Self, String> {
+        let port = free_port()?;
+        let dir = scratch("fencing-redis")?;
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let process = Self::spawn(port, &dir, &extra)?;
+        let server = RedisServer {
+            process,
+            port,
+            dir,
+            extra,
+        };
+        wait_for(port, "redis-server", ping)?;
+        Ok(server)
+    }
+
+    fn spawn(port: u16, dir: &Path, extra: &[String]) -> Result<Watched, String> {
+        let mut command = format!(
+            "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{}'",
+            dir.display()
+        );
+        for arg in extra {
+            command.push_str(&format!(" '{arg}'"));
+        }
+        Watched::spawn(&command, &dir.join("redis.log"))
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills it and starts it again on the same port: with nothing persisted, every key,
+    /// counters included, is gone, as after a crash of a Redis without persistence.
+    pub fn restart(&mut self) {
+        self.process.stop(self.port);
+        self.process = Self::spawn(self.port, &self.dir, &self.extra)
+            .unwrap_or_else(|why| panic!("restart redis-server: {why}"));
+        wait_for(self.port, "redis-server", ping)
+            .unwrap_or_else(|why| panic!("restart redis-server: {why}"));
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.process.stop(self.port);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `moto_server` (S3 and DynamoDB emulator, from pip's `moto[server]`) of the test's own,
+/// on a free loopback port. It is killed when dropped, and also when the test process dies.
+#[derive(Debug)]
+pub struct MotoServer {
+    process: Watched,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl MotoServer {
+    pub(crate) fn try_start() -> Result<Self, String> {
+        let port = free_port()?;
+        let dir = scratch("fencing-moto")?;
+        let process = Watched::spawn(
+            &format!("moto_server -H 127.0.0.1 -p {port}"),
+            &dir.join("moto.log"),
+        )?;
+        let server = MotoServer { process, port, dir };
+        wait_for(port, "moto_server", moto_answers)?;
+        Ok(server)
+    }
+
+    /// Its endpoint URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        self.process.stop(self.port);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub(crate) fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+/// True when a Redis on `port` answers `PING` with `PONG`.
+pub(crate) fn ping(port: u16) -> bool {
+    exchange(port, b"PING\r\n", |reply| reply.len() >= 7)
+        .is_some_and(|reply| reply.starts_with(b"+PONG\r\n"))
+}
+
+/// True when the emulator on `port` answers S3's ListBuckets (`GET /`).
+pub(crate) fn moto_answers(port: u16) -> bool {
+    let request = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    exchange(port, request, |_| false).is_some_and(|reply| {
+        reply.starts_with(b"HTTP/1.1 200")
+            && String::from_utf8_lossy(&reply).contains("ListAllMyBucketsResult")
+    })
+}
+
+/// Sends `request` and reads the reply until `complete` says so, the peer closes, or half a
+/// second passes without data.
+fn exchange(port: u16, request: &[u8], complete: fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let mut stream =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+            .ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    stream.write_all(request).ok()?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&chunk[..n]);
+        if complete(&reply) {
+            break;
+        }
+    }
+    (!reply.is_empty()).then_some(reply)
+}
