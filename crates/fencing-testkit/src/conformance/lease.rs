@@ -30,19 +30,19 @@ async fn must_acquire<L: Lease + ?Sized>(lease: &L, r: &ResourceName, ttl: Ttl) 
         .unwrap_or_else(|| panic!("{r:?} should be free"))
 }
 
+/// Asserts that `r` is held: another acquisition is refused.
+async fn assert_held<L: Lease + ?Sized>(lease: &L, r: &ResourceName, ttl: Ttl, why: &str) {
+    let second = lease.try_acquire(r, ttl).await.unwrap();
+    assert!(second.is_none(), "{r:?} should be held: {why}");
+}
+
 /// While a lease is live, nobody else acquires it.
 pub async fn lease_is_exclusive<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
     let r = resource("lease-exclusive");
     let guard = must_acquire(lease, &r, caps.short_ttl).await;
     assert_eq!(guard.resource(), &r);
-    assert!(
-        lease
-            .try_acquire(&r, caps.short_ttl)
-            .await
-            .unwrap()
-            .is_none()
-    );
-    assert!(lease.try_acquire(&r, Ttl::MAX).await.unwrap().is_none());
+    assert_held(lease, &r, caps.short_ttl, "a live lease is exclusive").await;
+    assert_held(lease, &r, Ttl::MAX, "whatever TTL the second asks for").await;
     lease.release(guard).await.unwrap();
 }
 
@@ -98,14 +98,13 @@ pub async fn non_owner_cannot_extend_or_release<L: Lease + ?Sized>(lease: &L, ca
     let err = lease.release(forged).await.unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
 
-    assert!(
-        lease
-            .try_acquire(&r, caps.short_ttl)
-            .await
-            .unwrap()
-            .is_none(),
-        "the holder's lease must survive a non-owner's release"
-    );
+    assert_held(
+        lease,
+        &r,
+        caps.short_ttl,
+        "the holder's lease must survive a non-owner's release",
+    )
+    .await;
     lease.release(holder).await.unwrap();
 }
 
@@ -123,14 +122,13 @@ pub async fn extend_keeps_the_lease_past_its_first_ttl<L: Lease + ?Sized>(
     assert!(guard.local_deadline() > first_deadline);
     assert_eq!(guard.ttl(), longer);
     tokio::time::sleep(caps.past_expiry()).await;
-    assert!(
-        lease
-            .try_acquire(&r, caps.short_ttl)
-            .await
-            .unwrap()
-            .is_none(),
-        "the extended lease must outlive its first TTL"
-    );
+    assert_held(
+        lease,
+        &r,
+        caps.short_ttl,
+        "the extended lease must outlive its first TTL",
+    )
+    .await;
     lease.release(guard).await.unwrap();
 }
 
@@ -206,13 +204,13 @@ pub async fn hostile_resource_names_are_distinct<L: Lease + ?Sized>(lease: &L, c
             continue;
         }
         guards.push(must_acquire(lease, &r, caps.short_ttl).await);
-        assert!(
-            lease
-                .try_acquire(&r, caps.short_ttl)
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert_held(
+            lease,
+            &r,
+            caps.short_ttl,
+            "hostile names lease like any other",
+        )
+        .await;
     }
     for guard in guards {
         lease.release(guard).await.unwrap();
