@@ -1,48 +1,16 @@
 //! The claim → side effect → confirm helper under lost answers, failed effects and takeovers.
-//! `LosesAnswers` wraps a real in-memory store: it applies the write, then reports the
-//! outcome as unknown, as a connection dropped after the commit would.
+//! The testkit's `FaultyStore` wraps a real in-memory store: it applies the write, then reports
+//! the outcome as unknown, as a connection dropped after the commit would.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use fencing::{
-    BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken,
-    InputKind, Lifecycle, MemoryStore, MemoryTokenSource, Record, RecordKey, ResourceName, Result,
-    SideEffect, State, TokenSource, Written, async_trait,
+    BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedBatch, FencedStore, FencedWrite,
+    FencingToken, InputKind, Lease, Lifecycle, MemoryLease, MemoryStore, MemoryTokenSource, Record,
+    RecordKey, ResourceName, Result, SideEffect, State, TokenSource, async_trait,
 };
-
-#[derive(Debug)]
-struct LosesAnswers {
-    inner: MemoryStore,
-    lose_next: Mutex<Vec<FenceCheck>>,
-}
-
-#[async_trait]
-impl FencedStore for LosesAnswers {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
-        self.inner.read(key).await
-    }
-    async fn write(
-        &self,
-        key: &RecordKey,
-        token: FencingToken,
-        write: &FencedWrite,
-    ) -> Result<Written> {
-        let written = self.inner.write(key, token, write).await?;
-        let mut lose = self.lose_next.lock().unwrap();
-        if let Some(i) = lose.iter().position(|c| *c == write.check()) {
-            lose.remove(i);
-            return Err(Error::Ambiguous {
-                store: self.name().to_owned(),
-                source: "connection reset after commit".into(),
-            });
-        }
-        Ok(written)
-    }
-}
+use fencing_testkit::faults::{Fault, FaultyStore};
 
 #[derive(Default)]
 struct Gateway {
@@ -66,7 +34,7 @@ impl SideEffect for Gateway {
 }
 
 struct Case {
-    store: LosesAnswers,
+    store: FaultyStore<MemoryStore>,
     source: MemoryTokenSource,
     resource: ResourceName,
     key: RecordKey,
@@ -83,11 +51,12 @@ impl Case {
             Some(lifecycle.pending().clone()),
             b"7025".to_vec(),
         );
+        let store = FaultyStore::new(inner);
+        for check in lose {
+            store.inject(Some(check), Fault::LoseAnswer);
+        }
         Case {
-            store: LosesAnswers {
-                inner,
-                lose_next: Mutex::new(lose),
-            },
+            store,
             source: MemoryTokenSource::new(),
             resource: ResourceName::new("settle:m_4471").unwrap(),
             key,
@@ -183,16 +152,49 @@ async fn a_refusal_is_never_retried() {
         .write(&case.store, &case.key, &FencedWrite::claim())
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::TokenRegression {
-                highest_issued: None,
-                ..
-            }
-        ),
-        "above anything issued: regression, {err:?}"
+    let Error::TokenRegression {
+        highest_issued: None,
+        found,
+        ..
+    } = err
+    else {
+        panic!("above anything issued: regression, {err:?}");
+    };
+    assert_eq!(
+        case.source.current(&case.resource).await.unwrap(),
+        Some(found),
+        "the regression raised the source to the fence it found"
     );
+    let next = case.source.next(&case.resource).await.unwrap();
+    Fence::new(&case.resource, next, &case.source)
+        .write(&case.store, &case.key, &FencedWrite::claim())
+        .await
+        .expect("the next holder makes progress without an operator");
+}
+
+#[tokio::test]
+async fn a_batch_does_not_abort_on_its_own_write_whose_answer_was_lost() {
+    let lease = Arc::new(MemoryLease::new());
+    let store = Arc::new(FaultyStore::new(MemoryStore::new("refunds")));
+    let lifecycle = Lifecycle::default();
+    let key = RecordKey::new("r_815").unwrap();
+    store
+        .inner()
+        .insert_unfenced(key.clone(), Some(lifecycle.pending().clone()), Vec::new());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let guard = lease
+        .try_acquire(&resource, fencing::Ttl::from_secs(30).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let batch = FencedBatch::new(lease, guard, [store.clone() as Arc<dyn FencedStore>]).unwrap();
+    for write in [lifecycle.claim(), lifecycle.confirm()] {
+        store.inject(Some(write.check()), Fault::LoseAnswer);
+        batch.write("refunds", &key, &write).await.unwrap();
+    }
+    assert_eq!(store.injected(), 2);
+    assert_eq!(batch.aborted_by(), None);
+    batch.finish().await.unwrap();
 }
 
 #[test]

@@ -3,8 +3,9 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::effect::{EffectOutcome, Lifecycle, SideEffect};
-use crate::error::{Error, InputKind, InvalidInput, Result};
+use crate::error::{Error, Result};
 use crate::fence::Fence;
+use crate::input::{InputKind, InvalidInput};
 use crate::lease::{Lease, LeaseGuard};
 use crate::name::RecordKey;
 use crate::store::{FencedStore, FencedWrite, Written};
@@ -138,23 +139,14 @@ impl FencedBatch {
     }
 
     fn note<T>(&self, result: Result<T>) -> Result<T> {
-        if let Some(refusal) = result.as_ref().err().and_then(refused_record) {
-            self.aborted_slot().get_or_insert(refusal);
+        if let Some((store, record)) = result.as_ref().err().and_then(Error::rejected_at) {
+            self.aborted_slot()
+                .get_or_insert_with(|| (store.to_owned(), record.clone()));
         }
         result
     }
 
     fn aborted_slot(&self) -> std::sync::MutexGuard<'_, Option<(String, RecordKey)>> {
         self.aborted.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-fn refused_record(err: &Error) -> Option<(String, RecordKey)> {
-    match err {
-        Error::Fenced { store, record, .. }
-        | Error::TokenRegression { store, record, .. }
-        | Error::StateMismatch { store, record, .. }
-        | Error::NotFound { store, record } => Some((store.clone(), record.clone())),
-        _ => None,
     }
 }

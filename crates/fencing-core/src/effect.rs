@@ -2,8 +2,9 @@
 
 use async_trait::async_trait;
 
-use crate::error::{BoxError, Error, InvalidInput, Result};
+use crate::error::{BoxError, Error, Result};
 use crate::fence::Fence;
+use crate::input::{InputKind, InvalidInput};
 use crate::name::{RecordKey, State};
 use crate::store::{FencedStore, FencedWrite, Record};
 
@@ -41,7 +42,7 @@ impl Lifecycle {
     pub fn new(pending: State, in_flight: State, done: State) -> Result<Self, InvalidInput> {
         if pending == in_flight || in_flight == done || pending == done {
             return Err(InvalidInput::new(
-                crate::error::InputKind::State,
+                InputKind::State,
                 format!("lifecycle states must differ: {pending}, {in_flight}, {done}"),
             ));
         }
@@ -52,7 +53,7 @@ impl Lifecycle {
         })
     }
 
-    /// The seed's lifecycle: `pending`, `sending`, `sent`.
+    /// The refund lifecycle: `pending`, `sending`, `sent`.
     pub fn pending_sending_sent() -> Self {
         let state = |name: &str| State::new(name).expect("a valid state name");
         Lifecycle {
@@ -92,7 +93,7 @@ impl Lifecycle {
     }
 
     fn is_done(&self, err: &Error) -> bool {
-        matches!(err, Error::StateMismatch { found: Some(found), .. } if *found == self.done.as_str())
+        matches!(err, Error::StateMismatch { found: Some(found), .. } if *found == self.done)
     }
 }
 
@@ -157,12 +158,9 @@ impl<'a> Fence<'a> {
                     .map_err(effect_err)?,
             ),
         };
-        match self.write(store, key, &lifecycle.confirm()).await {
-            // A holder-only write passed the fence, so the fence is ours: a record already done
-            // is our own confirm, applied before an ambiguous failure.
-            Err(err) if lifecycle.is_done(&err) => Ok(outcome),
-            Err(err) => Err(err),
-            Ok(_) => Ok(outcome),
-        }
+        // A confirm whose answer was lost and whose retry finds the record done is recognised
+        // as this holder's own by `Fence::write`.
+        self.write(store, key, &lifecycle.confirm()).await?;
+        Ok(outcome)
     }
 }

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::name::{RecordKey, ResourceName};
+use crate::input::InvalidInput;
+use crate::name::{RecordKey, ResourceName, State};
 use crate::token::FencingToken;
 
 /// A boxed error from a driver, a side effect or a user callback.
@@ -13,7 +14,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong, at the level of meaning. Every adapter maps its driver errors into this.
 ///
-/// The variants fall into four groups, and callers act on the group:
+/// The variants fall into five groups, and callers act on the group:
 /// * **Rejections** ([`Error::Fenced`], [`Error::TokenRegression`], [`Error::StateMismatch`],
 ///   [`Error::NotFound`]): the store refused the write and changed nothing. Abort the batch;
 ///   never retry with the same token. [`Error::is_rejection`] tells them apart.
@@ -22,6 +23,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///   retry is idempotent.
 /// * **Lease outcomes** ([`Error::LeaseBusy`], [`Error::LeaseLost`], [`Error::TokenExhausted`]).
 /// * **Bad input** ([`Error::InvalidInput`]), reported before anything is sent.
+/// * **Everything else**: [`Error::BatchAborted`] (a batch already stopped at a rejection
+///   refuses later writes unsent), [`Error::Effect`] (the side effect itself failed; the record
+///   stays in flight under this holder's fence) and [`Error::Backend`] (the store failed in a
+///   way that is none of the above and wrote nothing: unreachable, misconfigured, corrupt
+///   data).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -44,8 +50,10 @@ pub enum Error {
     },
 
     /// A claim was refused because the record's fence is higher than any token the token
-    /// source has issued: the counter went backwards (e.g. Redis restarted without persistence).
-    /// Raise the source to the stores' `MAX(fence)` with [`crate::seed_from_floors`].
+    /// source has issued: the counter went backwards (e.g. a Redis built to
+    /// reissue tokens restarted without persistence). [`crate::Fence`] has already raised the
+    /// source past the fence found, so the next acquisition gets a token above it; raise it
+    /// above every store's `MAX(fence)` with [`crate::seed_from_floors`].
     #[error(
         "{store}: token regression on {record:?}: presented {presented}, found fence {found}, \
          but the token source has issued at most {}",
@@ -67,7 +75,9 @@ pub enum Error {
     /// The fence admitted the token but the record's state did not meet the write's
     /// precondition (e.g. a confirm of a row that is not `sending`).
     #[error(
-        "{store}: write to {record:?} with token {presented} refused: state is {found:?}, expected one of {expected:?}"
+        "{store}: write to {record:?} with token {presented} refused: state is {}, expected one of {}",
+        found.as_ref().map_or("unset", State::as_str),
+        expected.iter().map(State::as_str).collect::<Vec<_>>().join(", ")
     )]
     StateMismatch {
         /// The store that refused.
@@ -77,9 +87,9 @@ pub enum Error {
         /// The token the writer presented.
         presented: FencingToken,
         /// The states the write required.
-        expected: Vec<String>,
+        expected: Vec<State>,
         /// The state found, `None` when the record has none.
-        found: Option<String>,
+        found: Option<State>,
     },
 
     /// The record does not exist and the write cannot create it.
@@ -158,18 +168,55 @@ pub enum Error {
 impl Error {
     /// True for the rejections: the store refused and changed nothing. Abort, don't retry.
     pub fn is_rejection(&self) -> bool {
-        matches!(
-            self,
-            Error::Fenced { .. }
-                | Error::TokenRegression { .. }
-                | Error::StateMismatch { .. }
-                | Error::NotFound { .. }
-        )
+        self.rejected_at().is_some()
+    }
+
+    /// The store and record of a rejection ([`Error::is_rejection`]); `None` for every other
+    /// error.
+    pub fn rejected_at(&self) -> Option<(&str, &RecordKey)> {
+        match self {
+            Error::Fenced { store, record, .. }
+            | Error::TokenRegression { store, record, .. }
+            | Error::StateMismatch { store, record, .. }
+            | Error::NotFound { store, record } => Some((store, record)),
+            _ => None,
+        }
     }
 
     /// True when the write may have been applied and should be retried with the same token.
     pub fn is_ambiguous(&self) -> bool {
         matches!(self, Error::Ambiguous { .. })
+    }
+}
+
+/// Whether a request that failed could have changed the store: the one fact, besides the
+/// driver's error, that decides between [`Error::Ambiguous`] and [`Error::Backend`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestEffect {
+    /// The request only reads (or was refused before it was sent): it changed nothing.
+    ReadOnly,
+    /// The request writes: if its answer was lost, it may have been applied.
+    Writes,
+}
+
+impl Error {
+    /// The error for a request to `store` that failed with `source`, the one place the rule
+    /// lives: a failure whose answer was lost in flight (`answer_lost`: the connection dropped,
+    /// the request timed out, the response could not be read) after a request that
+    /// [`RequestEffect::Writes`] is [`Error::Ambiguous`]; every other failure is
+    /// [`Error::Backend`] and wrote nothing. Adapters only classify their driver's errors.
+    pub fn failed_request(
+        store: &str,
+        effect: RequestEffect,
+        answer_lost: bool,
+        source: BoxError,
+    ) -> Error {
+        let store = store.to_owned();
+        if answer_lost && effect == RequestEffect::Writes {
+            Error::Ambiguous { store, source }
+        } else {
+            Error::Backend { store, source }
+        }
     }
 }
 
@@ -207,55 +254,5 @@ impl fmt::Display for FoundFence {
             FoundFence::NoFence => f.write_str("record has no fence"),
             FoundFence::Unknown => f.write_str("fence not reported"),
         }
-    }
-}
-
-/// Which argument was bad.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum InputKind {
-    /// A fencing token outside `1 ..= i64::MAX`, or text that is not one.
-    Token,
-    /// A resource name (what a lease protects).
-    ResourceName,
-    /// A record key.
-    RecordKey,
-    /// A record state name.
-    State,
-    /// A lease time-to-live.
-    Ttl,
-    /// A retry policy.
-    Retry,
-    /// The set of stores given to a batch (e.g. the same store twice).
-    StoreSet,
-    /// A store-specific identifier (table, column, key prefix, bucket).
-    Identifier,
-}
-
-/// A bad argument, caught before anything was sent.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {kind:?}: {detail}")]
-pub struct InvalidInput {
-    kind: InputKind,
-    detail: String,
-}
-
-impl InvalidInput {
-    /// A bad argument of `kind`, with a sentence saying what is wrong with it.
-    pub fn new(kind: InputKind, detail: impl Into<String>) -> Self {
-        InvalidInput {
-            kind,
-            detail: detail.into(),
-        }
-    }
-
-    /// Which argument was bad.
-    pub fn kind(&self) -> InputKind {
-        self.kind
-    }
-
-    /// What is wrong with it.
-    pub fn detail(&self) -> &str {
-        &self.detail
     }
 }

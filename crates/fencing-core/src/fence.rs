@@ -3,26 +3,35 @@
 use crate::error::{Error, Result};
 use crate::lease::LeaseGuard;
 use crate::name::{RecordKey, ResourceName};
-use crate::store::{FencedStore, FencedWrite, Written};
+use crate::store::{FenceCheck, FencedStore, FencedWrite, Written};
 use crate::token::FencingToken;
 use crate::token_source::TokenSource;
 
-/// How many times a write whose outcome was ambiguous is sent again, with the same token.
-const AMBIGUOUS_RETRIES: u32 = 2;
-
 /// A holder's token for one resource, with the source that issued it.
 ///
-/// Every write through a `Fence` presents the token, retries ambiguous outcomes with the same
-/// token (safe: a claim accepts `fence == token`), and turns a refusal whose fence lies above
-/// anything the source has issued into [`Error::TokenRegression`].
+/// Every write through a `Fence`:
+/// * presents the token;
+/// * sends a write whose outcome was ambiguous again, with the same token (safe: a claim
+///   accepts `fence == token`), up to [`Fence::ambiguous_retries`] times;
+/// * after such a retry, recognises a refusal caused by its own first attempt having landed
+///   ([`FencedWrite::is_reflected_in`]) and reports the write as applied; so too a holder-only
+///   write refused only because the record is already in the state it sets (the fence, checked
+///   first, admitted this token, so only this holder can have set it);
+/// * turns a refusal whose fence lies above anything the source has issued into
+///   [`Error::TokenRegression`], and raises the source past that fence, so the next
+///   acquisition makes progress without an operator.
 #[derive(Clone, Copy, Debug)]
 pub struct Fence<'a> {
     resource: &'a ResourceName,
     token: FencingToken,
     source: &'a dyn TokenSource,
+    ambiguous_retries: u32,
 }
 
 impl<'a> Fence<'a> {
+    /// How many times a write with an ambiguous outcome is sent again unless told otherwise.
+    pub const DEFAULT_AMBIGUOUS_RETRIES: u32 = 2;
+
     /// The fence of `token` for `resource`, issued by `source`.
     pub fn new(
         resource: &'a ResourceName,
@@ -33,12 +42,22 @@ impl<'a> Fence<'a> {
             resource,
             token,
             source,
+            ambiguous_retries: Self::DEFAULT_AMBIGUOUS_RETRIES,
         }
     }
 
     /// The fence of a lease acquisition; `source` is the lease's token source.
     pub fn of_guard(guard: &'a LeaseGuard, source: &'a dyn TokenSource) -> Self {
         Self::new(guard.resource(), guard.token(), source)
+    }
+
+    /// The same fence, sending a write with an ambiguous outcome again up to `retries` times
+    /// (0: report the first ambiguous outcome as it is).
+    pub fn with_ambiguous_retries(self, retries: u32) -> Self {
+        Fence {
+            ambiguous_retries: retries,
+            ..self
+        }
     }
 
     /// The token presented on every write.
@@ -51,6 +70,11 @@ impl<'a> Fence<'a> {
         self.resource
     }
 
+    /// How many times a write with an ambiguous outcome is sent again.
+    pub fn ambiguous_retries(&self) -> u32 {
+        self.ambiguous_retries
+    }
+
     /// Writes `key` in `store` with this fence's token.
     pub async fn write<S: FencedStore + ?Sized>(
         &self,
@@ -61,15 +85,36 @@ impl<'a> Fence<'a> {
         let mut retries = 0;
         loop {
             match store.write(key, self.token, write).await {
-                Err(err) if err.is_ambiguous() && retries < AMBIGUOUS_RETRIES => retries += 1,
-                Err(err) => return Err(self.explain(err).await),
                 Ok(written) => return Ok(written),
+                Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => retries += 1,
+                Err(err) if err.is_rejection() && (retries > 0 || already_set(write, &err)) => {
+                    return self.own_earlier_attempt(store, key, write, err).await;
+                }
+                Err(err) => return Err(self.explain(err).await),
             }
         }
     }
 
+    /// A retry after an ambiguous attempt was refused: the first attempt may have landed.
+    async fn own_earlier_attempt<S: FencedStore + ?Sized>(
+        &self,
+        store: &S,
+        key: &RecordKey,
+        write: &FencedWrite,
+        refusal: Error,
+    ) -> Result<Written> {
+        match store.read(key).await? {
+            Some(record) if write.is_reflected_in(self.token, &record) => {
+                Ok(Written::over(record.fence, record.state.clone(), record))
+            }
+            _ => Err(self.explain(refusal).await),
+        }
+    }
+
     /// Turns a fence refusal into [`Error::TokenRegression`] when the fence found is above the
-    /// highest token the source has issued; every other error is returned as it is.
+    /// highest token the source has issued, and raises the source past that fence (advancing
+    /// never hurts safety; should it fail, the next refusal tries again). Every other error is
+    /// returned as it is.
     ///
     /// The extra read of the source happens only here, on the rejection path.
     pub async fn explain(&self, err: Error) -> Error {
@@ -93,6 +138,7 @@ impl<'a> Fence<'a> {
         };
         match self.source.current(self.resource).await {
             Ok(highest_issued) if highest_issued.is_none_or(|h| found_fence > h) => {
+                let _ = self.source.advance_to(self.resource, found_fence).await;
                 Error::TokenRegression {
                     store,
                     record,
@@ -105,4 +151,14 @@ impl<'a> Fence<'a> {
             _ => refusal(found),
         }
     }
+}
+
+/// A holder-only write refused for the state alone, finding the very state it sets: the fence
+/// admitted the token, so the record may already show this write.
+fn already_set(write: &FencedWrite, err: &Error) -> bool {
+    matches!(
+        (write.check(), err),
+        (FenceCheck::HolderOnly, Error::StateMismatch { found: Some(found), .. })
+            if write.new_state() == Some(found)
+    )
 }

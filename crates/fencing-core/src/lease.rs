@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::clock::Clock;
-use crate::error::{Error, InputKind, InvalidInput, Result};
+use crate::error::{Error, Result};
+use crate::input::{InputKind, InvalidInput};
 use crate::name::ResourceName;
 use crate::token::FencingToken;
 use crate::token_source::TokenSource;

@@ -1,6 +1,7 @@
 //! Validated names: what a lease protects, which record a write touches, which state it is in.
 //!
-//! Each is non-empty, bounded in length and free of control characters, so every store can
+//! Each is non-empty, bounded in length and free of control and format characters (general
+//! categories Cc and Cf: NUL, zero-width spaces, bidirectional overrides), so every store can
 //! hold it as text (Postgres `TEXT` refuses NUL, S3 keys stop at 1,024 bytes) and two names
 //! that look alike in a log are the same name.
 
@@ -8,29 +9,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::ops::Deref;
 
-use crate::error::{InputKind, InvalidInput};
-
-fn check_text(kind: InputKind, text: &str, max_bytes: usize) -> Result<(), InvalidInput> {
-    if text.is_empty() {
-        return Err(InvalidInput::new(kind, "must not be empty"));
-    }
-    if text.len() > max_bytes {
-        return Err(InvalidInput::new(
-            kind,
-            format!(
-                "{} bytes is longer than the limit of {max_bytes}",
-                text.len()
-            ),
-        ));
-    }
-    if let Some(c) = text.chars().find(|c| c.is_control()) {
-        return Err(InvalidInput::new(
-            kind,
-            format!("{text:?} contains the control character {c:?}"),
-        ));
-    }
-    Ok(())
-}
+use crate::input::{InputKind, InvalidInput, check_text};
 
 macro_rules! validated_name {
     ($(#[$doc:meta])* $name:ident, $kind:expr, $max:expr) => {
@@ -43,7 +22,7 @@ macro_rules! validated_name {
             pub const MAX_BYTES: usize = $max;
 
             /// Checks that `text` is non-empty, at most [`Self::MAX_BYTES`] long and free of
-            /// control characters.
+            /// control and format characters ([`crate::is_refused_char`]).
             pub fn new(text: impl Into<String>) -> Result<Self, InvalidInput> {
                 let text = text.into();
                 check_text($kind, &text, $max)?;
@@ -140,6 +119,22 @@ mod tests {
         assert!(RecordKey::new("r_815\n").is_err());
         assert!(RecordKey::new("x".repeat(RecordKey::MAX_BYTES + 1)).is_err());
         assert!(State::new("").is_err());
+    }
+
+    #[test]
+    fn look_alikes_with_invisible_characters_are_refused() {
+        for text in [
+            "settle:\u{200B}m_4471",
+            "settle:m_4471\u{200D}",
+            "\u{202E}1744_m:eltteS",
+            "\u{FEFF}settle:m_4471",
+            "settle:m_\u{2066}4471",
+        ] {
+            let err = ResourceName::new(text).unwrap_err();
+            assert_eq!(err.kind(), InputKind::ResourceName, "{text:?}");
+            assert!(RecordKey::new(text).is_err(), "{text:?}");
+            assert!(State::new(text).is_err(), "{text:?}");
+        }
     }
 
     #[test]

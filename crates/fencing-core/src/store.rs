@@ -166,12 +166,31 @@ impl FencedWrite {
                     store: store.to_owned(),
                     record: key.clone(),
                     presented: token,
-                    expected: required.iter().map(|s| s.to_string()).collect(),
-                    found: state.map(|s| s.to_string()),
+                    expected: required.clone(),
+                    found: state.cloned(),
                 })
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether `record` shows this write applied by the holder of `token`: the fence is
+    /// `token` and the state and payload are what this write sets.
+    ///
+    /// After an ambiguous attempt, a retry can be refused because the first attempt landed
+    /// (a confirm that finds its own `sent`). Tokens are unique per acquisition, so a record
+    /// carrying this holder's fence and exactly this write's changes is this write's own
+    /// success, not a rejection. [`crate::Fence::write`] applies this rule for every store.
+    pub fn is_reflected_in(&self, token: FencingToken, record: &Record) -> bool {
+        record.fence == Some(token)
+            && self
+                .new_state
+                .as_ref()
+                .is_none_or(|state| record.state.as_ref() == Some(state))
+            && self
+                .new_payload
+                .as_ref()
+                .is_none_or(|payload| &record.payload == payload)
     }
 
     /// The record after this (already decided) write is applied to `current`.
@@ -196,6 +215,12 @@ impl FencedWrite {
 }
 
 /// An accepted write: what the record held before, and the record as the write left it.
+///
+/// When a retry after an ambiguous attempt finds that attempt applied
+/// ([`FencedWrite::is_reflected_in`]), what the record held before the first attempt is no
+/// longer known: `previous_fence` and `previous_state` then describe the record as that
+/// attempt left it, which makes [`crate::Fence::run_effect`] look an effect up before
+/// performing it — the safe side.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Written {
@@ -272,9 +297,9 @@ pub trait FencedStore: Send + Sync + Debug {
 }
 
 macro_rules! forward_store {
-    ($($wrapper:ident),*) => {$(
+    ($($target:ty),*) => {$(
         #[async_trait]
-        impl<S: FencedStore + ?Sized> FencedStore for $wrapper<S> {
+        impl<S: FencedStore + ?Sized> FencedStore for $target {
             fn name(&self) -> &str {
                 (**self).name()
             }
@@ -292,4 +317,4 @@ macro_rules! forward_store {
         }
     )*};
 }
-forward_store!(Arc, Box);
+forward_store!(Arc<S>, Box<S>, &S);

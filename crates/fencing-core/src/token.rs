@@ -4,7 +4,7 @@ use std::fmt;
 use std::num::NonZeroU64;
 use std::str::FromStr;
 
-use crate::error::{InputKind, InvalidInput};
+use crate::input::{InputKind, InvalidInput};
 
 /// A fencing token: issued with a lease, strictly increasing per resource, never reused.
 ///
@@ -73,9 +73,11 @@ impl fmt::Display for FencingToken {
 impl FromStr for FencingToken {
     type Err = InvalidInput;
 
-    /// Parses plain ASCII decimal digits only: no sign, no spaces, no leading `+`.
+    /// Parses the canonical decimal form only: ASCII digits, no sign, no spaces, no leading
+    /// zero (`"033"` is refused: a token has one spelling, so two texts never name one token).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        let canonical = text.bytes().all(|b| b.is_ascii_digit()) && !text.starts_with('0');
+        if text.is_empty() || !canonical {
             return Err(InvalidInput::new(
                 InputKind::Token,
                 format!("{text:?} is not a decimal fencing token"),
@@ -121,6 +123,7 @@ mod tests {
         assert!(FencingToken::new(0).is_err());
         assert!(FencingToken::from_i64(0).is_err());
         assert!("0".parse::<FencingToken>().is_err());
+        assert!("01".parse::<FencingToken>().is_err());
     }
 
     #[test]
@@ -151,6 +154,9 @@ mod tests {
             " 1",
             "1 ",
             "1e3",
+            "033",
+            "00",
+            "0034",
             "0x10",
             "9223372036854775808",
             "99999999999999999999999",

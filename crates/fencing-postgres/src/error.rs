@@ -1,6 +1,6 @@
 //! This adapter's failures, and how each maps onto the core's meaning-level error.
 
-use fencing_core::{BoxError, Error};
+use fencing_core::{Error, RequestEffect};
 
 /// What went wrong inside the adapter, before it is given a meaning for the caller.
 #[derive(Debug)]
@@ -11,6 +11,9 @@ pub(crate) enum PgFailure {
     Corrupt(String),
     /// The server answered something the statement cannot produce.
     Inconsistent(&'static str),
+    /// The table does not have the shape the store needs (missing, or a key that is not
+    /// unique); the message says how to fix it.
+    Schema(String),
 }
 
 impl From<sqlx::Error> for PgFailure {
@@ -27,19 +30,25 @@ fn is_ambiguous_code(code: &str) -> bool {
 }
 
 impl PgFailure {
-    /// The core error for a failure on `store`. `wrote` says whether the failed request could
-    /// have changed data, which is what makes a lost answer ambiguous.
-    pub(crate) fn into_error(self, store: &str, wrote: bool) -> Error {
-        let backend = |source: BoxError| Error::Backend {
-            store: store.to_owned(),
-            source,
-        };
+    /// The core error for a failed request to `store` with this `effect`.
+    pub(crate) fn into_error(self, store: &str, effect: RequestEffect) -> Error {
+        let definite =
+            |message: String| Error::failed_request(store, effect, false, message.into());
         let err = match self {
-            PgFailure::Corrupt(what) => return backend(what.into()),
-            PgFailure::Inconsistent(what) => return backend(what.into()),
+            PgFailure::Corrupt(what) | PgFailure::Schema(what) => return definite(what),
+            PgFailure::Inconsistent(what) => return definite(what.to_owned()),
             PgFailure::Driver(err) => err,
         };
-        let ambiguous = match &err {
+        if let sqlx::Error::Database(db) = &err
+            && matches!(db.code().as_deref(), Some("42P01" | "42703" | "3F000"))
+        {
+            return definite(format!(
+                "{}: the fenced table or one of its columns does not exist \
+                 (FencedTable::add_fence_column adds the fence column)",
+                db.message()
+            ));
+        }
+        let answer_lost = match &err {
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_)
@@ -47,25 +56,6 @@ impl PgFailure {
             sqlx::Error::Database(db) => db.code().is_some_and(|c| is_ambiguous_code(&c)),
             _ => false,
         };
-        if let sqlx::Error::Database(db) = &err
-            && matches!(db.code().as_deref(), Some("42P01" | "42703" | "3F000"))
-        {
-            return backend(
-                format!(
-                    "{}: the fenced table or one of its columns does not exist \
-                     (FencedTable::add_fence_column adds the fence column)",
-                    db.message()
-                )
-                .into(),
-            );
-        }
-        if ambiguous && wrote {
-            Error::Ambiguous {
-                store: store.to_owned(),
-                source: Box::new(err),
-            }
-        } else {
-            backend(Box::new(err))
-        }
+        Error::failed_request(store, effect, answer_lost, Box::new(err))
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::{FenceFloor, FencingToken, InvalidInput, ResourceName, Result};
+use fencing_core::{FenceFloor, FencingToken, InvalidInput, RequestEffect, ResourceName, Result};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use crate::error::PgFailure;
@@ -100,6 +100,6 @@ impl FenceFloor for PgFenceFloor {
         };
         decoded
             .await
-            .map_err(|e: PgFailure| e.into_error(&self.store, false))
+            .map_err(|e: PgFailure| e.into_error(&self.store, RequestEffect::ReadOnly))
     }
 }

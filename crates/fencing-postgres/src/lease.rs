@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::{
-    Clock, Error, FencingToken, Lease, LeaseGuard, OwnerId, ResourceName, Result, TokenSource,
-    TokioClock, Ttl,
+    Clock, Error, FencingToken, Lease, LeaseGuard, OwnerId, RequestEffect, ResourceName, Result,
+    TokenSource, TokioClock, Ttl,
 };
 use sqlx::{AssertSqlSafe, Row};
 
@@ -73,11 +73,11 @@ impl PgLease {
             .execute(self.tokens.pool())
             .await
             .map(drop)
-            .map_err(|e| self.failed(e.into(), false))
+            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))
     }
 
-    fn failed(&self, failure: PgFailure, wrote: bool) -> Error {
-        failure.into_error(self.tokens.store_name(), wrote)
+    fn failed(&self, failure: PgFailure, effect: RequestEffect) -> Error {
+        failure.into_error(self.tokens.store_name(), effect)
     }
 
     async fn owner_statement(
@@ -96,7 +96,7 @@ impl PgLease {
         let done = query
             .execute(self.tokens.pool())
             .await
-            .map_err(|e| self.failed(e.into(), true))?;
+            .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
         Ok(done.rows_affected() == 1)
     }
 }
@@ -112,7 +112,7 @@ impl Lease for PgLease {
             .bind(ttl.as_millis() as i64)
             .fetch_one(self.tokens.pool())
             .await
-            .map_err(|e| self.failed(e.into(), true))?;
+            .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
         let decoded = || -> Result<_, PgFailure> {
             Ok((
                 row.try_get::<bool, _>(0)?,
@@ -120,13 +120,13 @@ impl Lease for PgLease {
                 row.try_get::<Option<i64>, _>(2)?,
             ))
         };
-        let (free, drew, granted) = decoded().map_err(|e| self.failed(e, true))?;
+        let (free, drew, granted) = decoded().map_err(|e| self.failed(e, RequestEffect::Writes))?;
         match granted {
             Some(token) => {
                 let token = FencingToken::from_i64(token).map_err(|e| {
                     self.failed(
                         PgFailure::Corrupt(format!("lease token {token}: {e}")),
-                        true,
+                        RequestEffect::Writes,
                     )
                 })?;
                 Ok(Some(LeaseGuard::new(

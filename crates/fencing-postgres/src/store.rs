@@ -1,16 +1,17 @@
 //! A Postgres table as a fenced store.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
-    Record, RecordKey, Result, State, Written,
+    Record, RecordKey, RequestEffect, Result, State, Written,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Acquire, AssertSqlSafe, PgExecutor, PgPool, Postgres, Row};
+use tokio::sync::OnceCell;
 
 use crate::error::PgFailure;
 use crate::table::FencedTable;
@@ -25,6 +26,7 @@ pub struct PgFencedStore {
     pool: PgPool,
     table: FencedTable,
     name: Arc<str>,
+    key_checked: Arc<OnceCell<()>>,
 }
 
 /// What [`PgFencedStore::write_many`] did.
@@ -45,7 +47,53 @@ impl PgFencedStore {
     /// The fenced records of `table`, through `pool`.
     pub fn new(pool: PgPool, table: FencedTable) -> Self {
         let name = table.store_name().into();
-        PgFencedStore { pool, table, name }
+        PgFencedStore {
+            pool,
+            table,
+            name,
+            key_checked: Arc::default(),
+        }
+    }
+
+    /// Checks, once per store (a failure is checked again next time), that a primary key or
+    /// unique index covers the key column: on a key that several rows share, one record's
+    /// write would change them all. Every write waits for it.
+    async fn check_key_is_unique(&self) -> Result<()> {
+        self.key_checked
+            .get_or_try_init(|| async {
+                let table = self.table.name().to_string();
+                let key = self.table.key_column();
+                let row = sqlx::query(AssertSqlSafe(self.table.sql().key_is_unique.clone()))
+                    .bind(&table)
+                    .bind(key.as_str())
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
+                let decoded = || -> Result<(bool, bool), sqlx::Error> {
+                    Ok((row.try_get(0)?, row.try_get(1)?))
+                };
+                match decoded().map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))? {
+                    (false, _) => Err(self.failed(
+                        PgFailure::Schema(format!(
+                            "table {table} does not exist (FencedTable::create_if_missing \
+                             creates it)"
+                        )),
+                        RequestEffect::ReadOnly,
+                    )),
+                    (true, false) => Err(InvalidInput::new(
+                        InputKind::Identifier,
+                        format!(
+                            "key column {key} of {table} is not unique: no primary key or unique \
+                             index covers it alone, so one record's write could change several \
+                             rows. Add one: CREATE UNIQUE INDEX ON {table} ({key})"
+                        ),
+                    )
+                    .into()),
+                    (true, true) => Ok(()),
+                }
+            })
+            .await
+            .map(drop)
     }
 
     /// The table.
@@ -68,13 +116,13 @@ impl PgFencedStore {
             .bind(key.as_str())
             .fetch_optional(executor)
             .await
-            .map_err(|e| self.failed(e.into(), false))?;
+            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
         row.map(|row| {
             let fence = fence_from_db(row.try_get(0)?)?;
             record_from(key, fence, row.try_get(1), row.try_get(2))
         })
         .transpose()
-        .map_err(|e| self.failed(e, false))
+        .map_err(|e| self.failed(e, RequestEffect::ReadOnly))
     }
 
     /// Applies one fenced write on the caller's connection or transaction.
@@ -90,10 +138,11 @@ impl PgFencedStore {
         write: &FencedWrite,
     ) -> Result<Written> {
         self.check_payload(write)?;
+        self.check_key_is_unique().await?;
         let mut conn = conn
             .acquire()
             .await
-            .map_err(|e| self.failed(e.into(), false))?;
+            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
         let sql = self.table.sql();
         let statement = match write.check() {
             FenceCheck::Claim => &sql.claim,
@@ -104,7 +153,7 @@ impl PgFencedStore {
                 .bind_write(statement, key.as_str(), token, write)
                 .fetch_optional(&mut *conn)
                 .await
-                .map_err(|e| self.failed(e.into(), true))?;
+                .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
             if let Some(row) = row {
                 return self.updated(row, key, token, write);
             }
@@ -115,16 +164,16 @@ impl PgFencedStore {
                 .bind_write(&sql.insert, key.as_str(), token, write)
                 .fetch_optional(&mut *conn)
                 .await
-                .map_err(|e| self.failed(e.into(), true))?;
+                .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
             if let Some(row) = inserted {
                 let record = record_from(key, Some(token), row.try_get(0), row.try_get(1))
-                    .map_err(|e| self.failed(e, true))?;
+                    .map_err(|e| self.failed(e, RequestEffect::Writes))?;
                 return Ok(Written::new(None, record));
             }
         }
         Err(self.failed(
             PgFailure::Inconsistent("the row kept appearing and disappearing under the write"),
-            true,
+            RequestEffect::Writes,
         ))
     }
 
@@ -144,18 +193,27 @@ impl PgFencedStore {
         write: &FencedWrite,
     ) -> Result<ManyWritten> {
         self.check_payload(write)?;
+        let mut distinct = HashSet::with_capacity(keys.len());
+        if let Some(twice) = keys.iter().find(|k| !distinct.insert(*k)) {
+            return Err(InvalidInput::new(
+                InputKind::RecordKey,
+                format!("{twice:?} appears twice in one batch write"),
+            )
+            .into());
+        }
+        self.check_key_is_unique().await?;
         let token = fence.token();
         let sql = self.table.sql();
         let mut tx = conn
             .begin()
             .await
-            .map_err(|e| self.failed(e.into(), false))?;
+            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
         let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
         let rows = sqlx::query(AssertSqlSafe(sql.lock_many.clone()))
             .bind(&texts)
             .fetch_all(&mut *tx)
             .await
-            .map_err(|e| self.failed(e.into(), false))?;
+            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
         let mut current = HashMap::with_capacity(rows.len());
         for row in &rows {
             let decoded = || -> Result<(String, Record), PgFailure> {
@@ -165,7 +223,7 @@ impl PgFencedStore {
                 let fence = fence_from_db(row.try_get(1)?)?;
                 Ok((text, record_from(&key, fence, row.try_get(2), Ok(None))?))
             };
-            let (text, record) = decoded().map_err(|e| self.failed(e, false))?;
+            let (text, record) = decoded().map_err(|e| self.failed(e, RequestEffect::ReadOnly))?;
             current.insert(text, record);
         }
         let mut written = Vec::new();
@@ -195,15 +253,17 @@ impl PgFencedStore {
                 .bind_write(statement, texts, token, write)
                 .fetch_all(&mut *tx)
                 .await
-                .map_err(|e| self.failed(e.into(), true))?;
+                .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
             if changed.len() != written.len() {
                 return Err(self.failed(
                     PgFailure::Inconsistent("locked rows changed under the batch write"),
-                    true,
+                    RequestEffect::Writes,
                 ));
             }
         }
-        tx.commit().await.map_err(|e| self.failed(e.into(), true))?;
+        tx.commit()
+            .await
+            .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
         Ok(ManyWritten { written, skipped })
     }
 
@@ -249,6 +309,22 @@ impl PgFencedStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
+        let matched: i64 = row
+            .try_get(5)
+            .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
+        if matched > 1 {
+            return Err(self.failed(
+                PgFailure::Schema(format!(
+                    "{matched} rows of {} have key {key:?}, so nothing was written: the key \
+                     column {} must be unique (CREATE UNIQUE INDEX ON {} ({}))",
+                    self.table.name(),
+                    self.table.key_column(),
+                    self.table.name(),
+                    self.table.key_column()
+                )),
+                RequestEffect::Writes,
+            ));
+        }
         let decode = || -> Result<_, PgFailure> {
             let previous_fence = fence_from_db(row.try_get(0)?)?;
             let previous_state = state_from_db(row.try_get(1)?)?;
@@ -256,7 +332,7 @@ impl PgFencedStore {
             Ok((previous_fence, previous_state, applied))
         };
         let (previous_fence, previous_state, applied) =
-            decode().map_err(|e| self.failed(e, true))?;
+            decode().map_err(|e| self.failed(e, RequestEffect::Writes))?;
         if !applied {
             let found = Record {
                 key: key.clone(),
@@ -267,7 +343,7 @@ impl PgFencedStore {
             write.decide(&self.name, key, token, Some(&found))?;
             return Err(self.failed(
                 PgFailure::Inconsistent("the update refused a write its own row admits"),
-                true,
+                RequestEffect::Writes,
             ));
         }
         let fence = match write.check() {
@@ -275,7 +351,7 @@ impl PgFencedStore {
             FenceCheck::HolderOnly => previous_fence,
         };
         let record = record_from(key, fence, row.try_get(3), row.try_get(4))
-            .map_err(|e| self.failed(e, true))?;
+            .map_err(|e| self.failed(e, RequestEffect::Writes))?;
         Ok(Written::over(previous_fence, previous_state, record))
     }
 
@@ -290,8 +366,8 @@ impl PgFencedStore {
         Ok(())
     }
 
-    fn failed(&self, failure: PgFailure, wrote: bool) -> Error {
-        failure.into_error(&self.name, wrote)
+    fn failed(&self, failure: PgFailure, effect: RequestEffect) -> Error {
+        failure.into_error(&self.name, effect)
     }
 }
 

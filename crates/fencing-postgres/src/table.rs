@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fencing_core::InvalidInput;
+use fencing_core::{InvalidInput, RequestEffect, State, refused_char_ranges};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::error::PgFailure;
@@ -32,6 +32,7 @@ pub(crate) struct Statements {
     pub(crate) claim_many: Arc<str>,
     pub(crate) holder_only_many: Arc<str>,
     pub(crate) max_fence: Arc<str>,
+    pub(crate) key_is_unique: Arc<str>,
 }
 
 impl FencedTable {
@@ -105,7 +106,8 @@ impl FencedTable {
     }
 
     /// Creates the schema and a table of exactly these columns, if missing: key `TEXT PRIMARY
-    /// KEY`, fence `BIGINT NOT NULL DEFAULT 0`, state `TEXT`, payload `BYTEA`.
+    /// KEY`, fence `BIGINT NOT NULL DEFAULT 0 CHECK (fence >= 0)`, state `TEXT`, payload
+    /// `BYTEA`.
     pub async fn create_if_missing(&self, pool: &PgPool) -> Result<(), fencing_core::Error> {
         let payload = self
             .payload
@@ -115,7 +117,7 @@ impl FencedTable {
         let ddl = format!(
             "CREATE SCHEMA IF NOT EXISTS {schema}; \
              CREATE TABLE IF NOT EXISTS {table} ({key} TEXT PRIMARY KEY, \
-             {fence} BIGINT NOT NULL DEFAULT 0, {state} TEXT{payload})",
+             {fence} BIGINT NOT NULL DEFAULT 0 CHECK ({fence} >= 0), {state} TEXT{payload})",
             schema = self.name.schema(),
             table = self.name,
             key = self.key,
@@ -125,12 +127,23 @@ impl FencedTable {
         self.run_ddl(pool, ddl).await
     }
 
-    /// Adds the fence column (`BIGINT NOT NULL DEFAULT 0`) to an existing table, if missing.
-    /// Existing rows start with no fence.
+    /// Adds the fence column (`BIGINT NOT NULL DEFAULT 0`) to an existing table, if missing,
+    /// and the check that keeps it non-negative (`CHECK (fence >= 0)`), if missing. Existing
+    /// rows start with no fence.
     pub async fn add_fence_column(&self, pool: &PgPool) -> Result<(), fencing_core::Error> {
+        let (table, fence) = (&self.name, &self.fence);
+        let check: String = format!("fencing_{}_nonnegative", fence.as_str())
+            .chars()
+            .take(Ident::MAX_BYTES)
+            .collect();
         let ddl = format!(
-            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} BIGINT NOT NULL DEFAULT 0",
-            self.name, self.fence
+            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {fence} BIGINT NOT NULL DEFAULT 0; \
+             DO $fencing$ BEGIN \
+               IF NOT EXISTS (SELECT 1 FROM pg_constraint \
+                 WHERE conrelid = '{table}'::regclass AND conname = '{check}') THEN \
+                 ALTER TABLE {table} ADD CONSTRAINT \"{check}\" CHECK ({fence} >= 0); \
+               END IF; \
+             END $fencing$"
         );
         self.run_ddl(pool, ddl).await
     }
@@ -140,7 +153,7 @@ impl FencedTable {
             .execute(pool)
             .await
             .map(drop)
-            .map_err(|e| PgFailure::from(e).into_error(&self.store_name(), false))
+            .map_err(|e| PgFailure::from(e).into_error(&self.store_name(), RequestEffect::ReadOnly))
     }
 
     /// The name the store goes by in errors and batches: `postgres:schema.table`.
@@ -189,15 +202,23 @@ impl Statements {
         payload: Option<&Ident>,
     ) -> Self {
         let fence_value = format!("COALESCE({fence}, 0)");
+        // A row whose fence or state this crate could not read back is refused inside the
+        // statement, so nothing is written over it (the caller gets a Backend error naming it).
+        let row_readable = format!(
+            "{fence_value} >= 0 AND ({state} IS NULL OR ({state} <> '' AND octet_length({state}) \
+             <= {max_state} AND {state} !~ '{refused}'))",
+            max_state = State::MAX_BYTES,
+            refused = refused_chars_class(),
+        );
         let payload_read = payload.map_or("NULL::bytea".to_owned(), |p| p.to_string());
         let payload_set = payload
             .map(|p| format!(", {p} = COALESCE($5, {p})"))
             .unwrap_or_default();
         let states_ok = format!("($4::text[] IS NULL OR {state} = ANY($4::text[]))");
-        let update = |set_fence: &str, fence_ok: &str, keys: &str| {
+        let update = |set_fence: &str, fence_ok: &str, keys: &str, only_one: &str| {
             format!(
                 "UPDATE {table} SET {set_fence}{state} = COALESCE($3, {state}){payload_set} \
-                 WHERE {key} {keys} AND {fence_ok} AND {states_ok}"
+                 WHERE {key} {keys} AND {fence_ok} AND {states_ok} AND {row_readable}{only_one}"
             )
         };
         let claim_set = format!("{fence} = $2, ");
@@ -205,14 +226,19 @@ impl Statements {
         let holder_ok = format!("{fence_value} = $2");
         // One statement: lock the row, remember what it held, apply the fenced update, and
         // return the old fence and state whether or not the update applied, so a refusal
-        // names the fence it met without a second round trip.
+        // names the fence it met without a second round trip. The update applies only when
+        // exactly one row has the key, so a key column whose unique index was dropped can
+        // never let one write change several rows; the count comes back to say so.
+        let only_one = " AND (SELECT count(*) FROM old) = 1";
         let single = |update: String| {
             format!(
                 "WITH old AS (SELECT {fence_value} AS fence, {state} AS state FROM {table} \
                  WHERE {key} = $1 FOR UPDATE), \
                  upd AS ({update} RETURNING {state} AS state, {payload_read} AS payload) \
-                 SELECT old.fence, old.state, EXISTS (SELECT 1 FROM upd) AS applied, upd.state AS new_state, upd.payload AS new_payload \
-                 FROM old LEFT JOIN upd ON TRUE"
+                 SELECT old.fence, old.state, EXISTS (SELECT 1 FROM upd) AS applied, \
+                 upd.state AS new_state, upd.payload AS new_payload, \
+                 (SELECT count(*) FROM old) AS matched \
+                 FROM old LEFT JOIN upd ON TRUE LIMIT 1"
             )
         };
         let (insert_payload_col, insert_payload_val) =
@@ -227,8 +253,8 @@ impl Statements {
                 "SELECT {fence_value}, {state}, {payload_read} FROM {table} WHERE {key} = $1"
             )
             .into(),
-            claim: single(update(&claim_set, &claim_ok, "= $1")).into(),
-            holder_only: single(update("", &holder_ok, "= $1")).into(),
+            claim: single(update(&claim_set, &claim_ok, "= $1", only_one)).into(),
+            holder_only: single(update("", &holder_ok, "= $1", only_one)).into(),
             insert: format!(
                 "INSERT INTO {table} ({key}, {fence}, {state}{insert_payload_col}) \
                  SELECT $1::text, $2::bigint, $3::text{insert_payload_val} WHERE $4::text[] IS NULL \
@@ -242,15 +268,40 @@ impl Statements {
             .into(),
             claim_many: format!(
                 "{} RETURNING {key}",
-                update(&claim_set, &claim_ok, "= ANY($1)")
+                update(&claim_set, &claim_ok, "= ANY($1)", "")
             )
             .into(),
             holder_only_many: format!(
                 "{} RETURNING {key}",
-                update("", &holder_ok, "= ANY($1)")
+                update("", &holder_ok, "= ANY($1)", "")
             )
             .into(),
             max_fence: format!("SELECT MAX({fence_value}) FROM {table}").into(),
+            // $1: the table as `"schema"."name"`; $2: the key column. Whether the table exists,
+            // and whether a unique index (or primary key) of exactly that one column, valid,
+            // without predicate or expression, covers it.
+            key_is_unique: "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_index i \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+                 WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid \
+                 AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL \
+                 AND a.attname = $2)"
+                .into(),
         }
     }
+}
+
+/// A regular-expression bracket of every character no state may contain (control and format
+/// characters, as the core refuses them), for the SQL check on stored states.
+fn refused_chars_class() -> String {
+    let escape = |c: char| format!("\\U{:08X}", (c as u32).max(1));
+    let mut class = String::from("[");
+    for &(low, high) in refused_char_ranges() {
+        class.push_str(&escape(low));
+        if high != low {
+            class.push('-');
+            class.push_str(&escape(high));
+        }
+    }
+    class.push(']');
+    class
 }

@@ -1,7 +1,7 @@
 //! A durable token source: one row per resource in a counter table.
 
 use async_trait::async_trait;
-use fencing_core::{Error, FencingToken, ResourceName, Result, TokenSource};
+use fencing_core::{Error, FencingToken, RequestEffect, ResourceName, Result, TokenSource};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use crate::error::PgFailure;
@@ -73,16 +73,16 @@ impl PgTokenSource {
             .execute(&self.pool)
             .await
             .map(drop)
-            .map_err(|e| PgFailure::from(e).into_error(&self.store, false))
+            .map_err(|e| PgFailure::from(e).into_error(&self.store, RequestEffect::ReadOnly))
     }
 
-    /// Runs one counter statement; `wrote` says whether it changes the counter.
+    /// Runs one counter statement; `effect` says whether it changes the counter.
     async fn value(
         &self,
         sql: &str,
         resource: &ResourceName,
         floor: Option<i64>,
-        wrote: bool,
+        effect: RequestEffect,
     ) -> Result<Option<FencingToken>> {
         let query = sqlx::query(AssertSqlSafe(sql)).bind(resource.as_str());
         let query = match floor {
@@ -100,14 +100,14 @@ impl PgTokenSource {
         };
         decoded
             .await
-            .map_err(|e: PgFailure| e.into_error(&self.store, wrote))
+            .map_err(|e: PgFailure| e.into_error(&self.store, effect))
     }
 }
 
 #[async_trait]
 impl TokenSource for PgTokenSource {
     async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
-        self.value(&self.next, resource, None, true)
+        self.value(&self.next, resource, None, RequestEffect::Writes)
             .await?
             .ok_or_else(|| Error::TokenExhausted {
                 resource: resource.clone(),
@@ -115,7 +115,8 @@ impl TokenSource for PgTokenSource {
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        self.value(&self.current, resource, None, false).await
+        self.value(&self.current, resource, None, RequestEffect::ReadOnly)
+            .await
     }
 
     async fn advance_to(
@@ -124,10 +125,16 @@ impl TokenSource for PgTokenSource {
         floor: FencingToken,
     ) -> Result<FencingToken> {
         let value = self
-            .value(&self.advance, resource, Some(floor.as_i64()), true)
+            .value(
+                &self.advance,
+                resource,
+                Some(floor.as_i64()),
+                RequestEffect::Writes,
+            )
             .await?;
         value.ok_or_else(|| {
-            PgFailure::Inconsistent("an upsert returned no row").into_error(&self.store, true)
+            PgFailure::Inconsistent("an upsert returned no row")
+                .into_error(&self.store, RequestEffect::Writes)
         })
     }
 }

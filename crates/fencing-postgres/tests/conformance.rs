@@ -10,11 +10,15 @@ use fencing_postgres::PgFenceFloor;
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_contract() {
     let schema = Schema::new().await;
-    store_suite(&schema.store()).await;
-    store_suite(&(Box::new(schema.store()) as Box<dyn FencedStore>)).await;
+    store_suite(Arc::new(schema.store()), Capabilities::real_server()).await;
+    store_suite(
+        Arc::new(Box::new(schema.store()) as Box<dyn FencedStore>),
+        Capabilities::real_server(),
+    )
+    .await;
     schema.drop_schema().await;
 }
 
@@ -62,6 +66,22 @@ async fn token_regression_is_detected_and_repaired_from_max_fence() {
         &floor,
         Capabilities::real_server(),
         async || schema.execute(lose).await,
+    )
+    .await;
+    schema.drop_schema().await;
+}
+
+/// A durable counter loses nothing: the schedules run with nothing lost between them, and
+/// must still never see a token issued twice.
+#[tokio::test]
+async fn no_token_is_reissued() {
+    let schema = Schema::new().await;
+    let lease = schema.lease().await;
+    no_token_is_reissued_after_counter_loss(
+        &lease,
+        &schema.store(),
+        Capabilities::real_server(),
+        async || {},
     )
     .await;
     schema.drop_schema().await;

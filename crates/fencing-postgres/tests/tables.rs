@@ -6,12 +6,12 @@ mod common;
 use common::Schema;
 use fencing_core::{
     Error, Fence, FenceCheck, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence,
-    InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, TokenSource,
+    InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
 };
 use fencing_postgres::{
     FencedTable, Ident, PgFenceFloor, PgFencedStore, push_fence_condition, rows_affected_to_result,
 };
-use sqlx::{Postgres, QueryBuilder};
+use sqlx::{AssertSqlSafe, Postgres, QueryBuilder};
 
 fn key(text: &str) -> RecordKey {
     RecordKey::new(text).unwrap()
@@ -322,5 +322,185 @@ async fn a_missing_table_or_fence_column_is_a_clear_error() {
         matches!(err, Error::InvalidInput(_)),
         "no payload column: {err:?}"
     );
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn a_key_column_that_is_not_unique_is_refused_before_anything_is_written() {
+    let schema = Schema::new().await;
+    let table = format!("\"{}\".payouts", schema.name);
+    schema
+        .execute(format!(
+            "CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, merchant TEXT NOT NULL, \
+             fence BIGINT NOT NULL DEFAULT 0, state TEXT); \
+             INSERT INTO {table} (merchant, state) SELECT 'm_4471', 'pending' \
+             FROM generate_series(1, 5)"
+        ))
+        .await;
+    let by_merchant = FencedTable::new(&schema.name, "payouts")
+        .unwrap()
+        .with_key_column("merchant")
+        .unwrap();
+    let store = PgFencedStore::new(schema.pool.clone(), by_merchant.clone());
+    let err = store
+        .write(&key("m_4471"), token(9), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    match &err {
+        Error::InvalidInput(e) => {
+            assert_eq!(e.kind(), InputKind::Identifier);
+            assert!(e.detail().contains("CREATE UNIQUE INDEX"), "{err}");
+        }
+        other => panic!("expected a refused key column, got {other:?}"),
+    }
+    let untouched: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM {table} WHERE fence = 0 AND state = 'pending'"
+    )))
+    .fetch_one(&schema.pool)
+    .await
+    .unwrap();
+    assert_eq!(untouched, 5, "nothing written");
+
+    // The index the error asks for makes the same store work (the failed check is not kept).
+    schema
+        .execute(format!("DELETE FROM {table} WHERE id > 1"))
+        .await;
+    schema
+        .execute(format!(
+            "CREATE UNIQUE INDEX merchant_unique ON {table} (merchant)"
+        ))
+        .await;
+    store
+        .write(&key("m_4471"), token(9), &FencedWrite::claim())
+        .await
+        .unwrap();
+
+    // The index dropped later, duplicates back: one record's write still changes no row.
+    schema
+        .execute(format!(
+            "DROP INDEX \"{}\".merchant_unique; \
+             INSERT INTO {table} (merchant, state) VALUES ('m_4471', 'pending')",
+            schema.name
+        ))
+        .await;
+    let err = store
+        .write(
+            &key("m_4471"),
+            token(10),
+            &FencedWrite::claim().set_state(State::new("sending").unwrap()),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Backend { .. }) && err.to_string().contains("must be unique"),
+        "{err:?}"
+    );
+    let states: Vec<(i64, Option<String>)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT fence, state FROM {table} ORDER BY id"
+    )))
+    .fetch_all(&schema.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        states,
+        [(9, Some("pending".into())), (0, Some("pending".into()))]
+    );
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn a_corrupt_row_is_refused_inside_the_statement_and_left_as_it_was() {
+    let schema = Schema::new().await;
+    let table = format!("\"{}\".legacy", schema.name);
+    schema
+        .execute(format!(
+            "CREATE TABLE {table} (id TEXT PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0, \
+             state TEXT); \
+             INSERT INTO {table} VALUES ('negative', -7, 'pending'), ('empty', 3, ''), \
+             ('control', 3, E'pend\\x01ing'), ('zero-width', 3, E'pend\\u200Bing')"
+        ))
+        .await;
+    let store = PgFencedStore::new(
+        schema.pool.clone(),
+        FencedTable::new(&schema.name, "legacy").unwrap(),
+    );
+    let sending = FencedWrite::claim().set_state(State::new("sending").unwrap());
+    for id in ["negative", "empty", "control", "zero-width"] {
+        let before: (i64, Option<String>) = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT fence, state FROM {table} WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_one(&schema.pool)
+        .await
+        .unwrap();
+        for write in [&sending, &FencedWrite::holder_only()] {
+            let err = store.write(&key(id), token(9), write).await.unwrap_err();
+            assert!(
+                matches!(err, Error::Backend { .. }) && err.to_string().contains("stored"),
+                "{id}: {err:?}"
+            );
+        }
+        let after: (i64, Option<String>) = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT fence, state FROM {table} WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_one(&schema.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            after, before,
+            "{id}: a corrupt row must not be written over"
+        );
+    }
+
+    // add_fence_column on the same table adds the check that keeps fences from going negative
+    // (after the corrupt fence is mended: a check cannot be added over a row that breaks it).
+    schema
+        .execute(format!(
+            "UPDATE {table} SET fence = 0 WHERE id = 'negative'"
+        ))
+        .await;
+    let legacy = FencedTable::new(&schema.name, "legacy").unwrap();
+    legacy.add_fence_column(&schema.pool).await.unwrap();
+    legacy.add_fence_column(&schema.pool).await.unwrap();
+    let err = sqlx::raw_sql(AssertSqlSafe(format!(
+        "UPDATE {table} SET fence = -1 WHERE id = 'negative'"
+    )))
+    .execute(&schema.pool)
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("nonnegative"), "{err}");
+    let created = sqlx::raw_sql(AssertSqlSafe(format!(
+        "INSERT INTO \"{}\".records (id, fence) VALUES ('x', -1)",
+        schema.name
+    )))
+    .execute(&schema.pool)
+    .await
+    .unwrap_err();
+    assert!(created.to_string().contains("check"), "{created}");
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn a_batch_write_naming_one_key_twice_is_refused_before_sending() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let keys = [key("r_1"), key("r_2"), key("r_1")];
+    pending_rows(&store, &keys[..2]).await;
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let source = MemoryTokenSource::new();
+    let fence = Fence::new(&resource, token(5), &source);
+    let err = store
+        .write_many(&fence, &keys, &Lifecycle::default().claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(e) if e.kind() == InputKind::RecordKey),
+        "{err:?}"
+    );
+    for k in &keys[..2] {
+        let record = store.read(k).await.unwrap().unwrap();
+        assert_eq!(record.fence, Some(token(1)), "nothing written");
+    }
     schema.drop_schema().await;
 }

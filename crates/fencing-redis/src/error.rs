@@ -1,6 +1,6 @@
 //! This adapter's failures, and how each maps onto the core's meaning-level error.
 
-use fencing_core::{Error, ResourceName};
+use fencing_core::{Error, RequestEffect, ResourceName};
 use redis::RedisError;
 
 /// The store name Redis failures carry.
@@ -26,41 +26,33 @@ impl From<RedisError> for RedisFailure {
 }
 
 impl RedisFailure {
-    /// The core error. `wrote` says whether the failed request could have changed data.
-    pub(crate) fn into_error(self, resource: &ResourceName, wrote: bool) -> Error {
-        let backend = |source| Error::Backend {
-            store: STORE.to_owned(),
-            source,
-        };
+    /// The core error for a failed request about `resource` with this `effect`.
+    pub(crate) fn into_error(self, resource: &ResourceName, effect: RequestEffect) -> Error {
         let err = match self {
-            RedisFailure::Unexpected(what) => return backend(what.into()),
+            RedisFailure::Unexpected(what) => {
+                return Error::failed_request(STORE, effect, false, what.into());
+            }
             RedisFailure::Driver(err) => err,
         };
         match err.code() {
-            Some(EXHAUSTED) => {
-                return Error::TokenExhausted {
-                    resource: resource.clone(),
-                };
+            Some(EXHAUSTED) => Error::TokenExhausted {
+                resource: resource.clone(),
+            },
+            Some(NOT_INTEGER) => Error::failed_request(
+                STORE,
+                effect,
+                false,
+                format!(
+                    "the counter key of {resource:?} holds something other than a token: {}",
+                    err.detail().unwrap_or_default()
+                )
+                .into(),
+            ),
+            _ => {
+                let answer_lost =
+                    err.is_io_error() || err.is_connection_dropped() || err.is_timeout();
+                Error::failed_request(STORE, effect, answer_lost, Box::new(err))
             }
-            Some(NOT_INTEGER) => {
-                return backend(
-                    format!(
-                        "the counter key of {resource:?} holds something other than a token: {}",
-                        err.detail().unwrap_or_default()
-                    )
-                    .into(),
-                );
-            }
-            _ => {}
-        }
-        let lost = err.is_io_error() || err.is_connection_dropped() || err.is_timeout();
-        if lost && wrote {
-            Error::Ambiguous {
-                store: STORE.to_owned(),
-                source: Box::new(err),
-            }
-        } else {
-            backend(Box::new(err))
         }
     }
 }

@@ -5,20 +5,22 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::{
-    Clock, FenceFloor, Lease, LeaseGuard, OwnerId, ResourceName, Result, TokenSource, TokioClock,
-    Ttl,
+    Clock, FenceFloor, Lease, LeaseGuard, OwnerId, RequestEffect, ResourceName, Result,
+    TokenSource, TokioClock, Ttl,
 };
 use redis::Script;
 use redis::aio::ConnectionLike;
 
-use crate::error::RedisFailure;
 use crate::keys::RedisKeys;
-use crate::scripts::SEED;
-use crate::tokens::{RedisTokenSource, token_from_reply};
+use crate::tokens::{LockRequest, RedisTokenSource};
 
 /// A lease on Redis whose acquisition and fencing token take one round trip: one script does
 /// `SET lock:{r} <owner> NX PX <ttl>` and `INCR fence:{r}`. Extend and release compare the
 /// owner inside a script, so only the holder can do either.
+///
+/// Its tokens come from a [`RedisTokenSource`]: built with [`Self::new`], tokens are
+/// epoch-prefixed and never reissued after Redis loses the counter; see that type for what
+/// each deployment guarantees.
 #[derive(Clone)]
 pub struct RedisLease<C> {
     tokens: RedisTokenSource<C>,
@@ -35,10 +37,21 @@ impl<C> fmt::Debug for RedisLease<C> {
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
     /// Leases through `conn` (a multiplexed connection, a `ConnectionManager` or a cluster
-    /// connection), at the default keys, local deadlines on tokio's clock.
-    pub fn new(conn: C) -> Self {
+    /// connection), at the default keys, local deadlines on tokio's clock, tokens
+    /// epoch-prefixed with epochs from the durable `epochs` ([`RedisTokenSource::new`]).
+    pub fn new(conn: C, epochs: Arc<dyn TokenSource>) -> Self {
+        Self::from_tokens(RedisTokenSource::new(conn, epochs))
+    }
+
+    /// Leases whose counter starts again at 1 when Redis loses it, and so **may reissue a
+    /// token** ([`RedisTokenSource::may_reissue_tokens`]).
+    pub fn may_reissue_tokens(conn: C) -> Self {
+        Self::from_tokens(RedisTokenSource::may_reissue_tokens(conn))
+    }
+
+    fn from_tokens(tokens: RedisTokenSource<C>) -> Self {
         RedisLease {
-            tokens: RedisTokenSource::new(conn),
+            tokens,
             clock: Arc::new(TokioClock),
         }
     }
@@ -49,7 +62,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
         self
     }
 
-    /// The same leases, seeding a missing counter from `floors` (see
+    /// The same leases, starting a missing counter above the stores' `floors` (see
     /// [`RedisTokenSource::seeded_from`]).
     pub fn seeded_from(mut self, floors: Vec<Arc<dyn FenceFloor>>) -> Self {
         self.tokens = self.tokens.seeded_from(floors);
@@ -63,9 +76,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
 
     /// The SHA1 the acquire script is sent by (to preload it with `SCRIPT LOAD`, or to drive
     /// it from `redis-benchmark`). Its keys are the lease and counter keys; its arguments the
-    /// owner, the TTL in milliseconds, and `1` when a missing counter must be seeded.
+    /// owner, the TTL in milliseconds, and when to hand the counter back to the client (`0`
+    /// never, `1` when missing, `2` when missing or its epoch is used up).
     pub fn acquire_script_hash(&self) -> &str {
-        self.tokens.scripts.acquire.get_hash()
+        self.tokens.client().scripts().acquire.get_hash()
     }
 
     async fn owner_script(
@@ -75,16 +89,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
         ttl: Option<Ttl>,
     ) -> Result<bool> {
         let resource = guard.resource();
-        let mut invocation = script.key(self.tokens.keys.lock_key(resource)?);
-        invocation.arg(guard.owner().as_str());
-        if let Some(ttl) = ttl {
-            invocation.arg(ttl.as_millis());
-        }
-        let mut conn = self.tokens.conn.clone();
-        let done: i64 = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| RedisFailure::from(e).into_error(resource, true))?;
+        let client = self.tokens.client();
+        let lock = client.keys().lock_key(resource)?;
+        let ttl = ttl.map(|ttl| ttl.as_millis().to_string());
+        let mut args = vec![guard.owner().as_str()];
+        args.extend(ttl.as_deref());
+        let done: i64 = client
+            .run(script, resource, &[&lock], &args, RequestEffect::Writes)
+            .await?;
         Ok(done == 1)
     }
 }
@@ -92,52 +104,25 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
 #[async_trait]
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
-        let keys = &self.tokens.keys;
-        let (lock, counter) = (keys.lock_key(resource)?, keys.counter_key(resource)?);
-        let seeded = if self.tokens.is_seeded() { "1" } else { "0" };
-        for _ in 0..2 {
-            let owner = OwnerId::random();
-            let requested_at = self.clock.now();
-            let mut conn = self.tokens.conn.clone();
-            let reply: Option<String> = self
-                .tokens
-                .scripts
-                .acquire
-                .key(&lock)
-                .key(&counter)
-                .arg(owner.as_str())
-                .arg(ttl.as_millis())
-                .arg(seeded)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| RedisFailure::from(e).into_error(resource, true))?;
-            match reply {
-                None => return Ok(None),
-                Some(reply) if reply == SEED => self.tokens.seed(resource).await?,
-                Some(reply) => {
-                    let token = token_from_reply(&reply, resource)?;
-                    return Ok(Some(LeaseGuard::new(
-                        resource.clone(),
-                        owner,
-                        token,
-                        ttl,
-                        requested_at,
-                    )));
-                }
-            }
-        }
-        Err(
-            RedisFailure::Unexpected("the counter stayed unseeded".into())
-                .into_error(resource, true),
-        )
+        let owner = OwnerId::random();
+        let requested_at = self.clock.now();
+        let lock = LockRequest { owner: &owner, ttl };
+        let Some(token) = self.tokens.issue(resource, Some(lock)).await? else {
+            return Ok(None);
+        };
+        Ok(Some(LeaseGuard::new(
+            resource.clone(),
+            owner,
+            token,
+            ttl,
+            requested_at,
+        )))
     }
 
     async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
         let requested_at = self.clock.now();
-        if !self
-            .owner_script(&self.tokens.scripts.extend, guard, Some(ttl))
-            .await?
-        {
+        let extend = &self.tokens.client().scripts().extend;
+        if !self.owner_script(extend, guard, Some(ttl)).await? {
             return Err(guard.lost());
         }
         guard.extended(ttl, requested_at);
@@ -145,10 +130,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> 
     }
 
     async fn release(&self, guard: LeaseGuard) -> Result<()> {
-        if !self
-            .owner_script(&self.tokens.scripts.release, &guard, None)
-            .await?
-        {
+        let release = &self.tokens.client().scripts().release;
+        if !self.owner_script(release, &guard, None).await? {
             return Err(guard.lost());
         }
         Ok(())

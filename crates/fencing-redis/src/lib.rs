@@ -4,8 +4,10 @@
 //! * [`RedisLease`] runs `SET lock:{r} <owner> NX PX <ttl>` and `INCR fence:{r}` in one script,
 //!   sent by its SHA1 (with the source only when the server's script cache is empty). Extend
 //!   and release compare the owner inside a script.
-//! * [`RedisTokenSource`] is the counter behind it: `advance_to` raises it atomically, and
-//!   [`RedisTokenSource::seeded_from`] re-seeds a counter a restart without persistence lost.
+//! * [`RedisTokenSource`] is the counter behind it. By default its tokens are epoch-prefixed:
+//!   when Redis loses the counter, the next token opens a new epoch taken from a durable
+//!   token source, so no token is ever issued twice (one durable write per loss of state).
+//!   [`RedisTokenSource::may_reissue_tokens`] opts out, and says what it gives up.
 //! * [`RedisKeys`] lays the two keys of a resource under one hash tag, so everything works on
 //!   Redis Cluster; resource names with braces are refused.
 //!
@@ -16,6 +18,7 @@
 //! it resumes it does not know time passed. Present the guard's token on every protected
 //! write; the store's fence is what refuses the paused holder.
 
+mod client;
 mod error;
 mod keys;
 mod lease;

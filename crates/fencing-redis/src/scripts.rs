@@ -17,26 +17,52 @@ local function counter(key)
   end
   return v, nil
 end
+-- True when the low 32 bits of v are all ones: the counter has used up its epoch. Exact: each
+-- step stays below 2^36, far inside a double's 2^53.
+local function used_up(v)
+  local low = 0
+  for i = 1, #v do low = (low * 10 + string.byte(v, i) - 48) % 4294967296 end
+  return low == 4294967295
+end
+-- Whether the client must re-establish the counter before it issues: mode '1' when it is
+-- missing (seeding from floors), mode '2' also when its epoch is used up (epoch tokens).
+local function must_reestablish(v, mode)
+  if v == false then return mode ~= '0' end
+  return mode == '2' and v ~= MAX and used_up(v)
+end
+-- Raises the counter at key (now v) to floor, a token-shaped decimal; never lowers it.
+-- Compares decimal strings by length, then text. Returns the counter's value.
+local function raise(key, v, floor)
+  if v == false or #v < #floor or (#v == #floor and v < floor) then
+    redis.call('SET', key, floor)
+    return floor
+  end
+  return v
+end
 "#;
 
-/// KEYS: lease, counter. ARGV: owner, TTL in ms, `1` if a missing counter must be seeded.
-/// Returns nil (held), `SEED` (counter missing), or the new token as a string.
+/// KEYS: lease, counter. ARGV: owner, TTL in ms, the re-establish mode (`0`, `1`, `2`), and
+/// a floor to raise the counter to first (empty for none). Returns nil (held), `SEED` (the
+/// client must re-establish the counter: send again with a floor), or the new token.
 const ACQUIRE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local v, problem = counter(KEYS[2])
 if problem then return problem end
-if v == false and ARGV[3] == '1' then return redis.status_reply('SEED') end
+if ARGV[4] ~= '' then v = raise(KEYS[2], v, ARGV[4]) end
+if must_reestablish(v, ARGV[3]) then return redis.status_reply('SEED') end
 if v == MAX then return redis.error_reply('FENCE_EXHAUSTED ' .. KEYS[2]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('INCR', KEYS[2])
 return redis.call('GET', KEYS[2])
 "#;
 
-/// KEYS: counter. ARGV: `1` if a missing counter must be seeded.
+/// KEYS: counter. ARGV: the re-establish mode (`0`, `1`, `2`), and a floor to raise the
+/// counter to first (empty for none).
 const NEXT: &str = r#"
 local v, problem = counter(KEYS[1])
 if problem then return problem end
-if v == false and ARGV[1] == '1' then return redis.status_reply('SEED') end
+if ARGV[2] ~= '' then v = raise(KEYS[1], v, ARGV[2]) end
+if must_reestablish(v, ARGV[1]) then return redis.status_reply('SEED') end
 if v == MAX then return redis.error_reply('FENCE_EXHAUSTED ' .. KEYS[1]) end
 redis.call('INCR', KEYS[1])
 return redis.call('GET', KEYS[1])
@@ -49,16 +75,11 @@ if problem then return problem end
 return v
 "#;
 
-/// KEYS: counter. ARGV: floor. Compares decimal strings by length, then text.
+/// KEYS: counter. ARGV: floor.
 const ADVANCE: &str = r#"
 local v, problem = counter(KEYS[1])
 if problem then return problem end
-local floor = ARGV[1]
-if v == false or #v < #floor or (#v == #floor and v < floor) then
-  redis.call('SET', KEYS[1], floor)
-  return floor
-end
-return v
+return raise(KEYS[1], v, ARGV[1])
 "#;
 
 /// KEYS: lease. ARGV: owner, TTL in ms. 1 if extended, 0 if the owner does not hold it.
@@ -102,5 +123,5 @@ impl Scripts {
     }
 }
 
-/// The reply that asks the caller to seed a missing counter.
+/// The reply that asks the caller to re-establish the counter (seed it, or open an epoch).
 pub(crate) const SEED: &str = "SEED";

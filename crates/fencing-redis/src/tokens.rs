@@ -1,60 +1,93 @@
-//! Tokens from a Redis counter, with a floor and seeding from the protected stores.
+//! Tokens from a Redis counter: epoch-prefixed by default, so that losing the counter never
+//! leads to a token being issued twice.
 
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::{FenceFloor, FencingToken, ResourceName, Result, TokenSource, seed_from_floors};
-use redis::Script;
+use fencing_core::{
+    FenceFloor, FencingToken, OwnerId, RequestEffect, ResourceName, Result, TokenSource, Ttl, epoch,
+};
 use redis::aio::ConnectionLike;
 
+use crate::client::RedisClient;
 use crate::error::RedisFailure;
 use crate::keys::RedisKeys;
-use crate::scripts::{SEED, Scripts};
+use crate::scripts::SEED;
 
 /// A per-resource `INCR` counter at [`RedisKeys::counter_key`].
 ///
-/// Redis without persistence forgets counters when it restarts, and the next token would then
-/// be 1 again. Give the source the stores' floors with [`Self::seeded_from`]: a missing counter
-/// is then raised to their `MAX(fence)` before it issues anything, at the cost of one read per
-/// restart. Without floors, the core reports such a restart as a token regression at the
-/// first refused write.
+/// Redis without persistence forgets counters when it restarts; a Redis restored from a
+/// snapshot or failed over to a lagging replica can hold a counter behind the tokens already
+/// issued. Which of these this source survives depends on how it is built:
+///
+/// * [`Self::new`] (the default) holds epoch-prefixed tokens ([`fencing_core::epoch`]): a
+///   missing counter takes its next epoch from a durable [`TokenSource`] (e.g. a PostgreSQL
+///   row counter), so every token issued after a restart is above every token issued before,
+///   even those whose holders never wrote. One durable write per restart; every other token is
+///   one round trip. A counter that is present but behind (old snapshot, lagging replica) is
+///   not detected: for those deployments use a durable source for the tokens themselves.
+/// * [`Self::may_reissue_tokens`] counts from 1 again after a restart. The fence still refuses
+///   a lower token wherever a newer holder wrote, and the core reports it as a regression and
+///   repairs the counter, but a token whose holder had not written yet can be issued twice.
+///   [`Self::seeded_from`] narrows the window (a missing counter starts above the stores'
+///   `MAX(fence)`) without closing it.
 #[derive(Clone)]
 pub struct RedisTokenSource<C> {
-    pub(crate) conn: C,
-    pub(crate) keys: RedisKeys,
+    client: RedisClient<C>,
+    epochs: Option<Arc<dyn TokenSource>>,
     floors: Vec<Arc<dyn FenceFloor>>,
-    pub(crate) scripts: Arc<Scripts>,
 }
 
 impl<C> fmt::Debug for RedisTokenSource<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisTokenSource")
-            .field("keys", &self.keys)
+            .field("epochs", &self.epochs)
             .field("floors", &self.floors)
             .finish_non_exhaustive()
     }
 }
 
+/// A lease to take in the same script as the token: its owner and TTL.
+pub(crate) struct LockRequest<'a> {
+    pub(crate) owner: &'a OwnerId,
+    pub(crate) ttl: Ttl,
+}
+
+/// How many times a request goes round when the counter must be re-established; two
+/// clients that find it missing at once may each need one more.
+const REESTABLISH_ROUNDS: usize = 3;
+
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
     /// Counters reached through `conn` (a multiplexed connection, a `ConnectionManager` or a
-    /// cluster connection), at the default keys.
-    pub fn new(conn: C) -> Self {
+    /// cluster connection), at the default keys, with epochs from the durable `epochs`.
+    pub fn new(conn: C, epochs: Arc<dyn TokenSource>) -> Self {
         RedisTokenSource {
-            conn,
-            keys: RedisKeys::default(),
+            client: RedisClient::new(conn),
+            epochs: Some(epochs),
             floors: Vec::new(),
-            scripts: Arc::new(Scripts::new()),
+        }
+    }
+
+    /// Counters that start again at 1 when Redis loses them, and so **may reissue a token**
+    /// whose holder had not written yet. Only for a Redis whose data is never lost, or where
+    /// no durable store is at hand and that risk is accepted.
+    pub fn may_reissue_tokens(conn: C) -> Self {
+        RedisTokenSource {
+            client: RedisClient::new(conn),
+            epochs: None,
+            floors: Vec::new(),
         }
     }
 
     /// The same source at other keys.
     pub fn with_keys(mut self, keys: RedisKeys) -> Self {
-        self.keys = keys;
+        self.client = self.client.with_keys(keys);
         self
     }
 
-    /// The same source, seeding a missing counter from `floors` before it issues a token.
+    /// The same source, starting a missing counter above the highest fence `floors` report
+    /// (and, with epochs, in an epoch above that fence's).
     pub fn seeded_from(mut self, floors: Vec<Arc<dyn FenceFloor>>) -> Self {
         self.floors = floors;
         self
@@ -62,87 +95,146 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
 
     /// The key layout.
     pub fn keys(&self) -> &RedisKeys {
-        &self.keys
+        self.client.keys()
     }
 
-    pub(crate) fn is_seeded(&self) -> bool {
-        !self.floors.is_empty()
+    pub(crate) fn client(&self) -> &RedisClient<C> {
+        &self.client
     }
 
-    /// Raises a missing counter to the floors' `MAX(fence)`, or starts it at 0 when no store
-    /// holds a fence yet.
-    pub(crate) async fn seed(&self, resource: &ResourceName) -> Result<()> {
-        let floors: Vec<&dyn FenceFloor> = self.floors.iter().map(|f| &**f).collect();
-        if seed_from_floors(self, resource, &floors).await?.is_none() {
-            let key = self.keys.counter_key(resource)?;
-            let mut conn = self.conn.clone();
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(0)
-                .arg("NX")
-                .query_async::<()>(&mut conn)
-                .await
-                .map_err(|e| RedisFailure::from(e).into_error(resource, true))?;
+    /// When the scripts hand a counter back to the client: `2` missing or epoch used up,
+    /// `1` missing, `0` never.
+    fn reestablish_mode(&self) -> &'static str {
+        match (&self.epochs, self.floors.is_empty()) {
+            (Some(_), _) => "2",
+            (None, false) => "1",
+            (None, true) => "0",
         }
-        Ok(())
     }
 
-    async fn run(
+    /// Issues the next token for `resource`; with `lock`, takes the lease in the same script
+    /// and returns `None` when another owner holds it. One round trip, unless the counter must
+    /// be re-established: then the script hands it back, and the request is sent again with
+    /// the value to raise it to.
+    pub(crate) async fn issue(
         &self,
-        script: &Script,
         resource: &ResourceName,
-        args: &[&str],
-        wrote: bool,
-    ) -> Result<Option<String>> {
-        let key = self.keys.counter_key(resource)?;
-        let mut invocation = script.key(key);
-        for arg in args {
-            invocation.arg(*arg);
+        lock: Option<LockRequest<'_>>,
+    ) -> Result<Option<FencingToken>> {
+        let keys = self.client.keys();
+        let counter = keys.counter_key(resource)?;
+        let lock_key = keys.lock_key(resource)?;
+        let mode = self.reestablish_mode();
+        let mut floor = String::new();
+        for _ in 0..REESTABLISH_ROUNDS {
+            let scripts = self.client.scripts();
+            let reply: Option<String> = match &lock {
+                Some(lock) => {
+                    let ttl = lock.ttl.as_millis().to_string();
+                    self.client
+                        .run(
+                            &scripts.acquire,
+                            resource,
+                            &[&lock_key, &counter],
+                            &[lock.owner.as_str(), &ttl, mode, &floor],
+                            RequestEffect::Writes,
+                        )
+                        .await?
+                }
+                None => {
+                    self.client
+                        .run(
+                            &scripts.next,
+                            resource,
+                            &[&counter],
+                            &[mode, &floor],
+                            RequestEffect::Writes,
+                        )
+                        .await?
+                }
+            };
+            match reply {
+                None => return Ok(None),
+                Some(reply) if reply == SEED => floor = self.reestablished_at(resource).await?,
+                Some(reply) => return token_from_reply(&reply, resource).map(Some),
+            }
         }
-        let mut conn = self.conn.clone();
-        invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| RedisFailure::from(e).into_error(resource, wrote))
+        Err(
+            RedisFailure::Unexpected("the counter kept needing to be re-established".into())
+                .into_error(resource, RequestEffect::Writes),
+        )
+    }
+
+    /// Where a missing (or used-up) counter starts again: at the start of a new epoch above
+    /// every floor, or at the highest floor, or at 0 when there is neither.
+    async fn reestablished_at(&self, resource: &ResourceName) -> Result<String> {
+        let mut floor = None;
+        for source in &self.floors {
+            floor = floor.max(source.max_fence(resource).await?);
+        }
+        let target = match &self.epochs {
+            Some(epochs) => Some(epoch::open_epoch(&**epochs, resource, floor).await?),
+            None => floor,
+        };
+        Ok(target.map_or_else(|| "0".to_owned(), |t| t.to_string()))
+    }
+
+    /// Raises the counter to at least `floor`, atomically; never lowers it.
+    async fn raise(&self, resource: &ResourceName, floor: FencingToken) -> Result<FencingToken> {
+        let counter = self.client.keys().counter_key(resource)?;
+        let reply: Option<String> = self
+            .client
+            .run(
+                &self.client.scripts().advance,
+                resource,
+                &[&counter],
+                &[&floor.to_string()],
+                RequestEffect::Writes,
+            )
+            .await?;
+        match reply {
+            Some(reply) => token_from_reply(&reply, resource),
+            None => Err(RedisFailure::Unexpected("advance returned nothing".into())
+                .into_error(resource, RequestEffect::Writes)),
+        }
     }
 }
 
 /// A token from a script's string reply.
-pub(crate) fn token_from_reply(reply: &str, resource: &ResourceName) -> Result<FencingToken> {
+fn token_from_reply(reply: &str, resource: &ResourceName) -> Result<FencingToken> {
     reply.parse::<FencingToken>().map_err(|e| {
         RedisFailure::Unexpected(format!("the counter replied {reply:?}: {e}"))
-            .into_error(resource, true)
+            .into_error(resource, RequestEffect::Writes)
     })
 }
 
 #[async_trait]
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> TokenSource for RedisTokenSource<C> {
     async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
-        let seeded = if self.is_seeded() { "1" } else { "0" };
-        for _ in 0..2 {
-            match self
-                .run(&self.scripts.next, resource, &[seeded], true)
-                .await?
-            {
-                Some(reply) if reply == SEED => self.seed(resource).await?,
-                Some(reply) => return token_from_reply(&reply, resource),
-                None => break,
-            }
+        match self.issue(resource, None).await? {
+            Some(token) => Ok(token),
+            None => Err(
+                RedisFailure::Unexpected("the counter issued nothing".into())
+                    .into_error(resource, RequestEffect::Writes),
+            ),
         }
-        Err(
-            RedisFailure::Unexpected("the counter stayed unseeded".into())
-                .into_error(resource, true),
-        )
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        match self
-            .run(&self.scripts.current, resource, &[], false)
-            .await?
-        {
-            None => Ok(None),
-            Some(reply) if reply == "0" => Ok(None),
-            Some(reply) => token_from_reply(&reply, resource).map(Some),
+        let counter = self.client.keys().counter_key(resource)?;
+        let reply: Option<String> = self
+            .client
+            .run(
+                &self.client.scripts().current,
+                resource,
+                &[&counter],
+                &[],
+                RequestEffect::ReadOnly,
+            )
+            .await?;
+        match reply.as_deref() {
+            None | Some("0") => Ok(None),
+            Some(reply) => token_from_reply(reply, resource).map(Some),
         }
     }
 
@@ -151,14 +243,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> TokenSource for RedisTok
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        let floor = floor.to_string();
-        match self
-            .run(&self.scripts.advance, resource, &[&floor], true)
-            .await?
-        {
-            Some(reply) => token_from_reply(&reply, resource),
-            None => Err(RedisFailure::Unexpected("advance returned nothing".into())
-                .into_error(resource, true)),
+        if let Some(epochs) = &self.epochs {
+            epoch::cover_floor(&**epochs, resource, floor).await?;
         }
+        self.raise(resource, floor).await
     }
 }

@@ -6,7 +6,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{Lease, ResourceName, Ttl};
+use fencing_core::epoch::EPOCH_BITS;
+use fencing_core::{Lease, MemoryTokenSource, ResourceName, TokenSource, Ttl};
 use fencing_redis::{RedisLease, RedisTokenSource};
 use fencing_testkit::conformance::*;
 use fencing_testkit::services::RedisServer;
@@ -87,16 +88,18 @@ async fn lease_and_tokens_work_across_a_three_master_cluster() {
         .await
         .unwrap();
     let caps = Capabilities::real_server().without_braces();
-    let lease = RedisLease::new(conn.clone());
+    let epochs: Arc<dyn TokenSource> = Arc::new(MemoryTokenSource::new());
+    let lease = RedisLease::new(conn.clone(), epochs.clone());
     lease_suite(Arc::new(lease.clone()), caps).await;
-    token_source_suite(Arc::new(RedisTokenSource::new(conn))).await;
+    token_source_suite(Arc::new(RedisTokenSource::new(conn, epochs))).await;
 
     let ttl = Ttl::from_secs(30).unwrap();
     let mut guards = Vec::new();
     for merchant in 0..60 {
         let resource = ResourceName::new(format!("settle:m_{merchant}")).unwrap();
         let guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
-        assert_eq!(guard.token().get(), 1);
+        // Each resource's first acquisition opens its first epoch.
+        assert_eq!(guard.token().get(), (1 << EPOCH_BITS) + 1, "{resource:?}");
         assert!(lease.try_acquire(&resource, ttl).await.unwrap().is_none());
         guards.push(guard);
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use fencing_core::{FencedStore, Lease, MemoryStore, TokenSource};
+use fencing_core::{FencedStore, Lease, MemoryStore, MemoryTokenSource, TokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
 use fencing_testkit::conformance::*;
 use fencing_testkit::{Fencing, services, unique_name};
@@ -35,9 +35,30 @@ fn keys() -> RedisKeys {
     keys_of(&unique_name("t"))
 }
 
+/// The durable epoch source: it outlives whatever this test does to Redis.
+fn epochs() -> Arc<dyn TokenSource> {
+    Arc::new(MemoryTokenSource::new())
+}
+
+/// Deletes every key of this test's run, as a restart without persistence does to them.
+async fn lose_keys_of(conn: &MultiplexedConnection, run: &str) {
+    let mut conn = conn.clone();
+    let found: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{run}:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!found.is_empty(), "no key under {run}:");
+    let _: () = redis::cmd("DEL")
+        .arg(found)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_contract_over_a_multiplexed_connection() {
-    let lease = RedisLease::new(multiplexed().await).with_keys(keys());
+    let lease = RedisLease::new(multiplexed().await, epochs()).with_keys(keys());
     lease_suite(
         Arc::new(lease.clone()),
         Capabilities::real_server().without_braces(),
@@ -52,7 +73,7 @@ async fn lease_contract_over_a_multiplexed_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_contract_over_a_connection_manager() {
-    let lease = RedisLease::new(manager().await).with_keys(keys());
+    let lease = RedisLease::new(manager().await, epochs()).with_keys(keys());
     lease_suite(
         Arc::new(lease),
         Capabilities::real_server().without_braces(),
@@ -62,14 +83,16 @@ async fn lease_contract_over_a_connection_manager() {
 
 #[tokio::test]
 async fn token_source_contract() {
-    let tokens = RedisTokenSource::new(multiplexed().await).with_keys(keys());
+    let tokens = RedisTokenSource::new(multiplexed().await, epochs()).with_keys(keys());
     token_source_suite(Arc::new(tokens.clone())).await;
     token_source_suite(Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>)).await;
+    let reissuing = RedisTokenSource::may_reissue_tokens(multiplexed().await).with_keys(keys());
+    token_source_suite(Arc::new(reissuing)).await;
 }
 
 #[tokio::test]
 async fn paused_holder_is_fenced_by_the_store() {
-    let lease = RedisLease::new(multiplexed().await).with_keys(keys());
+    let lease = RedisLease::new(multiplexed().await, epochs()).with_keys(keys());
     let store = MemoryStore::new("refunds");
     paused_holder_is_fenced(&lease, &store, Capabilities::real_server().without_braces()).await;
 }
@@ -77,7 +100,7 @@ async fn paused_holder_is_fenced_by_the_store() {
 #[tokio::test]
 async fn token_regression_is_detected_and_repaired() {
     let run = unique_name("t");
-    let lease = RedisLease::new(multiplexed().await).with_keys(keys_of(&run));
+    let lease = RedisLease::may_reissue_tokens(multiplexed().await).with_keys(keys_of(&run));
     let store = MemoryStore::new("refunds");
     let conn = multiplexed().await;
     token_regression_is_detected(
@@ -85,29 +108,29 @@ async fn token_regression_is_detected_and_repaired() {
         &store,
         &store,
         Capabilities::real_server().without_braces(),
-        async || {
-            // Only this test's counters: the server is shared.
-            let mut conn = conn.clone();
-            let pattern = format!("{run}:fence:*");
-            let found: Vec<String> = redis::cmd("KEYS")
-                .arg(&pattern)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            assert!(!found.is_empty(), "no counter under {pattern}");
-            let _: () = redis::cmd("DEL")
-                .arg(found)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        },
+        async || lose_keys_of(&conn, &run).await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn no_token_is_reissued_after_the_counter_is_lost() {
+    let run = unique_name("t");
+    let conn = multiplexed().await;
+    let lease = RedisLease::new(conn.clone(), epochs()).with_keys(keys_of(&run));
+    let store = MemoryStore::new("refunds");
+    no_token_is_reissued_after_counter_loss(
+        &lease,
+        &store,
+        Capabilities::real_server().without_braces(),
+        async || lose_keys_of(&conn, &run).await,
     )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_increments_are_exact() {
-    let lease = RedisLease::new(multiplexed().await).with_keys(keys());
+    let lease = RedisLease::new(multiplexed().await, epochs()).with_keys(keys());
     let store: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("counter"));
     let report = fenced_increments(
         Arc::new(lease),

@@ -4,11 +4,13 @@
 //! * [`conformance`]: one function per guarantee of the core contracts, generic over the
 //!   implementation, so the same suite runs against the in-memory stores, each adapter's
 //!   server, and `Box<dyn …>` / `Arc<dyn …>` of either.
+//! * [`faults`]: a store decorator that loses answers and requests, for every store.
 //! * [`services`]: where the tests find PostgreSQL and the other servers.
 //! * [`settlement`]: merchant `m_4471`'s 1,200 refunds, workers that pause, a payment gateway
 //!   with or without idempotency keys, and a checker that counts what went wrong.
 
 pub mod conformance;
+pub mod faults;
 pub mod services;
 pub mod settlement;
 

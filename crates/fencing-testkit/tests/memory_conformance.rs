@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource, TokenSource};
+use fencing_core::{
+    FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource, TokenSource, TokioClock,
+};
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 
@@ -37,11 +39,75 @@ async fn token_source_contract_three_ways() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_contract_three_ways() {
-    store_suite(&MemoryStore::new("concrete")).await;
-    store_suite(&(Box::new(MemoryStore::new("boxed")) as Box<dyn FencedStore>)).await;
-    store_suite(&(Arc::new(MemoryStore::new("shared")) as Arc<dyn FencedStore>)).await;
+    let caps = Capabilities::in_memory();
+    store_suite(Arc::new(MemoryStore::new("concrete")), caps).await;
+    store_suite(
+        Arc::new(Box::new(MemoryStore::new("boxed")) as Box<dyn FencedStore>),
+        caps,
+    )
+    .await;
+    store_suite(
+        Arc::new(Arc::new(MemoryStore::new("shared")) as Arc<dyn FencedStore>),
+        caps,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn racing_claims_serialise_one_by_one_where_the_backend_does_not() {
+    let caps = Capabilities {
+        serialises_concurrent_writes: false,
+        ..Capabilities::in_memory()
+    };
+    racing_claims_serialise(Arc::new(MemoryStore::new("one-by-one")), caps).await;
+}
+
+/// A lease whose counters take a new epoch from a durable source when they are lost.
+fn lease_with_epochs() -> MemoryLease {
+    let epochs: Arc<dyn TokenSource> = Arc::new(MemoryTokenSource::new());
+    MemoryLease::with_parts(Arc::new(TokioClock), MemoryTokenSource::with_epochs(epochs))
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_token_is_reissued_after_the_counters_are_lost() {
+    let caps = Capabilities::in_memory();
+    let lease = lease_with_epochs();
+    let store = MemoryStore::new("refunds");
+    let tokens = lease.tokens().clone();
+    no_token_is_reissued_after_counter_loss(&lease, &store, caps, async || tokens.forget_all())
+        .await;
+    lease_suite(Arc::new(lease_with_epochs()), caps).await;
+    token_source_suite(Arc::new(lease_with_epochs().tokens().clone())).await;
+}
+
+/// The same schedules find the reissue where counters restart at 1: the check can fail.
+#[test]
+fn without_epochs_the_reissue_schedule_finds_a_token_issued_twice() {
+    let run = std::thread::spawn(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let lease = MemoryLease::new();
+            let store = MemoryStore::new("refunds");
+            let tokens = lease.tokens().clone();
+            no_token_is_reissued_after_counter_loss(
+                &lease,
+                &store,
+                Capabilities::in_memory(),
+                async || tokens.forget_all(),
+            )
+            .await;
+        });
+    });
+    assert!(
+        run.join().is_err(),
+        "the schedule must find the reissued token"
+    );
 }
 
 #[tokio::test(start_paused = true)]

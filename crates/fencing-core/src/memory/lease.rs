@@ -19,7 +19,8 @@ struct Holder {
 
 /// Leases in memory, judged by a [`Clock`], with tokens from a [`MemoryTokenSource`].
 ///
-/// Acquisition and token happen under one lock, as the Redis script does them in one step.
+/// Acquisition and token happen under one lock, as the Redis script does them in one step;
+/// opening a new epoch ([`MemoryTokenSource::with_epochs`]) happens before it, as in Redis.
 /// Clones share the same leases.
 #[derive(Clone, Debug)]
 pub struct MemoryLease {
@@ -62,27 +63,35 @@ impl Default for MemoryLease {
 #[async_trait]
 impl Lease for MemoryLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
-        let now = self.clock.now();
-        let mut holders = lock(&self.holders);
-        if holders.get(resource).is_some_and(|h| h.expires_at > now) {
-            return Ok(None);
+        loop {
+            {
+                let now = self.clock.now();
+                let mut holders = lock(&self.holders);
+                if holders.get(resource).is_some_and(|h| h.expires_at > now) {
+                    return Ok(None);
+                }
+                if let Some(token) = self.tokens.try_issue(resource)? {
+                    let owner = OwnerId::random();
+                    holders.insert(
+                        resource.clone(),
+                        Holder {
+                            owner: owner.clone(),
+                            expires_at: now + ttl.duration(),
+                        },
+                    );
+                    return Ok(Some(LeaseGuard::new(
+                        resource.clone(),
+                        owner,
+                        token,
+                        ttl,
+                        now,
+                    )));
+                }
+            }
+            // The counter was lost (or used up its epoch): open one outside the lock, since
+            // the durable epoch source is asynchronous, then try again.
+            self.tokens.open_epoch(resource).await?;
         }
-        let token = self.tokens.issue(resource)?;
-        let owner = OwnerId::random();
-        holders.insert(
-            resource.clone(),
-            Holder {
-                owner: owner.clone(),
-                expires_at: now + ttl.duration(),
-            },
-        );
-        Ok(Some(LeaseGuard::new(
-            resource.clone(),
-            owner,
-            token,
-            ttl,
-            now,
-        )))
     }
 
     async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {

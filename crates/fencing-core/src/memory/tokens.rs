@@ -1,49 +1,104 @@
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
 use super::lock;
+use crate::epoch;
 use crate::error::{Error, Result};
 use crate::name::ResourceName;
 use crate::token::FencingToken;
 use crate::token_source::TokenSource;
 
 /// Per-resource counters in memory. Clones share the same counters.
-#[derive(Clone, Debug, Default)]
+///
+/// Memory loses nothing unless told to: [`Self::forget_all`] plays a Redis restart without
+/// persistence. Built with [`Self::new`] the counters then start again at 1 and reissue tokens,
+/// as a Redis source without a durable epoch source does; built with [`Self::with_epochs`]
+/// they open a new epoch ([`crate::epoch`]), as the default Redis source does, and never
+/// reissue one.
+#[derive(Clone, Default)]
 pub struct MemoryTokenSource {
     counters: Arc<Mutex<HashMap<ResourceName, FencingToken>>>,
+    epochs: Option<Arc<dyn TokenSource>>,
+}
+
+impl fmt::Debug for MemoryTokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryTokenSource")
+            .field("counters", &self.counters)
+            .field("epochs", &self.epochs.is_some())
+            .finish()
+    }
 }
 
 impl MemoryTokenSource {
-    /// A source with no counters: the first token of every resource is 1.
+    /// A source with no counters: the first token of every resource is 1. After
+    /// [`Self::forget_all`] it starts again at 1.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Forgets every counter, as a Redis without persistence does when it restarts. The next
-    /// token of every resource is 1 again, which stores already fenced higher will refuse.
+    /// A source whose counters hold epoch-prefixed tokens ([`crate::epoch`]): a missing
+    /// counter opens a new epoch from `epochs`, so [`Self::forget_all`] never leads to a token
+    /// being issued twice.
+    pub fn with_epochs(epochs: Arc<dyn TokenSource>) -> Self {
+        MemoryTokenSource {
+            counters: Arc::default(),
+            epochs: Some(epochs),
+        }
+    }
+
+    /// Forgets every counter, as a Redis without persistence does when it restarts.
     pub fn forget_all(&self) {
         lock(&self.counters).clear();
     }
 
-    pub(crate) fn issue(&self, resource: &ResourceName) -> Result<FencingToken> {
+    /// Issues the next token, or `None` when the counter must first open an epoch
+    /// ([`Self::open_epoch`]).
+    pub(crate) fn try_issue(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
         let mut counters = lock(&self.counters);
-        let next = match counters.get(resource) {
+        let current = counters.get(resource).copied();
+        if self.epochs.is_some() && epoch::must_open_epoch(current) {
+            return Ok(None);
+        }
+        let next = match current {
             None => FencingToken::MIN,
             Some(current) => current.next().ok_or_else(|| Error::TokenExhausted {
                 resource: resource.clone(),
             })?,
         };
         counters.insert(resource.clone(), next);
-        Ok(next)
+        Ok(Some(next))
+    }
+
+    /// Raises the counter to the start of a new epoch.
+    pub(crate) async fn open_epoch(&self, resource: &ResourceName) -> Result<()> {
+        if let Some(epochs) = &self.epochs {
+            let start = epoch::open_epoch(&**epochs, resource, None).await?;
+            self.raise(resource, start);
+        }
+        Ok(())
+    }
+
+    fn raise(&self, resource: &ResourceName, floor: FencingToken) -> FencingToken {
+        let mut counters = lock(&self.counters);
+        let counter = counters.entry(resource.clone()).or_insert(floor);
+        *counter = (*counter).max(floor);
+        *counter
     }
 }
 
 #[async_trait]
 impl TokenSource for MemoryTokenSource {
     async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
-        self.issue(resource)
+        loop {
+            if let Some(token) = self.try_issue(resource)? {
+                return Ok(token);
+            }
+            self.open_epoch(resource).await?;
+        }
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
@@ -55,9 +110,9 @@ impl TokenSource for MemoryTokenSource {
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        let mut counters = lock(&self.counters);
-        let counter = counters.entry(resource.clone()).or_insert(floor);
-        *counter = (*counter).max(floor);
-        Ok(*counter)
+        if let Some(epochs) = &self.epochs {
+            epoch::cover_floor(&**epochs, resource, floor).await?;
+        }
+        Ok(self.raise(resource, floor))
     }
 }

@@ -9,7 +9,7 @@ use fencing_core::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Capabilities, key, resource};
+use super::{Capabilities, key, make_pending, must_acquire, resource};
 use crate::Fencing;
 
 /// What [`fenced_increments`] counted.
@@ -118,28 +118,13 @@ where
     let lifecycle = fencing_core::Lifecycle::default();
     let r = resource("paused");
     let k = key("r_815");
-    store
-        .write(
-            &k,
-            fencing_core::FencingToken::MIN,
-            &FencedWrite::claim().set_state(lifecycle.pending().clone()),
-        )
-        .await
-        .unwrap();
-    let a = lease
-        .try_acquire(&r, caps.short_ttl)
-        .await
-        .unwrap()
-        .unwrap();
+    make_pending(store, &k).await;
+    let a = must_acquire(lease, &r, caps.short_ttl).await;
     let fence_a = Fence::of_guard(&a, lease.token_source());
     fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
 
     tokio::time::sleep(caps.past_expiry()).await;
-    let b = lease
-        .try_acquire(&r, caps.short_ttl)
-        .await
-        .unwrap()
-        .unwrap();
+    let b = must_acquire(lease, &r, caps.short_ttl).await;
     let fence_b = Fence::of_guard(&b, lease.token_source());
     let takeover = fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
     assert_eq!(takeover.previous_fence, Some(a.token()));
@@ -180,11 +165,7 @@ pub async fn token_regression_is_detected<L, S>(
     let k = key("fenced-row");
     let mut highest = None;
     for _ in 0..5 {
-        let guard = lease
-            .try_acquire(&r, caps.short_ttl)
-            .await
-            .unwrap()
-            .unwrap();
+        let guard = must_acquire(lease, &r, caps.short_ttl).await;
         Fence::of_guard(&guard, lease.token_source())
             .write(store, &k, &FencedWrite::claim())
             .await
@@ -194,11 +175,7 @@ pub async fn token_regression_is_detected<L, S>(
     }
     lose_counters().await;
 
-    let reborn = lease
-        .try_acquire(&r, caps.short_ttl)
-        .await
-        .unwrap()
-        .unwrap();
+    let reborn = must_acquire(lease, &r, caps.short_ttl).await;
     assert!(
         Some(reborn.token()) < highest,
         "the counter must have gone back"
@@ -222,19 +199,90 @@ pub async fn token_regression_is_detected<L, S>(
     }
     lease.release(reborn).await.unwrap();
 
+    // The refusal raised the source past the fence it found: the next holder makes progress
+    // without an operator.
+    let next = must_acquire(lease, &r, caps.short_ttl).await;
+    assert!(
+        Some(next.token()) > highest,
+        "after a detected regression the source must be above {highest:?}, issued {}",
+        next.token()
+    );
+    Fence::of_guard(&next, lease.token_source())
+        .write(store, &k, &FencedWrite::claim())
+        .await
+        .unwrap();
+    lease.release(next).await.unwrap();
+
     let floor_found = seed_from_floors(lease.token_source(), &r, &[floor])
         .await
         .unwrap();
-    assert!(floor_found >= highest);
-    let repaired = lease
-        .try_acquire(&r, caps.short_ttl)
-        .await
-        .unwrap()
-        .unwrap();
+    assert!(
+        floor_found > highest,
+        "the floor now holds the repaired fence"
+    );
+    let repaired = must_acquire(lease, &r, caps.short_ttl).await;
     assert!(Some(repaired.token()) > floor_found);
     Fence::of_guard(&repaired, lease.token_source())
         .write(store, &k, &FencedWrite::claim())
         .await
         .unwrap();
     lease.release(repaired).await.unwrap();
+}
+
+/// After the token source loses its counters, no token is issued twice: every token issued
+/// afterwards is above every token issued before, including the token of a holder that has
+/// not written anything yet (no store's `MAX(fence)` could reveal it).
+///
+/// Two schedules. A claims a record and stalls; the counters are lost; B acquires and must get
+/// a token above A's, so that B's takeover fences A's confirm out. Then B stalls without
+/// writing; the counters are lost again; C must get a token above B's.
+pub async fn no_token_is_reissued_after_counter_loss<L, S>(
+    lease: &L,
+    store: &S,
+    caps: Capabilities,
+    lose_counters: impl AsyncFn(),
+) where
+    L: Lease + ?Sized,
+    S: FencedStore + ?Sized,
+{
+    let lifecycle = fencing_core::Lifecycle::default();
+    let r = resource("reissue");
+    let k = key("r_1");
+    make_pending(store, &k).await;
+    let a = must_acquire(lease, &r, caps.short_ttl).await;
+    let fence_a = Fence::of_guard(&a, lease.token_source());
+    fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
+
+    lose_counters().await;
+    tokio::time::sleep(caps.past_expiry()).await;
+    let b = must_acquire(lease, &r, caps.short_ttl).await;
+    assert!(
+        b.token() > a.token(),
+        "token {} issued after the loss is not above {} issued before",
+        b.token(),
+        a.token()
+    );
+    let fence_b = Fence::of_guard(&b, lease.token_source());
+    fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
+    let err = fence_a
+        .write(store, &k, &lifecycle.confirm())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Fenced { .. }),
+        "A's stale confirm: {err:?}"
+    );
+
+    // B holds its token and has written nothing more; the counters are lost again.
+    lose_counters().await;
+    tokio::time::sleep(caps.past_expiry()).await;
+    let c = must_acquire(lease, &r, caps.short_ttl).await;
+    assert!(
+        c.token() > b.token(),
+        "token {} issued after the second loss is not above {}, held by a holder that had not \
+         written",
+        c.token(),
+        b.token()
+    );
+    lease.release(c).await.unwrap();
 }

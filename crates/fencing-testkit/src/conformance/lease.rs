@@ -6,7 +6,7 @@ use fencing_core::{
     TokioClock, Ttl, acquire,
 };
 
-use super::{Capabilities, hostile_names, resource};
+use super::{Capabilities, hostile_names, must_acquire, resource};
 
 /// Every [`Lease`] guarantee.
 pub async fn lease_suite<L: Lease + 'static>(lease: Arc<L>, caps: Capabilities) {
@@ -20,14 +20,6 @@ pub async fn lease_suite<L: Lease + 'static>(lease: Arc<L>, caps: Capabilities) 
     local_deadline_is_conservative(&*lease, caps).await;
     acquire_retries_until_expiry(&*lease, caps).await;
     hostile_resource_names_are_distinct(&*lease, caps).await;
-}
-
-async fn must_acquire<L: Lease + ?Sized>(lease: &L, r: &ResourceName, ttl: Ttl) -> LeaseGuard {
-    lease
-        .try_acquire(r, ttl)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("{r:?} should be free"))
 }
 
 /// Asserts that `r` is held: another acquisition is refused.

@@ -23,7 +23,10 @@ pub use tokens::*;
 
 use std::time::Duration;
 
-use fencing_core::{RecordKey, ResourceName, Ttl};
+use fencing_core::{
+    FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, Lifecycle, RecordKey, ResourceName,
+    Ttl,
+};
 
 /// What the harness declares about a backend, which decides what the suite may expect.
 #[derive(Clone, Copy, Debug)]
@@ -107,4 +110,23 @@ pub(crate) fn resource(prefix: &str) -> ResourceName {
 
 pub(crate) fn key(prefix: &str) -> RecordKey {
     RecordKey::new(crate::unique_name(prefix)).expect("valid record key")
+}
+
+/// Acquires `r`, which must be free.
+pub(crate) async fn must_acquire<L: Lease + ?Sized>(
+    lease: &L,
+    r: &ResourceName,
+    ttl: Ttl,
+) -> LeaseGuard {
+    lease
+        .try_acquire(r, ttl)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{r:?} should be free"))
+}
+
+/// Puts `k` in the `pending` state under the lowest fence, as a job's producer does.
+pub(crate) async fn make_pending<S: FencedStore + ?Sized>(store: &S, k: &RecordKey) {
+    let pending = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
+    store.write(k, FencingToken::MIN, &pending).await.unwrap();
 }

@@ -1,9 +1,14 @@
-use fencing_core::{
-    Error, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, Lifecycle, RecordKey,
-    State,
-};
+use std::sync::Arc;
 
-use super::{hostile_names, key};
+use fencing_core::{
+    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, Lifecycle,
+    MemoryTokenSource, RecordKey, State, TokenSource,
+};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+use super::{Capabilities, hostile_names, key, make_pending, resource};
+use crate::faults::{Fault, FaultyStore};
 
 fn token(n: u64) -> FencingToken {
     FencingToken::new(n).unwrap()
@@ -13,8 +18,19 @@ fn state(name: &str) -> State {
     State::new(name).unwrap()
 }
 
-/// Every [`FencedStore`] guarantee that a single writer can check.
-pub async fn store_suite<S: FencedStore + ?Sized>(store: &S) {
+/// Every [`FencedStore`] guarantee: the single-writer checks, refusals that change nothing,
+/// retries after lost answers, and racing claims (run concurrently where the backend
+/// serialises concurrent writes, one by one in a shuffled order where it does not).
+pub async fn store_suite<S: FencedStore + ?Sized + 'static>(store: Arc<S>, caps: Capabilities) {
+    let single = &*store;
+    single_writer_suite(single).await;
+    refused_writes_change_nothing(single).await;
+    retried_writes_are_recognised(single).await;
+    racing_claims_serialise(store, caps).await;
+}
+
+/// The [`FencedStore`] guarantees a single writer can check.
+pub async fn single_writer_suite<S: FencedStore + ?Sized>(store: &S) {
     claim_creates_a_missing_record(store).await;
     stale_claim_is_rejected(store).await;
     same_token_reclaim_is_idempotent(store).await;
@@ -152,8 +168,11 @@ pub async fn state_preconditions_are_enforced<S: FencedStore + ?Sized>(store: &S
         Error::StateMismatch {
             found, expected, ..
         } => {
-            assert_eq!(found.as_deref(), Some("sent"));
-            assert_eq!(expected, &["pending", "sending"]);
+            assert_eq!(found.as_ref(), Some(lifecycle.done()));
+            assert_eq!(
+                expected,
+                &[lifecycle.pending().clone(), lifecycle.in_flight().clone()]
+            );
         }
         other => panic!("expected StateMismatch, got {other:?}"),
     }
@@ -222,4 +241,172 @@ pub async fn hostile_keys_are_distinct<S: FencedStore + ?Sized>(store: &S) {
         assert_eq!(record.key, k);
         assert_eq!(record.fence, Some(token(i as u64 + 1)), "{name:?}");
     }
+}
+
+/// The states and payload of a record that every refusal below must leave as it is.
+async fn refusal_changes_nothing<S: FencedStore + ?Sized>(
+    store: &S,
+    k: &RecordKey,
+    t: u64,
+    write: &FencedWrite,
+    expect: fn(&Error) -> bool,
+) {
+    let before = store.read(k).await.unwrap();
+    let err = store.write(k, token(t), write).await.unwrap_err();
+    assert!(expect(&err), "{write:?} with {t}: {err:?}");
+    assert!(err.is_rejection(), "{err:?}");
+    assert_eq!(
+        store.read(k).await.unwrap(),
+        before,
+        "a refused {write:?} with {t} changed the record"
+    );
+}
+
+/// Every kind of refused write (stale claim, holder-only by a lower or higher token, state
+/// mismatch for either kind, a missing record) leaves the record exactly as it was.
+pub async fn refused_writes_change_nothing<S: FencedStore + ?Sized>(store: &S) {
+    let k = key("refused");
+    store
+        .write(
+            &k,
+            token(10),
+            &FencedWrite::claim()
+                .set_state(state("sending"))
+                .set_payload(b"before".to_vec()),
+        )
+        .await
+        .unwrap();
+    let everything = |w: FencedWrite| w.set_state(state("sent")).set_payload(b"after".to_vec());
+    let fenced = |e: &Error| matches!(e, Error::Fenced { .. });
+    let mismatch = |e: &Error| matches!(e, Error::StateMismatch { .. });
+    refusal_changes_nothing(store, &k, 9, &everything(FencedWrite::claim()), fenced).await;
+    for t in [9, 11] {
+        let write = everything(FencedWrite::holder_only());
+        refusal_changes_nothing(store, &k, t, &write, fenced).await;
+    }
+    let wrong_state = |w: FencedWrite| everything(w.when_state_in([state("pending")]));
+    refusal_changes_nothing(store, &k, 10, &wrong_state(FencedWrite::claim()), mismatch).await;
+    refusal_changes_nothing(store, &k, 11, &wrong_state(FencedWrite::claim()), mismatch).await;
+    refusal_changes_nothing(
+        store,
+        &k,
+        10,
+        &wrong_state(FencedWrite::holder_only()),
+        mismatch,
+    )
+    .await;
+    let missing = key("refused-missing");
+    refusal_changes_nothing(
+        store,
+        &missing,
+        10,
+        &wrong_state(FencedWrite::claim()),
+        |e| matches!(e, Error::NotFound { .. }),
+    )
+    .await;
+}
+
+/// A write whose answer was lost after it applied, or whose request was lost before, is
+/// retried by [`Fence::write`] with the same token and reported as applied, for both kinds of
+/// write; a retry that finds the record in another state is still refused.
+pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S) {
+    let faulty = FaultyStore::new(store);
+    let r = resource("retried");
+    let source = MemoryTokenSource::new();
+    source.advance_to(&r, token(1000)).await.unwrap();
+    let fence = Fence::new(&r, token(20), &source);
+    let lifecycle = Lifecycle::default();
+    for fault in [Fault::LoseAnswer, Fault::LoseRequest] {
+        let k = key("retried");
+        make_pending(store, &k).await;
+        faulty.inject(Some(FenceCheck::Claim), fault);
+        let claimed = fence.write(&faulty, &k, &lifecycle.claim()).await;
+        let claimed = claimed.unwrap_or_else(|e| panic!("claim after {fault:?}: {e}"));
+        assert_eq!(claimed.record.state.as_ref(), Some(lifecycle.in_flight()));
+
+        faulty.inject(Some(FenceCheck::HolderOnly), fault);
+        let confirmed = fence.write(&faulty, &k, &lifecycle.confirm()).await;
+        let confirmed = confirmed.unwrap_or_else(|e| panic!("confirm after {fault:?}: {e}"));
+        assert_eq!(confirmed.record.state.as_ref(), Some(lifecycle.done()));
+        assert_eq!(confirmed.record.fence, Some(token(20)));
+
+        faulty.inject(None, fault);
+        let payload = FencedWrite::holder_only().set_payload(format!("{fault:?}").into_bytes());
+        let written = fence.write(&faulty, &k, &payload).await;
+        let written = written.unwrap_or_else(|e| panic!("payload after {fault:?}: {e}"));
+        assert_eq!(written.record.payload, format!("{fault:?}").into_bytes());
+        assert_eq!(
+            store.read(&k).await.unwrap().unwrap().state.as_ref(),
+            Some(lifecycle.done())
+        );
+    }
+    assert_eq!(faulty.injected(), 6);
+
+    // The first attempt never arrived and the record is not in a state this write sets: the
+    // retry's refusal stands.
+    let k = key("retried-refused");
+    make_pending(store, &k).await;
+    fence.write(store, &k, &FencedWrite::claim()).await.unwrap();
+    faulty.inject(None, Fault::LoseRequest);
+    let err = fence
+        .write(&faulty, &k, &lifecycle.confirm())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::StateMismatch { found: Some(s), .. } if s == lifecycle.pending()),
+        "{err:?}"
+    );
+}
+
+/// Claims with tokens 1 to 16 racing on one record end as if they ran one after another: the
+/// highest token is accepted and its fence and payload stay; every refused claim met a fence
+/// above its own token; no accepted claim found a fence above its token.
+pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
+    store: Arc<S>,
+    caps: Capabilities,
+) {
+    let k = key("race");
+    let mut tokens: Vec<u64> = (1..=16).collect();
+    tokens.shuffle(&mut rand::rngs::StdRng::seed_from_u64(16));
+    let claim = |t: u64| FencedWrite::claim().set_payload(t.to_string().into_bytes());
+    let mut outcomes = Vec::new();
+    if caps.serialises_concurrent_writes {
+        let mut tasks = tokio::task::JoinSet::new();
+        for t in tokens {
+            let (store, k) = (store.clone(), k.clone());
+            tasks.spawn(async move { (t, store.write(&k, token(t), &claim(t)).await) });
+        }
+        outcomes = tasks.join_all().await;
+    } else {
+        for t in tokens {
+            outcomes.push((t, store.write(&k, token(t), &claim(t)).await));
+        }
+    }
+    for (t, outcome) in &outcomes {
+        match outcome {
+            Ok(written) => assert!(
+                written.previous_fence.is_none_or(|f| f <= token(*t)),
+                "claim {t} accepted over fence {:?}",
+                written.previous_fence
+            ),
+            Err(Error::Fenced {
+                found: FoundFence::Fence(found),
+                ..
+            }) => assert!(*found > token(*t), "claim {t} refused by fence {found}"),
+            Err(other) => panic!("claim {t}: {other:?}"),
+        }
+    }
+    let highest_accepted = outcomes
+        .iter()
+        .filter(|(_, o)| o.is_ok())
+        .map(|(t, _)| *t)
+        .max();
+    assert_eq!(
+        highest_accepted,
+        Some(16),
+        "the highest token is never refused"
+    );
+    let record = store.read(&k).await.unwrap().expect("claimed");
+    assert_eq!(record.fence, Some(token(16)));
+    assert_eq!(record.payload, b"16");
 }

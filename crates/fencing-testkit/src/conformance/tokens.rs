@@ -41,12 +41,12 @@ pub async fn advance_to_raises_and_never_lowers<T: TokenSource + ?Sized>(source:
 /// Counters of different resources do not affect each other.
 pub async fn resources_have_independent_counters<T: TokenSource + ?Sized>(source: &T) {
     let (a, b) = (resource("tokens-a"), resource("tokens-b"));
-    source
-        .advance_to(&a, FencingToken::new(40).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(source.next(&b).await.unwrap(), FencingToken::MIN);
-    assert_eq!(source.next(&a).await.unwrap().get(), 41);
+    let t = |n| FencingToken::new(n).unwrap();
+    source.advance_to(&a, t(40)).await.unwrap();
+    source.advance_to(&b, t(7)).await.unwrap();
+    assert_eq!(source.next(&b).await.unwrap(), t(8));
+    assert_eq!(source.next(&a).await.unwrap(), t(41));
+    assert_eq!(source.current(&b).await.unwrap(), Some(t(8)));
 }
 
 /// At `i64::MAX` the source refuses to issue and stays where it was.

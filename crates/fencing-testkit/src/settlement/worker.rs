@@ -150,7 +150,7 @@ impl FencedStore for ObservedStore<'_> {
             }
             Err(Error::StateMismatch {
                 found: Some(found), ..
-            }) if *found == self.shared.lifecycle.done().as_str() => {
+            }) if found == self.shared.lifecycle.done() => {
                 return result;
             }
             Err(err) => What::Refused {

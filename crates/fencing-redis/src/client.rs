@@ -1,0 +1,65 @@
+//! The one way this crate talks to Redis: a connection, the key layout and the compiled
+//! scripts, shared by the lease and the token source.
+
+use std::sync::Arc;
+
+use fencing_core::{RequestEffect, ResourceName, Result};
+use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, Script};
+
+use crate::error::RedisFailure;
+use crate::keys::RedisKeys;
+use crate::scripts::Scripts;
+
+#[derive(Clone)]
+pub(crate) struct RedisClient<C> {
+    conn: C,
+    keys: RedisKeys,
+    scripts: Arc<Scripts>,
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisClient<C> {
+    pub(crate) fn new(conn: C) -> Self {
+        RedisClient {
+            conn,
+            keys: RedisKeys::default(),
+            scripts: Arc::new(Scripts::new()),
+        }
+    }
+
+    pub(crate) fn with_keys(self, keys: RedisKeys) -> Self {
+        RedisClient { keys, ..self }
+    }
+
+    pub(crate) fn keys(&self) -> &RedisKeys {
+        &self.keys
+    }
+
+    pub(crate) fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
+    /// Runs `script` on `keys` with `args` for `resource`; failures are classified by
+    /// `effect`.
+    pub(crate) async fn run<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        resource: &ResourceName,
+        keys: &[&str],
+        args: &[&str],
+        effect: RequestEffect,
+    ) -> Result<T> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut conn = self.conn.clone();
+        invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| RedisFailure::from(e).into_error(resource, effect))
+    }
+}
