@@ -1,7 +1,7 @@
 //! A token in hand: fenced writes that tell a stale holder from a counter that went backwards.
 
 use crate::error::{Error, Result};
-use crate::lease::LeaseGuard;
+use crate::guard::LeaseGuard;
 use crate::name::{RecordKey, ResourceName};
 use crate::store::{FenceCheck, FencedStore, FencedWrite, Written};
 use crate::token::FencingToken;

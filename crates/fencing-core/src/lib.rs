@@ -24,14 +24,17 @@ mod effect;
 pub mod epoch;
 mod error;
 mod fence;
+mod guard;
 mod input;
 mod lease;
 pub mod memory;
 mod name;
 mod renewal;
+mod retry;
 mod store;
 mod token;
 mod token_source;
+mod ttl;
 
 /// The attribute every implementation of this crate's traits needs (re-exported so that
 /// implementors need no dependency of their own).
@@ -41,11 +44,14 @@ pub use clock::{Clock, TokioClock};
 pub use effect::{EffectOutcome, Lifecycle, SideEffect};
 pub use error::{BoxError, Error, FoundFence, RequestEffect, Result};
 pub use fence::Fence;
+pub use guard::{LeaseGuard, OwnerId};
 pub use input::{InputKind, InvalidInput, is_refused_char, refused_char_ranges};
-pub use lease::{Lease, LeaseGuard, OwnerId, RetryPolicy, Ttl, acquire};
+pub use lease::Lease;
 pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
 pub use name::{RecordKey, ResourceName, State};
 pub use renewal::LeaseRenewal;
+pub use retry::{RetryPolicy, acquire};
 pub use store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
 pub use token::FencingToken;
 pub use token_source::{FenceFloor, TokenSource, seed_from_floors};
+pub use ttl::Ttl;

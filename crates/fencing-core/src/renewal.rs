@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::lease::{Lease, LeaseGuard};
+use crate::guard::LeaseGuard;
+use crate::lease::Lease;
 
 /// A background task that extends a lease every `every`, by the guard's TTL, until an
 /// extension fails; then it stops and marks the lease lost, so the batch can stop early.
@@ -77,9 +78,9 @@ fn lock(guard: &Mutex<LeaseGuard>) -> std::sync::MutexGuard<'_, LeaseGuard> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::Ttl;
     use crate::memory::MemoryLease;
     use crate::name::ResourceName;
+    use crate::ttl::Ttl;
 
     #[tokio::test(start_paused = true)]
     async fn renewal_keeps_the_lease_past_many_ttls_and_ends_when_stopped() {

@@ -14,7 +14,7 @@ use fencing_core::{
     Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource,
     RecordKey, ResourceName, State, TokenSource,
 };
-use fencing_postgres::{FencedTable, Ident, PgFencedStore, push_fence_condition};
+use fencing_postgres::{Ident, PgStore, PgTable, push_fence_condition};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
 
@@ -30,9 +30,9 @@ async fn main() {
         .await
         .expect("connect");
     let schema = fencing_testkit::unique_name("bench").replace('-', "_");
-    let table = FencedTable::refunds(&schema).unwrap();
+    let table = PgTable::refunds(&schema).unwrap();
     table.create_if_missing(&pool).await.unwrap();
-    let store = PgFencedStore::new(pool.clone(), table);
+    let store = PgStore::new(pool.clone(), table);
     let keys: Vec<_> = (1..=ROWS)
         .map(|n| RecordKey::new(format!("r_{n:04}")).unwrap())
         .collect();
@@ -56,7 +56,7 @@ async fn main() {
         .compare(&[
             "plain UPDATE",
             "fenced UPDATE (push_fence_condition)",
-            "PgFencedStore::write (claim)",
+            "PgStore::write (claim)",
         ])
         .await;
     report(&updates);
@@ -78,7 +78,7 @@ async fn main() {
 struct Bench {
     pool: PgPool,
     schema: String,
-    store: PgFencedStore,
+    store: PgStore,
     keys: Vec<RecordKey>,
     lifecycle: Lifecycle,
 }
@@ -152,7 +152,7 @@ impl Bench {
                     assert_eq!(done.rows_affected(), 1);
                 }
             }
-            "PgFencedStore::write (claim)" => {
+            "PgStore::write (claim)" => {
                 let claim = FencedWrite::claim().set_state(State::clone(&sending));
                 for k in &self.keys {
                     self.store.write(k, token, &claim).await.unwrap();

@@ -44,7 +44,7 @@ impl PgFailure {
         {
             return definite(format!(
                 "{}: the fenced table or one of its columns does not exist \
-                 (FencedTable::add_fence_column adds the fence column)",
+                 (PgTable::add_fence_column adds the fence column)",
                 db.message()
             ));
         }

@@ -10,9 +10,9 @@ use sqlx::{AssertSqlSafe, PgPool, Row};
 use crate::error::PgFailure;
 use crate::ident::Ident;
 use crate::store::fence_from_db;
-use crate::table::FencedTable;
+use crate::table::PgTable;
 
-/// Reports `MAX(fence)` over a [`FencedTable`], or only over the rows one lease protects
+/// Reports `MAX(fence)` over a [`PgTable`], or only over the rows one lease protects
 /// (e.g. `merchant_id = 'm_4471'`, fixed or derived from the resource name). Seed any token
 /// source from it with [`fencing_core::seed_from_floors`].
 #[derive(Clone)]
@@ -40,7 +40,7 @@ impl fmt::Debug for PgFenceFloor {
 
 impl PgFenceFloor {
     /// The highest fence in the whole table.
-    pub fn new(pool: PgPool, table: &FencedTable) -> Self {
+    pub fn new(pool: PgPool, table: &PgTable) -> Self {
         PgFenceFloor {
             pool,
             store: table.store_name(),
@@ -52,7 +52,7 @@ impl PgFenceFloor {
     /// The highest fence among rows whose `column` equals `value`, whatever the resource.
     pub fn filtered(
         pool: PgPool,
-        table: &FencedTable,
+        table: &PgTable,
         column: &str,
         value: impl Into<String>,
     ) -> Result<Self, InvalidInput> {
@@ -63,7 +63,7 @@ impl PgFenceFloor {
     /// merchant id taken from `settle:m_4471`.
     pub fn per_resource(
         pool: PgPool,
-        table: &FencedTable,
+        table: &PgTable,
         column: &str,
         value_of: impl Fn(&ResourceName) -> String + Send + Sync + 'static,
     ) -> Result<Self, InvalidInput> {
@@ -72,7 +72,7 @@ impl PgFenceFloor {
 
     fn with_filter(
         pool: PgPool,
-        table: &FencedTable,
+        table: &PgTable,
         column: &str,
         filter: Filter,
     ) -> Result<Self, InvalidInput> {

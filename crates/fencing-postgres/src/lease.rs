@@ -1,8 +1,6 @@
 //! A lease on a table, judged by the database's clock, with its token drawn in the same
 //! statement.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use fencing_core::{
     Clock, Error, FencingToken, Lease, LeaseGuard, OwnerId, RequestEffect, ResourceName, Result,
@@ -21,7 +19,6 @@ use crate::tokens::PgTokenSource;
 pub struct PgLease {
     tokens: PgTokenSource,
     table: QualifiedName,
-    clock: Arc<dyn Clock>,
     acquire: String,
     extend: String,
     release: String,
@@ -57,7 +54,6 @@ impl PgLease {
             acquire,
             table,
             tokens,
-            clock: Arc::new(TokioClock),
         }
     }
 
@@ -105,7 +101,7 @@ impl PgLease {
 impl Lease for PgLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
         let owner = OwnerId::random();
-        let requested_at = self.clock.now();
+        let requested_at = TokioClock.now();
         let row = sqlx::query(AssertSqlSafe(self.acquire.as_str()))
             .bind(resource.as_str())
             .bind(owner.as_str())
@@ -145,7 +141,7 @@ impl Lease for PgLease {
     }
 
     async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
-        let requested_at = self.clock.now();
+        let requested_at = TokioClock.now();
         if !self.owner_statement(&self.extend, guard, Some(ttl)).await? {
             return Err(guard.lost());
         }

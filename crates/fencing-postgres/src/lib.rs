@@ -1,12 +1,12 @@
 //! PostgreSQL for `fencing`: fenced claims and confirms on any table, batch claims, a durable
 //! token source and a lease judged by the database's clock, on sqlx.
 //!
-//! * [`FencedTable`] names the table and its key, fence, state and payload columns; every
+//! * [`PgTable`] names the table and its key, fence, state and payload columns; every
 //!   name is checked and quoted here ([`Ident`]), since sqlx quotes none.
-//! * [`PgFencedStore`] implements [`fencing_core::FencedStore`]: each write is one statement
+//! * [`PgStore`] implements [`fencing_core::FencedStore`]: each write is one statement
 //!   `UPDATE … WHERE key = $1 AND fence <= $token AND state = ANY(…)` that also returns the
 //!   fence and state it met, so a refusal says which fence refused it. Its `*_with` methods
-//!   join the caller's own connection or transaction; [`PgFencedStore::write_many`] claims a
+//!   join the caller's own connection or transaction; [`PgStore::write_many`] claims a
 //!   whole batch in one transaction.
 //! * [`PgTokenSource`] and [`PgLease`] keep counters and leases in tables: durable tokens, and
 //!   expiry judged by `now()` on the server.
@@ -27,6 +27,6 @@ pub use floor::PgFenceFloor;
 pub use ident::{Ident, QualifiedName};
 pub use lease::PgLease;
 pub use query::{push_fence_condition, rows_affected_to_result};
-pub use store::{ManyWritten, PgFencedStore};
-pub use table::FencedTable;
+pub use store::{ManyWritten, PgStore};
+pub use table::PgTable;
 pub use tokens::PgTokenSource;

@@ -14,22 +14,22 @@ use sqlx::{Acquire, AssertSqlSafe, PgExecutor, PgPool, Postgres, Row};
 use tokio::sync::OnceCell;
 
 use crate::error::PgFailure;
-use crate::table::FencedTable;
+use crate::table::PgTable;
 
-/// A [`FencedTable`] on a pool: every write is one conditional statement that checks the
+/// A [`PgTable`] on a pool: every write is one conditional statement that checks the
 /// fence and the state in the row it changes.
 ///
 /// The `*_with` methods take the caller's own connection or transaction instead of the pool,
 /// so fenced writes can join other work in one transaction.
 #[derive(Clone, Debug)]
-pub struct PgFencedStore {
+pub struct PgStore {
     pool: PgPool,
-    table: FencedTable,
+    table: PgTable,
     name: Arc<str>,
     key_checked: Arc<OnceCell<()>>,
 }
 
-/// What [`PgFencedStore::write_many`] did.
+/// What [`PgStore::write_many`] did.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ManyWritten {
@@ -43,11 +43,11 @@ pub struct ManyWritten {
 /// How many times a write goes round when a row appears between its update and its insert.
 const RACE_ROUNDS: usize = 3;
 
-impl PgFencedStore {
+impl PgStore {
     /// The fenced records of `table`, through `pool`.
-    pub fn new(pool: PgPool, table: FencedTable) -> Self {
+    pub fn new(pool: PgPool, table: PgTable) -> Self {
         let name = table.store_name().into();
-        PgFencedStore {
+        PgStore {
             pool,
             table,
             name,
@@ -75,7 +75,7 @@ impl PgFencedStore {
                 match decoded().map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))? {
                     (false, _) => Err(self.failed(
                         PgFailure::Schema(format!(
-                            "table {table} does not exist (FencedTable::create_if_missing \
+                            "table {table} does not exist (PgTable::create_if_missing \
                              creates it)"
                         )),
                         RequestEffect::ReadOnly,
@@ -97,7 +97,7 @@ impl PgFencedStore {
     }
 
     /// The table.
-    pub fn table(&self) -> &FencedTable {
+    pub fn table(&self) -> &PgTable {
         &self.table
     }
 
@@ -406,7 +406,7 @@ fn state_from_db(value: Option<String>) -> Result<Option<State>, PgFailure> {
 }
 
 #[async_trait]
-impl FencedStore for PgFencedStore {
+impl FencedStore for PgStore {
     fn name(&self) -> &str {
         &self.name
     }

@@ -13,7 +13,7 @@ use crate::ident::{Ident, QualifiedName};
 ///
 /// Names are checked when set ([`Ident`]), and the statements are built once, here.
 #[derive(Clone, Debug)]
-pub struct FencedTable {
+pub struct PgTable {
     name: QualifiedName,
     key: Ident,
     fence: Ident,
@@ -35,7 +35,7 @@ pub(crate) struct Statements {
     pub(crate) key_is_unique: Arc<str>,
 }
 
-impl FencedTable {
+impl PgTable {
     /// `schema.table` with columns `id` (key), `fence`, `state` and no payload column.
     pub fn new(schema: &str, table: &str) -> Result<Self, InvalidInput> {
         Self::build(
@@ -179,7 +179,7 @@ impl FencedTable {
             &state,
             payload.as_ref(),
         ));
-        Ok(FencedTable {
+        Ok(PgTable {
             name,
             key,
             fence,

@@ -7,7 +7,7 @@ use fencing_core::{
     Error, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, MemoryLease, RecordKey,
     ResourceName, Ttl,
 };
-use fencing_postgres::{FencedTable, PgFencedStore};
+use fencing_postgres::{PgStore, PgTable};
 use fencing_testkit::services::TestContainer;
 use sqlx::postgres::PgPoolOptions;
 
@@ -20,9 +20,9 @@ async fn a_write_stuck_in_a_paused_database_past_the_ttl_cannot_overwrite_the_ne
         .connect(&database.url())
         .await
         .unwrap();
-    let table = FencedTable::refunds("public").unwrap();
+    let table = PgTable::refunds("public").unwrap();
     table.create_if_missing(&pool).await.unwrap();
-    let store = PgFencedStore::new(pool, table);
+    let store = PgStore::new(pool, table);
     let lifecycle = Lifecycle::default();
     let key = RecordKey::new("r_815").unwrap();
     let create = FencedWrite::claim().set_state(lifecycle.pending().clone());

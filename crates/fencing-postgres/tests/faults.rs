@@ -13,7 +13,7 @@ use fencing_core::{
     MemoryLease, MemoryTokenSource, Record, RecordKey, ResourceName, Result, SideEffect,
     TokenSource, async_trait,
 };
-use fencing_postgres::PgFencedStore;
+use fencing_postgres::PgStore;
 use fencing_testkit::Fencing;
 use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -59,7 +59,7 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_sends_nothing_twice() {
         .connect_with(options.application_name(&application))
         .await
         .unwrap();
-    let store = PgFencedStore::new(worker_pool, schema.table.clone());
+    let store = PgStore::new(worker_pool, schema.table.clone());
     let lifecycle = Lifecycle::default();
     let keys: Vec<_> = (1..=40).map(refund_key).collect();
     let create = FencedWrite::claim().set_state(lifecycle.pending().clone());

@@ -9,7 +9,7 @@ use fencing_core::{
     InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
 };
 use fencing_postgres::{
-    FencedTable, Ident, PgFenceFloor, PgFencedStore, push_fence_condition, rows_affected_to_result,
+    Ident, PgFenceFloor, PgStore, PgTable, push_fence_condition, rows_affected_to_result,
 };
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder};
 
@@ -21,7 +21,7 @@ fn token(n: u64) -> FencingToken {
     FencingToken::new(n).unwrap()
 }
 
-async fn pending_rows(store: &PgFencedStore, keys: &[RecordKey]) {
+async fn pending_rows(store: &PgStore, keys: &[RecordKey]) {
     let create = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
     for k in keys {
         store.write(k, FencingToken::MIN, &create).await.unwrap();
@@ -268,10 +268,10 @@ fn injection_in_names_is_refused_before_any_query() {
         ("public", "re fund"),
         ("public", "refund/*"),
     ] {
-        let err = FencedTable::new(schema, table).unwrap_err();
+        let err = PgTable::new(schema, table).unwrap_err();
         assert_eq!(err.kind(), InputKind::Identifier, "{schema:?}.{table:?}");
     }
-    let table = FencedTable::new("public", "refund").unwrap();
+    let table = PgTable::new("public", "refund").unwrap();
     for column in ["fence'", "fence;", "fence--", "fen ce"] {
         assert!(table.clone().with_fence_column(column).is_err());
         assert!(table.clone().with_key_column(column).is_err());
@@ -283,9 +283,9 @@ fn injection_in_names_is_refused_before_any_query() {
 #[tokio::test]
 async fn a_missing_table_or_fence_column_is_a_clear_error() {
     let schema = Schema::new().await;
-    let missing = PgFencedStore::new(
+    let missing = PgStore::new(
         schema.pool.clone(),
-        FencedTable::new(&schema.name, "no_such_table").unwrap(),
+        PgTable::new(&schema.name, "no_such_table").unwrap(),
     );
     let err = missing.read(&key("r_1")).await.unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
@@ -297,8 +297,8 @@ async fn a_missing_table_or_fence_column_is_a_clear_error() {
             schema.name
         ))
         .await;
-    let legacy_table = FencedTable::new(&schema.name, "legacy").unwrap();
-    let legacy = PgFencedStore::new(schema.pool.clone(), legacy_table.clone());
+    let legacy_table = PgTable::new(&schema.name, "legacy").unwrap();
+    let legacy = PgStore::new(schema.pool.clone(), legacy_table.clone());
     let err = legacy
         .write(&key("r_1"), token(1), &FencedWrite::claim())
         .await
@@ -337,11 +337,11 @@ async fn a_key_column_that_is_not_unique_is_refused_before_anything_is_written()
              FROM generate_series(1, 5)"
         ))
         .await;
-    let by_merchant = FencedTable::new(&schema.name, "payouts")
+    let by_merchant = PgTable::new(&schema.name, "payouts")
         .unwrap()
         .with_key_column("merchant")
         .unwrap();
-    let store = PgFencedStore::new(schema.pool.clone(), by_merchant.clone());
+    let store = PgStore::new(schema.pool.clone(), by_merchant.clone());
     let err = store
         .write(&key("m_4471"), token(9), &FencedWrite::claim())
         .await
@@ -420,9 +420,9 @@ async fn a_corrupt_row_is_refused_inside_the_statement_and_left_as_it_was() {
              ('control', 3, E'pend\\x01ing'), ('zero-width', 3, E'pend\\u200Bing')"
         ))
         .await;
-    let store = PgFencedStore::new(
+    let store = PgStore::new(
         schema.pool.clone(),
-        FencedTable::new(&schema.name, "legacy").unwrap(),
+        PgTable::new(&schema.name, "legacy").unwrap(),
     );
     let sending = FencedWrite::claim().set_state(State::new("sending").unwrap());
     for id in ["negative", "empty", "control", "zero-width"] {
@@ -460,7 +460,7 @@ async fn a_corrupt_row_is_refused_inside_the_statement_and_left_as_it_was() {
             "UPDATE {table} SET fence = 0 WHERE id = 'negative'"
         ))
         .await;
-    let legacy = FencedTable::new(&schema.name, "legacy").unwrap();
+    let legacy = PgTable::new(&schema.name, "legacy").unwrap();
     legacy.add_fence_column(&schema.pool).await.unwrap();
     legacy.add_fence_column(&schema.pool).await.unwrap();
     let err = sqlx::raw_sql(AssertSqlSafe(format!(

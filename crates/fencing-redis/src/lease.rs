@@ -24,7 +24,6 @@ use crate::tokens::{LockRequest, RedisTokenSource};
 #[derive(Clone)]
 pub struct RedisLease<C> {
     tokens: RedisTokenSource<C>,
-    clock: Arc<dyn Clock>,
 }
 
 impl<C> fmt::Debug for RedisLease<C> {
@@ -50,10 +49,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
     }
 
     fn from_tokens(tokens: RedisTokenSource<C>) -> Self {
-        RedisLease {
-            tokens,
-            clock: Arc::new(TokioClock),
-        }
+        RedisLease { tokens }
     }
 
     /// The same leases at other keys.
@@ -105,7 +101,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
         let owner = OwnerId::random();
-        let requested_at = self.clock.now();
+        let requested_at = TokioClock.now();
         let lock = LockRequest { owner: &owner, ttl };
         let Some(token) = self.tokens.issue(resource, Some(lock)).await? else {
             return Ok(None);
@@ -120,7 +116,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> 
     }
 
     async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
-        let requested_at = self.clock.now();
+        let requested_at = TokioClock.now();
         let extend = &self.tokens.client().scripts().extend;
         if !self.owner_script(extend, guard, Some(ttl)).await? {
             return Err(guard.lost());

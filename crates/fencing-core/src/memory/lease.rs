@@ -7,9 +7,11 @@ use async_trait::async_trait;
 use super::{MemoryTokenSource, lock};
 use crate::clock::{Clock, TokioClock};
 use crate::error::Result;
-use crate::lease::{Lease, LeaseGuard, OwnerId, Ttl};
+use crate::guard::{LeaseGuard, OwnerId};
+use crate::lease::Lease;
 use crate::name::ResourceName;
 use crate::token_source::TokenSource;
+use crate::ttl::Ttl;
 
 #[derive(Debug)]
 struct Holder {

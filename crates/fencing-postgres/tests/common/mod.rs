@@ -2,7 +2,7 @@
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
-use fencing_postgres::{FencedTable, PgFencedStore, PgLease, PgTokenSource, QualifiedName};
+use fencing_postgres::{PgLease, PgStore, PgTable, PgTokenSource, QualifiedName};
 use fencing_testkit::{services, unique_name};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -10,7 +10,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 pub(crate) struct Schema {
     pub(crate) pool: PgPool,
     pub(crate) name: String,
-    pub(crate) table: FencedTable,
+    pub(crate) table: PgTable,
 }
 
 impl Schema {
@@ -22,7 +22,7 @@ impl Schema {
             .await
             .unwrap_or_else(|e| panic!("connect to PostgreSQL at {url}: {e}"));
         let name = unique_name("fencing").replace('-', "_");
-        let table = FencedTable::new(&name, "records")
+        let table = PgTable::new(&name, "records")
             .unwrap()
             .with_payload_column("payload")
             .unwrap();
@@ -30,8 +30,8 @@ impl Schema {
         Schema { pool, name, table }
     }
 
-    pub(crate) fn store(&self) -> PgFencedStore {
-        PgFencedStore::new(self.pool.clone(), self.table.clone())
+    pub(crate) fn store(&self) -> PgStore {
+        PgStore::new(self.pool.clone(), self.table.clone())
     }
 
     pub(crate) fn tokens(&self) -> PgTokenSource {

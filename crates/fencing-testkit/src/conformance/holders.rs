@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use fencing_core::{
-    Error, Fence, FenceFloor, FencedStore, FencedWrite, Lease, RetryPolicy, TokioClock, acquire,
+    Error, Fence, FenceFloor, FencedStore, FencedWrite, Lease, RetryPolicy, acquire,
     seed_from_floors,
 };
 use rand::rngs::StdRng;
@@ -53,7 +53,7 @@ where
             let mut rejected = 0;
             let mut done = 0;
             while done < increments {
-                let guard = acquire(&*lease, &r, caps.short_ttl, &patient, &TokioClock)
+                let guard = acquire(&*lease, &r, caps.short_ttl, &patient)
                     .await
                     .unwrap();
                 let token = fencing.token_for(&guard);

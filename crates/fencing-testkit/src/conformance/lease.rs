@@ -167,16 +167,14 @@ pub async fn local_deadline_is_conservative<L: Lease + ?Sized>(lease: &L, caps: 
 pub async fn acquire_retries_until_expiry<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
     let r = resource("lease-retry");
     let holder = must_acquire(lease, &r, caps.short_ttl).await;
-    let once = acquire(lease, &r, caps.short_ttl, &RetryPolicy::once(), &TokioClock).await;
+    let once = acquire(lease, &r, caps.short_ttl, &RetryPolicy::once()).await;
     assert!(
         matches!(once, Err(Error::LeaseBusy { attempts: 1, .. })),
         "{once:?}"
     );
     let step = caps.past_expiry() / 4;
     let patient = RetryPolicy::new(20, step, step).unwrap();
-    let guard = acquire(lease, &r, caps.short_ttl, &patient, &TokioClock)
-        .await
-        .unwrap();
+    let guard = acquire(lease, &r, caps.short_ttl, &patient).await.unwrap();
     assert!(guard.token() > holder.token());
     lease.release(guard).await.unwrap();
 }

@@ -3,8 +3,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use fencing_core::{
     BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken,
-    Lease, Lifecycle, Record, RecordKey, ResourceName, Result, SideEffect, TokioClock, Ttl,
-    Written, acquire,
+    Lease, Lifecycle, Record, RecordKey, ResourceName, Result, SideEffect, Ttl, Written, acquire,
 };
 
 use super::gateway::Gateway;
@@ -31,15 +30,7 @@ pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
     tokio::time::sleep(plan.starts_at).await;
     let pauses = Mutex::new(plan.pauses);
     for _ in 0..=plan.redeliveries {
-        let guard = match acquire(
-            &*shared.lease,
-            &shared.resource,
-            shared.ttl,
-            &plan.retry,
-            &TokioClock,
-        )
-        .await
-        {
+        let guard = match acquire(&*shared.lease, &shared.resource, shared.ttl, &plan.retry).await {
             Ok(guard) => guard,
             Err(Error::LeaseBusy { .. }) => {
                 shared.journal.record(&plan.name, What::Busy);

@@ -1,0 +1,118 @@
+//! Waiting for a lease another owner holds: a bounded retry policy and [`acquire`].
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::guard::LeaseGuard;
+use crate::input::{InputKind, InvalidInput};
+use crate::lease::Lease;
+use crate::name::ResourceName;
+use crate::ttl::Ttl;
+
+/// How [`acquire`] retries a lease held by another owner: exponential backoff, bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    attempts: u32,
+    first_backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl RetryPolicy {
+    /// `attempts` tries in all (at least 1), waiting `first_backoff` after the first failure
+    /// and doubling each time up to `max_backoff`.
+    pub fn new(
+        attempts: u32,
+        first_backoff: Duration,
+        max_backoff: Duration,
+    ) -> Result<Self, InvalidInput> {
+        if attempts == 0 {
+            return Err(InvalidInput::new(
+                InputKind::Retry,
+                "a retry policy needs at least one attempt",
+            ));
+        }
+        if first_backoff > max_backoff {
+            return Err(InvalidInput::new(
+                InputKind::Retry,
+                format!("first backoff {first_backoff:?} exceeds the maximum {max_backoff:?}"),
+            ));
+        }
+        Ok(RetryPolicy {
+            attempts,
+            first_backoff,
+            max_backoff,
+        })
+    }
+
+    /// One attempt, no waiting.
+    pub fn once() -> Self {
+        RetryPolicy {
+            attempts: 1,
+            first_backoff: Duration::ZERO,
+            max_backoff: Duration::ZERO,
+        }
+    }
+
+    /// The number of attempts.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    fn backoff_after(&self, failures: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(failures.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.first_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+}
+
+impl Default for RetryPolicy {
+    /// 10 attempts, from 50 ms doubling to 2 s.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 10,
+            first_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Acquires `resource`, retrying under `retry` while another owner holds it, waiting on
+/// tokio's clock (virtual under a paused runtime). Returns [`Error::LeaseBusy`] when the
+/// attempts run out.
+pub async fn acquire<L: Lease + ?Sized>(
+    lease: &L,
+    resource: &ResourceName,
+    ttl: Ttl,
+    retry: &RetryPolicy,
+) -> Result<LeaseGuard> {
+    for attempt in 1..=retry.attempts {
+        if let Some(guard) = lease.try_acquire(resource, ttl).await? {
+            return Ok(guard);
+        }
+        if attempt < retry.attempts {
+            tokio::time::sleep(retry.backoff_after(attempt)).await;
+        }
+    }
+    Err(Error::LeaseBusy {
+        resource: resource.clone(),
+        attempts: retry.attempts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let retry =
+            RetryPolicy::new(6, Duration::from_millis(50), Duration::from_millis(300)).unwrap();
+        let waits: Vec<_> = (1..6).map(|n| retry.backoff_after(n).as_millis()).collect();
+        assert_eq!(waits, [50, 100, 200, 300, 300]);
+        assert!(RetryPolicy::new(0, Duration::ZERO, Duration::ZERO).is_err());
+        assert!(RetryPolicy::new(2, Duration::from_secs(2), Duration::from_secs(1)).is_err());
+    }
+}
