@@ -8,8 +8,8 @@
 //! cargo run --example settlement -- --no-fence --gateway-ignores-keys
 //! ```
 
+use fencing_test_support::settlement::{self, GatewayMode, SettlementConfig};
 use fencing_testkit::Fencing;
-use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig};
 
 fn main() {
     let mut fencing = Fencing::On;

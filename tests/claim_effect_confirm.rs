@@ -2,36 +2,14 @@
 //! The testkit's `FaultyStore` wraps a real in-memory store: it applies the write, then reports
 //! the outcome as unknown, as a connection dropped after the commit would.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use fencing::{
-    BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedBatch, FencedStore, FencedWrite,
-    FencingToken, InputKind, Lease, Lifecycle, MemoryLease, MemoryStore, MemoryTokenSource, Record,
-    RecordKey, ResourceName, Result, SideEffect, State, TokenSource, async_trait,
+    EffectOutcome, Error, Fence, FenceCheck, FencedBatch, FencedStore, FencedWrite, FencingToken,
+    InputKind, Lease, Lifecycle, MemoryLease, MemoryStore, MemoryTokenSource, RecordKey,
+    ResourceName, Result, State, TokenSource,
 };
-use fencing_testkit::faults::{Fault, FaultyStore};
-
-#[derive(Default)]
-struct Gateway {
-    performed: AtomicU32,
-    fail_next: Mutex<bool>,
-}
-
-#[async_trait]
-impl SideEffect for Gateway {
-    type Receipt = u32;
-    async fn lookup(&self, _: &RecordKey) -> Result<Option<u32>, BoxError> {
-        let n = self.performed.load(Ordering::SeqCst);
-        Ok((n > 0).then_some(n))
-    }
-    async fn perform(&self, _: &RecordKey, _: &Record) -> Result<u32, BoxError> {
-        if std::mem::take(&mut *self.fail_next.lock().unwrap()) {
-            return Err("gateway timeout".into());
-        }
-        Ok(self.performed.fetch_add(1, Ordering::SeqCst) + 1)
-    }
-}
+use fencing_testkit::faults::{Fault, FaultyStore, RecordingEffect};
 
 struct Case {
     store: FaultyStore<MemoryStore>,
@@ -64,7 +42,7 @@ impl Case {
         }
     }
 
-    async fn run(&self, gateway: &Gateway) -> Result<EffectOutcome<u32>> {
+    async fn run(&self, gateway: &RecordingEffect) -> Result<EffectOutcome<u32>> {
         let token = self.source.next(&self.resource).await.unwrap();
         Fence::new(&self.resource, token, &self.source)
             .run_effect(&self.store, &self.key, &self.lifecycle, gateway)
@@ -79,18 +57,18 @@ impl Case {
 #[tokio::test]
 async fn a_lost_answer_to_the_claim_is_retried_with_the_same_token() {
     let case = Case::new(vec![FenceCheck::Claim]);
-    let gateway = Gateway::default();
+    let gateway = RecordingEffect::new();
     let outcome = case.run(&gateway).await.unwrap();
     // The retry found the row in flight under its own token and looked before paying.
     assert_eq!(outcome, EffectOutcome::Performed(1));
-    assert_eq!(gateway.performed.load(Ordering::SeqCst), 1);
+    assert_eq!(gateway.perform_calls(), 1);
     assert_eq!(case.state().await.as_ref(), Some(case.lifecycle.done()));
 }
 
 #[tokio::test]
 async fn a_lost_answer_to_the_confirm_is_recognised_as_our_own_confirm() {
     let case = Case::new(vec![FenceCheck::HolderOnly]);
-    let gateway = Gateway::default();
+    let gateway = RecordingEffect::new();
     assert_eq!(
         case.run(&gateway).await.unwrap(),
         EffectOutcome::Performed(1)
@@ -101,8 +79,8 @@ async fn a_lost_answer_to_the_confirm_is_recognised_as_our_own_confirm() {
 #[tokio::test]
 async fn a_failed_effect_leaves_the_row_in_flight_and_the_next_holder_looks_first() {
     let case = Case::new(Vec::new());
-    let gateway = Gateway::default();
-    *gateway.fail_next.lock().unwrap() = true;
+    let gateway = RecordingEffect::new();
+    gateway.fail_next();
     let err = case.run(&gateway).await.unwrap_err();
     assert!(matches!(err, Error::Effect { .. }), "{err:?}");
     assert_eq!(
@@ -120,13 +98,13 @@ async fn a_failed_effect_leaves_the_row_in_flight_and_the_next_holder_looks_firs
         .write(&case.store, &case.key, &case.lifecycle.claim())
         .await
         .unwrap();
-    let paid_elsewhere = Gateway::default();
-    paid_elsewhere.performed.store(1, Ordering::SeqCst);
+    let paid_elsewhere = RecordingEffect::new();
+    paid_elsewhere.performed_elsewhere(&case.key);
     assert_eq!(
         case.run(&paid_elsewhere).await.unwrap(),
         EffectOutcome::Recovered(1)
     );
-    assert_eq!(paid_elsewhere.performed.load(Ordering::SeqCst), 1);
+    assert_eq!(paid_elsewhere.perform_calls(), 0, "not paid again");
 }
 
 #[tokio::test]
@@ -136,7 +114,7 @@ async fn a_refusal_is_never_retried() {
         .advance_to(&case.resource, FencingToken::new(10).unwrap())
         .await
         .unwrap();
-    case.run(&Gateway::default()).await.unwrap();
+    case.run(&RecordingEffect::new()).await.unwrap();
     let stale = FencingToken::new(5).unwrap();
     let err = Fence::new(&case.resource, stale, &case.source)
         .write(&case.store, &case.key, &FencedWrite::claim())

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencing_testkit::faults::RecordingEffect;
+
 use fencing::{
     EffectOutcome, Error, FenceFloor, FencedBatch, FencedStore, FencedWrite, InputKind, Lease,
     Lifecycle, MemoryLease, MemoryStore, RecordKey, ResourceName, TokenSource, Ttl,
@@ -123,7 +125,7 @@ async fn batch_runs_effects_and_seeds_from_every_store() {
         b"7025".to_vec(),
     );
     let batch = setup.batch().await;
-    let effect = CountingEffect::default();
+    let effect = RecordingEffect::new();
     let outcome = batch
         .run_effect("refunds", &key("r_001"), &lifecycle, &effect)
         .await
@@ -176,22 +178,4 @@ async fn the_same_store_twice_or_an_unknown_store_is_bad_input() {
     assert!(matches!(err, Error::InvalidInput(ref e) if e.kind() == InputKind::StoreSet));
     assert_eq!(batch.aborted_by(), None, "bad input is not a refusal");
     assert!(setup.refunds.records().is_empty());
-}
-
-#[derive(Default)]
-struct CountingEffect {
-    calls: std::sync::atomic::AtomicU32,
-}
-
-#[fencing::async_trait]
-impl fencing::SideEffect for CountingEffect {
-    type Receipt = u32;
-
-    async fn lookup(&self, _: &RecordKey) -> Result<Option<u32>, fencing::BoxError> {
-        Ok(None)
-    }
-
-    async fn perform(&self, _: &RecordKey, _: &fencing::Record) -> Result<u32, fencing::BoxError> {
-        Ok(self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1)
-    }
 }

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use fencing::{FenceCheck, FencingToken, RecordKey};
-use fencing_testkit::Fencing;
-use fencing_testkit::settlement::{
+use fencing_test_support::settlement::{
     self, CallResult, Event, GatewayMode, SettlementConfig, SettlementReport, What, refund_key,
 };
+use fencing_testkit::Fencing;
 
 async fn seed(fencing: Fencing, gateway: GatewayMode) -> SettlementReport {
     settlement::run(&SettlementConfig::seed(fencing, gateway)).await

@@ -23,7 +23,7 @@ const ROUNDS: usize = 9;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let url = fencing_testkit::services::postgres_url();
+    let url = fencing_test_support::services::postgres_url();
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect(&url)

@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use fencing_core::{FenceFloor, FencingToken, InvalidInput, RequestEffect, ResourceName, Result};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
+use crate::decode::fence_from_db;
 use crate::error::PgFailure;
 use crate::ident::Ident;
-use crate::store::fence_from_db;
 use crate::table::PgTable;
 
 /// Reports `MAX(fence)` over a [`PgTable`], or only over the rows one lease protects

@@ -82,6 +82,13 @@ impl QualifiedName {
     }
 }
 
+impl QualifiedName {
+    /// The name a store on this table goes by in errors and batches: `postgres:schema.name`.
+    pub fn store_name(&self) -> String {
+        format!("postgres:{}.{}", self.schema.as_str(), self.name.as_str())
+    }
+}
+
 impl fmt::Display for QualifiedName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.schema, self.name)

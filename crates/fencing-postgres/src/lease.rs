@@ -8,6 +8,7 @@ use fencing_core::{
 };
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::ddl::run_ddl;
 use crate::error::PgFailure;
 use crate::ident::QualifiedName;
 use crate::tokens::PgTokenSource;
@@ -65,11 +66,7 @@ impl PgLease {
              token BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)",
             self.table
         );
-        sqlx::raw_sql(AssertSqlSafe(ddl))
-            .execute(self.tokens.pool())
-            .await
-            .map(drop)
-            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))
+        run_ddl(self.tokens.pool(), self.tokens.store_name(), ddl).await
     }
 
     fn failed(&self, failure: PgFailure, effect: RequestEffect) -> Error {

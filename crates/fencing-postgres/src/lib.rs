@@ -14,6 +14,8 @@
 //! * [`push_fence_condition`] and [`rows_affected_to_result`] are the low-level pieces for
 //!   people with their own statements.
 
+mod ddl;
+mod decode;
 mod error;
 mod floor;
 mod ident;

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
-    Record, RecordKey, RequestEffect, Result, State, Written,
+    Record, RecordKey, RequestEffect, Result, Written,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Acquire, AssertSqlSafe, PgExecutor, PgPool, Postgres, Row};
 use tokio::sync::OnceCell;
 
+use crate::decode::{fence_from_db, record_from, state_from_db};
 use crate::error::PgFailure;
 use crate::table::PgTable;
 
@@ -369,40 +370,6 @@ impl PgStore {
     fn failed(&self, failure: PgFailure, effect: RequestEffect) -> Error {
         failure.into_error(&self.name, effect)
     }
-}
-
-/// A record from decoded columns: state and payload as the driver returned them.
-fn record_from(
-    key: &RecordKey,
-    fence: Option<FencingToken>,
-    state: Result<Option<String>, sqlx::Error>,
-    payload: Result<Option<Vec<u8>>, sqlx::Error>,
-) -> Result<Record, PgFailure> {
-    Ok(Record {
-        key: key.clone(),
-        fence,
-        state: state_from_db(state?)?,
-        payload: payload?.unwrap_or_default(),
-    })
-}
-
-/// A fence as stored: 0 is "no fence yet", a negative number is corruption.
-pub(crate) fn fence_from_db(value: i64) -> Result<Option<FencingToken>, PgFailure> {
-    match value {
-        0 => Ok(None),
-        v => FencingToken::from_i64(v)
-            .map(Some)
-            .map_err(|e| PgFailure::Corrupt(format!("stored fence {v}: {e}"))),
-    }
-}
-
-fn state_from_db(value: Option<String>) -> Result<Option<State>, PgFailure> {
-    value
-        .map(|text| {
-            State::new(text.clone())
-                .map_err(|e| PgFailure::Corrupt(format!("stored state {text:?}: {e}")))
-        })
-        .transpose()
 }
 
 #[async_trait]

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use fencing_core::{InvalidInput, RequestEffect, State, refused_char_ranges};
-use sqlx::{AssertSqlSafe, PgPool};
+use fencing_core::{InvalidInput, State, refused_char_ranges};
+use sqlx::PgPool;
 
-use crate::error::PgFailure;
+use crate::ddl::run_ddl;
 use crate::ident::{Ident, QualifiedName};
 
 /// A table whose rows are fenced records: a unique key column, a `BIGINT` fence column
@@ -124,7 +124,7 @@ impl PgTable {
             fence = self.fence,
             state = self.state,
         );
-        self.run_ddl(pool, ddl).await
+        run_ddl(pool, &self.store_name(), ddl).await
     }
 
     /// Adds the fence column (`BIGINT NOT NULL DEFAULT 0`) to an existing table, if missing,
@@ -145,24 +145,12 @@ impl PgTable {
                END IF; \
              END $fencing$"
         );
-        self.run_ddl(pool, ddl).await
-    }
-
-    async fn run_ddl(&self, pool: &PgPool, ddl: String) -> Result<(), fencing_core::Error> {
-        sqlx::raw_sql(AssertSqlSafe(ddl))
-            .execute(pool)
-            .await
-            .map(drop)
-            .map_err(|e| PgFailure::from(e).into_error(&self.store_name(), RequestEffect::ReadOnly))
+        run_ddl(pool, &self.store_name(), ddl).await
     }
 
     /// The name the store goes by in errors and batches: `postgres:schema.table`.
     pub fn store_name(&self) -> String {
-        format!(
-            "postgres:{}.{}",
-            self.name.schema().as_str(),
-            self.name.name().as_str()
-        )
+        self.name.store_name()
     }
 
     fn build(

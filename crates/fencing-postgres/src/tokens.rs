@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use fencing_core::{Error, FencingToken, RequestEffect, ResourceName, Result, TokenSource};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
+use crate::ddl::run_ddl;
 use crate::error::PgFailure;
 use crate::ident::QualifiedName;
 
@@ -30,11 +31,7 @@ impl PgTokenSource {
             max = i64::MAX
         );
         PgTokenSource {
-            store: format!(
-                "postgres:{}.{}",
-                table.schema().as_str(),
-                table.name().as_str()
-            ),
+            store: table.store_name(),
             current: format!("SELECT value FROM {table} WHERE resource = $1"),
             advance: format!(
                 "INSERT INTO {table} AS t (resource, value) VALUES ($1, $2) \
@@ -69,11 +66,7 @@ impl PgTokenSource {
             schema = self.table.schema(),
             table = self.table,
         );
-        sqlx::raw_sql(AssertSqlSafe(ddl))
-            .execute(&self.pool)
-            .await
-            .map(drop)
-            .map_err(|e| PgFailure::from(e).into_error(&self.store, RequestEffect::ReadOnly))
+        run_ddl(&self.pool, &self.store, ddl).await
     }
 
     /// Runs one counter statement; `effect` says whether it changes the counter.

@@ -8,7 +8,7 @@ use fencing_core::{
     ResourceName, Ttl,
 };
 use fencing_postgres::{PgStore, PgTable};
-use fencing_testkit::services::TestContainer;
+use fencing_test_support::services::TestContainer;
 use sqlx::postgres::PgPoolOptions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

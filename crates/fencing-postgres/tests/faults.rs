@@ -3,8 +3,7 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::Schema;
@@ -14,26 +13,27 @@ use fencing_core::{
     TokenSource, async_trait,
 };
 use fencing_postgres::PgStore;
+use fencing_test_support::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use fencing_testkit::Fencing;
-use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
+use fencing_testkit::faults::RecordingEffect;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-/// A gateway that, during the call for one refund, has the worker's database connection
-/// terminated by the server.
+/// The recording gateway, which during the call for one refund has the worker's database
+/// connection terminated by the server.
 struct KillsTheConnection {
     admin: sqlx::PgPool,
     application: String,
     kill_during: RecordKey,
-    refunds: Mutex<HashMap<RecordKey, u32>>,
+    gateway: RecordingEffect,
 }
 
 #[async_trait]
 impl SideEffect for KillsTheConnection {
-    type Receipt = ();
-    async fn lookup(&self, key: &RecordKey) -> Result<Option<()>, BoxError> {
-        Ok(self.refunds.lock().unwrap().contains_key(key).then_some(()))
+    type Receipt = u32;
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<u32>, BoxError> {
+        self.gateway.lookup(key).await
     }
-    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<(), BoxError> {
+    async fn perform(&self, key: &RecordKey, record: &Record) -> Result<u32, BoxError> {
         if *key == self.kill_during {
             let killed: Vec<bool> = sqlx::query_scalar(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
@@ -43,8 +43,7 @@ impl SideEffect for KillsTheConnection {
             .await?;
             assert_eq!(killed, [true], "exactly the worker's connection is killed");
         }
-        *self.refunds.lock().unwrap().entry(key.clone()).or_default() += 1;
-        Ok(())
+        self.gateway.perform(key, record).await
     }
 }
 
@@ -52,7 +51,9 @@ impl SideEffect for KillsTheConnection {
 async fn a_connection_killed_mid_batch_loses_nothing_and_sends_nothing_twice() {
     let schema = Schema::new().await;
     let application = schema.name.clone();
-    let options: PgConnectOptions = fencing_testkit::services::postgres_url().parse().unwrap();
+    let options: PgConnectOptions = fencing_test_support::services::postgres_url()
+        .parse()
+        .unwrap();
     let worker_pool = PgPoolOptions::new()
         .max_connections(1)
         .test_before_acquire(false)
@@ -70,7 +71,7 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_sends_nothing_twice() {
         admin: schema.pool.clone(),
         application,
         kill_during: refund_key(15),
-        refunds: Mutex::default(),
+        gateway: RecordingEffect::new(),
     };
     let source = MemoryTokenSource::new();
     let resource = ResourceName::new("settle:m_4471").unwrap();
@@ -81,18 +82,17 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_sends_nothing_twice() {
             .run_effect(&store, k, &lifecycle, &gateway)
             .await
             .unwrap();
-        assert_eq!(outcome, EffectOutcome::Performed(()), "{k}");
+        assert!(
+            matches!(outcome, EffectOutcome::Performed(_)),
+            "{k}: {outcome:?}"
+        );
     }
     // Whether the pool handed the dead connection to the confirm (an ambiguous outcome,
     // retried by the fence) or noticed and replaced it first depends on timing; either way
     // nothing may be lost or sent twice. The ambiguous path itself is pinned down by the
     // next test.
-    let refunds = gateway.refunds.lock().unwrap().clone();
-    assert_eq!(refunds.len(), 40);
-    assert!(
-        refunds.values().all(|n| *n == 1),
-        "nothing sent twice: {refunds:?}"
-    );
+    assert_eq!(gateway.gateway.performed().len(), 40);
+    assert_eq!(gateway.gateway.perform_calls(), 40, "nothing sent twice");
     for k in &keys {
         let row = store.read(k).await.unwrap().unwrap();
         assert_eq!(row.state.as_ref(), Some(lifecycle.done()), "{k} lost");
@@ -131,7 +131,9 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
     let token = FencingToken::new(33).unwrap();
 
     let application = format!("{}_single", schema.name);
-    let options: PgConnectOptions = fencing_testkit::services::postgres_url().parse().unwrap();
+    let options: PgConnectOptions = fencing_test_support::services::postgres_url()
+        .parse()
+        .unwrap();
     let mut conn = sqlx::PgConnection::connect_with(&options.application_name(&application))
         .await
         .unwrap();

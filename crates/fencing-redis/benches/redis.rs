@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use fencing_core::{Lease, ResourceName, Ttl};
 use fencing_redis::RedisLease;
-use fencing_testkit::services::RedisServer;
+use fencing_test_support::services::RedisServer;
 use redis::aio::MultiplexedConnection;
 
 const ACQUISITIONS: usize = 3000;

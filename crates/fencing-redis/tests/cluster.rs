@@ -9,8 +9,8 @@ use std::time::Duration;
 use fencing_core::epoch::EPOCH_BITS;
 use fencing_core::{Lease, MemoryTokenSource, ResourceName, TokenSource, Ttl};
 use fencing_redis::{RedisLease, RedisTokenSource};
+use fencing_test_support::services::RedisServer;
 use fencing_testkit::conformance::*;
-use fencing_testkit::services::RedisServer;
 use redis::cluster::ClusterClient;
 
 struct Cluster {

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use fencing_core::{FencedStore, Lease, MemoryStore, MemoryTokenSource, TokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
+use fencing_test_support::services;
 use fencing_testkit::conformance::*;
-use fencing_testkit::{Fencing, services, unique_name};
+use fencing_testkit::{Fencing, unique_name};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 
 async fn multiplexed() -> MultiplexedConnection {

@@ -2,37 +2,19 @@
 //! middle of a batch, a holder whose connection dies, a counter key holding garbage, and the
 //! seed's settlement with a real pause past a real TTL.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::{
-    BoxError, Error, Fence, FencingToken, InputKind, Lease, Lifecycle, MemoryStore,
-    MemoryTokenSource, Record, RecordKey, ResourceName, RetryPolicy, SideEffect, TokenSource, Ttl,
-    async_trait,
+    Error, Fence, FencingToken, InputKind, Lease, Lifecycle, MemoryStore, MemoryTokenSource,
+    RecordKey, ResourceName, RetryPolicy, TokenSource, Ttl,
 };
 use fencing_redis::{RedisKeys, RedisLease};
-use fencing_testkit::services::{RedisServer, RestartableServer, TestContainer};
-use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
+use fencing_test_support::services::{RedisServer, RestartableServer, TestContainer};
+use fencing_test_support::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
+use fencing_testkit::faults::RecordingEffect;
 use fencing_testkit::{Fencing, unique_name};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
-
-#[derive(Default)]
-struct Gateway {
-    refunds: Mutex<HashMap<RecordKey, u32>>,
-}
-
-#[async_trait]
-impl SideEffect for Gateway {
-    type Receipt = ();
-    async fn lookup(&self, key: &RecordKey) -> Result<Option<()>, BoxError> {
-        Ok(self.refunds.lock().unwrap().contains_key(key).then_some(()))
-    }
-    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<(), BoxError> {
-        *self.refunds.lock().unwrap().entry(key.clone()).or_default() += 1;
-        Ok(())
-    }
-}
 
 /// The durable epoch source: it outlives every restart these tests put Redis through.
 fn epochs() -> Arc<dyn TokenSource> {
@@ -63,7 +45,7 @@ async fn batch(
     resource: &ResourceName,
     store: &MemoryStore,
     keys: &[RecordKey],
-    gateway: &Gateway,
+    gateway: &RecordingEffect,
 ) -> Result<(), Error> {
     let guard = lease
         .try_acquire(resource, Ttl::from_secs(30).unwrap())
@@ -102,7 +84,7 @@ async fn restart_mid_batch(server: &mut dyn RestartableServer) {
             b"7025".to_vec(),
         );
     }
-    let gateway = Gateway::default();
+    let gateway = RecordingEffect::new();
 
     let plain = RedisLease::may_reissue_tokens(connect(&server.url()).await);
     plain
@@ -135,12 +117,8 @@ async fn restart_mid_batch(server: &mut dyn RestartableServer) {
     batch(&seeded, &resource, &store, &keys, &gateway)
         .await
         .unwrap();
-    let refunds = gateway.refunds.lock().unwrap().clone();
-    assert_eq!(refunds.len(), 10);
-    assert!(
-        refunds.values().all(|n| *n == 1),
-        "nothing sent twice: {refunds:?}"
-    );
+    assert_eq!(gateway.performed().len(), 10);
+    assert_eq!(gateway.perform_calls(), 10, "nothing sent twice");
     let fences: Vec<_> = store
         .records()
         .iter()

@@ -1,4 +1,5 @@
-//! One fault-injecting store for every test that needs a lost answer or a lost request.
+//! Test doubles, once: a fault-injecting store for every test that needs a lost answer or a
+//! lost request, and a recording side effect for every test that needs a gateway.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -6,7 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
 use fencing_core::{
-    Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Record, RecordKey, Result, Written,
+    BoxError, Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Record, RecordKey, Result,
+    SideEffect, Written,
 };
 
 /// What goes wrong with one write.
@@ -117,5 +119,94 @@ impl<S: FencedStore> FencedStore for FaultyStore<S> {
                 Err(self.lost("answer lost after the store applied the write"))
             }
         }
+    }
+}
+
+/// A side effect that records every call and, like a payment gateway that honours
+/// idempotency keys, performs each key at most once: a second `perform` of a key returns the
+/// first receipt. It can be told to fail its next `perform`.
+///
+/// The receipt is the effect's sequence number: 1 for the first key performed, 2 for the next.
+#[derive(Debug, Default)]
+pub struct RecordingEffect {
+    recorded: Mutex<Recorded>,
+    fail_next: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Recorded {
+    performed: Vec<RecordKey>,
+    perform_calls: u32,
+    lookups: u32,
+}
+
+impl RecordingEffect {
+    /// An effect that has performed nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next `perform` fail (a gateway timeout) without performing anything.
+    pub fn fail_next(&self) {
+        self.fail_next.store(true, Ordering::SeqCst);
+    }
+
+    /// Records `key` as performed, as if another process had performed it.
+    pub fn performed_elsewhere(&self, key: &RecordKey) -> u32 {
+        self.record(key)
+    }
+
+    /// The keys performed, in order, each once.
+    pub fn performed(&self) -> Vec<RecordKey> {
+        self.lock().performed.clone()
+    }
+
+    /// How many times `perform` was called (a key called twice counts twice).
+    pub fn perform_calls(&self) -> u32 {
+        self.lock().perform_calls
+    }
+
+    /// How many times `lookup` was called.
+    pub fn lookups(&self) -> u32 {
+        self.lock().lookups
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn receipt(recorded: &Recorded, key: &RecordKey) -> Option<u32> {
+        let position = recorded.performed.iter().position(|k| k == key)?;
+        u32::try_from(position + 1).ok()
+    }
+
+    fn record(&self, key: &RecordKey) -> u32 {
+        let mut recorded = self.lock();
+        if let Some(receipt) = Self::receipt(&recorded, key) {
+            return receipt;
+        }
+        recorded.performed.push(key.clone());
+        u32::try_from(recorded.performed.len()).unwrap_or(u32::MAX)
+    }
+}
+
+#[async_trait]
+impl SideEffect for RecordingEffect {
+    type Receipt = u32;
+
+    async fn lookup(&self, idempotency_key: &RecordKey) -> Result<Option<u32>, BoxError> {
+        let mut recorded = self.lock();
+        recorded.lookups += 1;
+        Ok(Self::receipt(&recorded, idempotency_key))
+    }
+
+    async fn perform(&self, idempotency_key: &RecordKey, _: &Record) -> Result<u32, BoxError> {
+        self.lock().perform_calls += 1;
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err("injected fault: the effect failed".into());
+        }
+        Ok(self.record(idempotency_key))
     }
 }

@@ -1,18 +1,17 @@
-//! Test support for `fencing`: the conformance suite every adapter runs, and the seed's
-//! settlement as a deterministic simulation.
+//! The conformance suite every `fencing` adapter runs, and the fault injection it uses.
+//!
+//! **Not yet stable**: the suite grows with every guarantee the core contracts gain, and its
+//! signatures may change between minor versions until 1.0. Pin the version an adapter is
+//! tested against.
 //!
 //! * [`conformance`]: one function per guarantee of the core contracts, generic over the
 //!   implementation, so the same suite runs against the in-memory stores, each adapter's
 //!   server, and `Box<dyn …>` / `Arc<dyn …>` of either.
-//! * [`faults`]: a store decorator that loses answers and requests, for every store.
-//! * [`services`]: where the tests find PostgreSQL and the other servers.
-//! * [`settlement`]: merchant `m_4471`'s 1,200 refunds, workers that pause, a payment gateway
-//!   with or without idempotency keys, and a checker that counts what went wrong.
+//! * [`faults`]: a store decorator that loses answers and requests, and a recording side
+//!   effect, for every store.
 
 pub mod conformance;
 pub mod faults;
-pub mod services;
-pub mod settlement;
 
 /// A name no other test uses, so tests can share one server: `prefix` plus a random suffix.
 pub fn unique_name(prefix: &str) -> String {

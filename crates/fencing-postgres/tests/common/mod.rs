@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use fencing_postgres::{PgLease, PgStore, PgTable, PgTokenSource, QualifiedName};
-use fencing_testkit::{services, unique_name};
+use fencing_test_support::services;
+use fencing_testkit::unique_name;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 

@@ -4,7 +4,8 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use fencing_testkit::{services, unique_name};
+use fencing_test_support::services;
+use fencing_testkit::unique_name;
 
 /// One HTTP/1.1 request with `Connection: close`; returns the status line and the body.
 fn http(

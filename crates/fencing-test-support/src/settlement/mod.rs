@@ -21,7 +21,7 @@ use fencing_core::{
     RecordKey, ResourceName, RetryPolicy, State, Ttl,
 };
 
-use crate::Fencing;
+use fencing_testkit::Fencing;
 use journal::Journal;
 use worker::{Shared, work};
 

@@ -9,7 +9,7 @@ use fencing_core::{
 use super::gateway::Gateway;
 use super::journal::{Holder, Journal, What};
 use super::{Pause, WorkerPlan};
-use crate::Fencing;
+use fencing_testkit::Fencing;
 
 /// What every worker of one run shares.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
 //! How tests find the servers they talk to. `$FENCING_TEST_SERVICES` chooses
-//! ([`ServiceMode`]); `auto` keeps the order `../shared/DESIGN.md` fixes: an explicit URL in
-//! the environment, a server on its standard local port, a local binary started on a free
-//! port (Redis), a container where a Docker engine answers. A test that finds none fails and
-//! says what it tried: a silent skip would hide a missing service.
+//! ([`ServiceMode`]); `auto` tries, in this order: an explicit URL in the environment, a
+//! server on its standard local port, a local binary started on a free port (Redis, moto), a
+//! container where a Docker engine answers. A test that finds none fails and says what it
+//! tried: a silent skip would hide a missing service.
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::OnceLock;
@@ -83,6 +83,59 @@ fn shared_container(
         .map_err(Clone::clone)
 }
 
+/// One service, as [`find`] looks for it.
+struct Service {
+    /// Its name in the failure message.
+    name: &'static str,
+    /// The environment variable that names it explicitly.
+    env_var: &'static str,
+    /// Its URL on its standard local port, and whether something there answers.
+    standard: (&'static str, fn() -> bool),
+    /// Starts (once per test binary) a server from a local binary; `Err` says why not.
+    local_binary: fn() -> Result<String, String>,
+    /// Starts (once per test binary) a container; `Err` says why not.
+    container: fn() -> Result<String, String>,
+}
+
+/// The one lookup order, as [`ServiceMode`] allows: the environment variable, the standard
+/// local port, a local binary, a container.
+///
+/// # Panics
+///
+/// When none is available, with a message naming everything tried.
+fn find(service: Service) -> String {
+    let mode = ServiceMode::from_env();
+    let mut tried = Vec::new();
+    if mode.uses_env() {
+        match std::env::var(service.env_var) {
+            Ok(url) => return url,
+            Err(_) => tried.push(format!("${} is not set", service.env_var)),
+        }
+    }
+    if mode.uses_local() {
+        let (url, answers) = service.standard;
+        if answers() {
+            return url.to_owned();
+        }
+        tried.push(format!("nothing answers at {url}"));
+        match (service.local_binary)() {
+            Ok(url) => return url,
+            Err(why) => tried.push(why),
+        }
+    }
+    if mode.uses_containers() {
+        match (service.container)() {
+            Ok(url) => return url,
+            Err(why) => tried.push(why),
+        }
+    }
+    panic!(
+        "no {} for the tests ({MODE_VAR}={mode:?}); tried: {}",
+        service.name,
+        tried.join("; ")
+    );
+}
+
 /// A PostgreSQL URL for tests (trust authentication, user `postgres`, database `test`),
 /// found as [`ServiceMode`] says: `$FENCING_POSTGRES_URL`, the server on 127.0.0.1:5432, or a
 /// container.
@@ -92,32 +145,17 @@ fn shared_container(
 /// When none is available, with a message naming everything tried.
 pub fn postgres_url() -> String {
     static CONTAINER: Shared<TestContainer> = OnceLock::new();
-    let mode = ServiceMode::from_env();
-    let mut tried = Vec::new();
-    if mode.uses_env() {
-        match std::env::var(POSTGRES_URL_VAR) {
-            Ok(url) => return url,
-            Err(_) => tried.push(format!("${POSTGRES_URL_VAR} is not set")),
-        }
-    }
-    if mode.uses_local() {
-        let standard: SocketAddr = ([127, 0, 0, 1], 5432).into();
-        if listening(standard) {
-            return "postgres://postgres@127.0.0.1:5432/test".to_owned();
-        }
-        tried.push(format!("nothing listens on {standard}"));
-        tried.push("a local postgres binary: not supported (initdb refuses to run as root)".into());
-    }
-    if mode.uses_containers() {
-        match shared_container(&CONTAINER, TestContainer::postgres) {
-            Ok(url) => return url,
-            Err(why) => tried.push(why),
-        }
-    }
-    panic!(
-        "no PostgreSQL for the tests ({MODE_VAR}={mode:?}); tried: {}",
-        tried.join("; ")
-    );
+    find(Service {
+        name: "PostgreSQL",
+        env_var: POSTGRES_URL_VAR,
+        standard: ("postgres://postgres@127.0.0.1:5432/test", || {
+            listening(([127, 0, 0, 1], 5432).into())
+        }),
+        local_binary: || {
+            Err("a local postgres binary: not supported (initdb refuses to run as root)".into())
+        },
+        container: || shared_container(&CONTAINER, TestContainer::postgres),
+    })
 }
 
 /// A Redis URL for tests, found as [`ServiceMode`] says: `$FENCING_REDIS_URL`, the server on
@@ -130,35 +168,18 @@ pub fn postgres_url() -> String {
 pub fn redis_url() -> String {
     static SPARE: Shared<RedisServer> = OnceLock::new();
     static CONTAINER: Shared<TestContainer> = OnceLock::new();
-    let mode = ServiceMode::from_env();
-    let mut tried = Vec::new();
-    if mode.uses_env() {
-        match std::env::var(REDIS_URL_VAR) {
-            Ok(url) => return url,
-            Err(_) => tried.push(format!("${REDIS_URL_VAR} is not set")),
-        }
-    }
-    if mode.uses_local() {
-        let standard: SocketAddr = ([127, 0, 0, 1], 6379).into();
-        if listening(standard) {
-            return "redis://127.0.0.1:6379/".to_owned();
-        }
-        tried.push(format!("nothing listens on {standard}"));
-        match SPARE.get_or_init(|| RedisServer::try_start(&[])) {
-            Ok(server) => return server.url(),
-            Err(why) => tried.push(format!("redis-server: {why}")),
-        }
-    }
-    if mode.uses_containers() {
-        match shared_container(&CONTAINER, TestContainer::redis) {
-            Ok(url) => return url,
-            Err(why) => tried.push(why),
-        }
-    }
-    panic!(
-        "no Redis for the tests ({MODE_VAR}={mode:?}); tried: {}",
-        tried.join("; ")
-    );
+    find(Service {
+        name: "Redis",
+        env_var: REDIS_URL_VAR,
+        standard: ("redis://127.0.0.1:6379/", || {
+            listening(([127, 0, 0, 1], 6379).into())
+        }),
+        local_binary: || match SPARE.get_or_init(|| RedisServer::try_start(&[])) {
+            Ok(server) => Ok(server.url()),
+            Err(why) => Err(format!("redis-server: {why}")),
+        },
+        container: || shared_container(&CONTAINER, TestContainer::redis),
+    })
 }
 
 /// An endpoint serving S3 and DynamoDB for tests (the moto emulator), found as
@@ -174,34 +195,16 @@ pub fn redis_url() -> String {
 pub fn aws_endpoint() -> String {
     static SPARE: Shared<MotoServer> = OnceLock::new();
     static CONTAINER: Shared<TestContainer> = OnceLock::new();
-    let mode = ServiceMode::from_env();
-    let mut tried = Vec::new();
-    if mode.uses_env() {
-        match std::env::var(AWS_ENDPOINT_VAR) {
-            Ok(url) => return url,
-            Err(_) => tried.push(format!("${AWS_ENDPOINT_VAR} is not set")),
-        }
-    }
-    if mode.uses_local() {
-        if local::moto_answers(5000) {
-            return "http://127.0.0.1:5000".to_owned();
-        }
-        tried.push("no moto answers on 127.0.0.1:5000".into());
-        match SPARE.get_or_init(MotoServer::try_start) {
-            Ok(server) => return server.endpoint(),
-            Err(why) => tried.push(format!("moto_server: {why}")),
-        }
-    }
-    if mode.uses_containers() {
-        match shared_container(&CONTAINER, TestContainer::moto) {
-            Ok(url) => return url,
-            Err(why) => tried.push(why),
-        }
-    }
-    panic!(
-        "no AWS emulator for the tests ({MODE_VAR}={mode:?}); tried: {}",
-        tried.join("; ")
-    );
+    find(Service {
+        name: "AWS emulator",
+        env_var: AWS_ENDPOINT_VAR,
+        standard: ("http://127.0.0.1:5000", || local::moto_answers(5000)),
+        local_binary: || match SPARE.get_or_init(MotoServer::try_start) {
+            Ok(server) => Ok(server.endpoint()),
+            Err(why) => Err(format!("moto_server: {why}")),
+        },
+        container: || shared_container(&CONTAINER, TestContainer::moto),
+    })
 }
 
 /// A server a test can restart, losing whatever it did not persist: a [`RedisServer`] of the

@@ -51,7 +51,7 @@ impl Watched {
 
 /// A scratch directory for one server, removed with it.
 fn scratch(prefix: &str) -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(crate::unique_name(prefix));
+    let dir = std::env::temp_dir().join(fencing_testkit::unique_name(prefix));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)
 }
