@@ -63,15 +63,15 @@ pub async fn open_epoch(
     FencingToken::new(epoch.get() << EPOCH_BITS).map_err(|_| exhausted(resource))
 }
 
-/// Before a fast counter is raised to `floor`, raises the durable `epochs` to `floor`'s epoch,
-/// so that the epoch opened after a later loss lies above every token issued from the floor
-/// on. Costs a durable write only for floors at or above `2^32`.
+/// Before a fast counter is raised to `floor`, raises the durable `epochs` (if the counter
+/// has any) to `floor`'s epoch, so that the epoch opened after a later loss lies above every
+/// token issued from the floor on. Costs a durable write only for floors at or above `2^32`.
 pub async fn cover_floor(
-    epochs: &dyn TokenSource,
+    epochs: Option<&dyn TokenSource>,
     resource: &ResourceName,
     floor: FencingToken,
 ) -> Result<()> {
-    if let Ok(epoch) = FencingToken::new(epoch_of(floor)) {
+    if let (Some(epochs), Ok(epoch)) = (epochs, FencingToken::new(epoch_of(floor))) {
         epochs.advance_to(resource, epoch).await?;
     }
     Ok(())
@@ -123,13 +123,13 @@ mod tests {
     async fn covering_a_floor_raises_the_durable_epoch() {
         let epochs = MemoryTokenSource::new();
         let r = ResourceName::new("settle:m_4471").unwrap();
-        cover_floor(&epochs, &r, token(40)).await.unwrap();
+        cover_floor(Some(&epochs), &r, token(40)).await.unwrap();
         assert_eq!(
             epochs.current(&r).await.unwrap(),
             None,
             "epoch 0 costs nothing"
         );
-        cover_floor(&epochs, &r, token((6 << EPOCH_BITS) + 1))
+        cover_floor(Some(&epochs), &r, token((6 << EPOCH_BITS) + 1))
             .await
             .unwrap();
         assert_eq!(epochs.current(&r).await.unwrap(), Some(token(6)));

@@ -23,7 +23,7 @@ use crate::ttl::Ttl;
 /// * **Tokens**: each acquisition takes the next token of [`Lease::token_source`] for the
 ///   resource, so tokens strictly increase across acquisitions and are never reused.
 /// * **Owner-only**: `extend` and `release` succeed only for the current owner of an unexpired
-///   lease, and otherwise return [`Error::LeaseLost`] and change nothing.
+///   lease, and otherwise return [`crate::Error::LeaseLost`] and change nothing.
 /// * **Local deadline**: the guard's deadline is taken from a monotonic instant read before the
 ///   request was sent.
 #[async_trait]

@@ -243,9 +243,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> TokenSource for RedisTok
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        if let Some(epochs) = &self.epochs {
-            epoch::cover_floor(&**epochs, resource, floor).await?;
-        }
+        epoch::cover_floor(self.epochs.as_deref(), resource, floor).await?;
         self.raise(resource, floor).await
     }
 }

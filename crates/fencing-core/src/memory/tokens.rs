@@ -110,9 +110,7 @@ impl TokenSource for MemoryTokenSource {
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        if let Some(epochs) = &self.epochs {
-            epoch::cover_floor(&**epochs, resource, floor).await?;
-        }
+        epoch::cover_floor(self.epochs.as_deref(), resource, floor).await?;
         Ok(self.raise(resource, floor))
     }
 }
