@@ -35,9 +35,11 @@ if ! engine_answers; then
 fi
 echo "Docker engine: ${DOCKER_HOST:-default socket} ($(docker version --format '{{.Server.Version}}'))"
 
-postgres_image="${FENCING_POSTGRES_IMAGE:-fencing-test/postgres}:${FENCING_POSTGRES_TAG:-local}"
-redis_image="${FENCING_REDIS_IMAGE:-fencing-test/redis}:${FENCING_REDIS_TAG:-local}"
-moto_image="${FENCING_MOTO_IMAGE:-fencing-test/moto}:${FENCING_MOTO_TAG:-local}"
+# The tag names the recipe: a change to this script or the entry point builds new images.
+recipe="local-$(cat "$here/prepare.sh" "$here/postgres-entrypoint.sh" | sha256sum | cut -c1-12)"
+postgres_image="${FENCING_POSTGRES_IMAGE:-fencing-test/postgres}:${FENCING_POSTGRES_TAG:-$recipe}"
+redis_image="${FENCING_REDIS_IMAGE:-fencing-test/redis}:${FENCING_REDIS_TAG:-$recipe}"
+moto_image="${FENCING_MOTO_IMAGE:-fencing-test/moto}:${FENCING_MOTO_TAG:-$recipe}"
 
 if ! docker image inspect "$postgres_image" "$redis_image" "$moto_image" >/dev/null 2>&1; then
     root="$(mktemp -d /var/tmp/fencing-root.XXXXXX)"

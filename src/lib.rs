@@ -11,3 +11,8 @@ pub use fencing_postgres as postgres;
 /// Redis: a lease that issues its fencing token in the same round trip, and its token source.
 #[cfg(feature = "redis")]
 pub use fencing_redis as redis;
+
+/// DynamoDB: fenced item writes by condition expression, fenced transactions, an atomic-counter
+/// token source and a lease that issues its token in the same `UpdateItem`.
+#[cfg(feature = "dynamodb")]
+pub use fencing_dynamodb as dynamodb;

@@ -15,6 +15,7 @@ use fencing_core::{
     RecordKey, ResourceName, State, TokenSource,
 };
 use fencing_postgres::{Ident, PgStore, PgTable, push_fence_condition};
+use fencing_test_support::bench;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
 
@@ -59,7 +60,7 @@ async fn main() {
             "PgStore::write (claim)",
         ])
         .await;
-    report(&updates);
+    bench::report(&updates, ROWS, "rows");
     println!();
     let settlements = bench
         .compare(&[
@@ -67,7 +68,7 @@ async fn main() {
             "settlement, batch claim (write_many)",
         ])
         .await;
-    report(&settlements);
+    bench::report(&settlements, ROWS, "rows");
 
     sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
         .execute(&pool)
@@ -86,25 +87,14 @@ struct Bench {
 impl Bench {
     /// Times each named variant once per round, rotating which goes first.
     async fn compare(&self, variants: &[&'static str]) -> Vec<(&'static str, Duration)> {
-        let mut times = vec![Vec::new(); variants.len()];
-        for round in 0..ROUNDS {
-            for offset in 0..variants.len() {
-                let i = (round + offset) % variants.len();
-                self.reset().await;
-                let token = FencingToken::new(round as u64 + 2).unwrap();
-                let start = Instant::now();
-                self.run(variants[i], token).await;
-                times[i].push(start.elapsed());
-            }
-        }
-        variants
-            .iter()
-            .zip(times)
-            .map(|(name, mut t)| {
-                t.sort();
-                (*name, t[t.len() / 2])
-            })
-            .collect()
+        bench::compare(variants, ROUNDS, async |variant, round| {
+            self.reset().await;
+            let token = FencingToken::new(round as u64 + 2).unwrap();
+            let start = Instant::now();
+            self.run(variant, token).await;
+            start.elapsed()
+        })
+        .await
     }
 
     async fn reset(&self) {
@@ -190,19 +180,5 @@ impl Bench {
             }
             other => unreachable!("no variant {other}"),
         }
-    }
-}
-
-fn report(results: &[(&str, Duration)]) {
-    let baseline = results[0].1;
-    println!("| variant | median per {ROWS} rows | per row | ratio to first |");
-    println!("| --- | ---: | ---: | ---: |");
-    for (name, time) in results {
-        println!(
-            "| {name} | {:.1} ms | {:.1} µs | {:.3}× |",
-            time.as_secs_f64() * 1e3,
-            time.as_secs_f64() * 1e6 / ROWS as f64,
-            time.as_secs_f64() / baseline.as_secs_f64()
-        );
     }
 }

@@ -27,8 +27,12 @@ async fn token_source_contract() {
     let schema = Schema::new().await;
     let tokens = schema.tokens();
     tokens.create_if_missing().await.unwrap();
-    token_source_suite(Arc::new(tokens.clone())).await;
-    token_source_suite(Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>)).await;
+    token_source_suite(Arc::new(tokens.clone()), Capabilities::real_server()).await;
+    token_source_suite(
+        Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>),
+        Capabilities::real_server(),
+    )
+    .await;
     schema.drop_schema().await;
 }
 

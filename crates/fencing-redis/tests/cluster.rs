@@ -91,7 +91,7 @@ async fn lease_and_tokens_work_across_a_three_master_cluster() {
     let epochs: Arc<dyn TokenSource> = Arc::new(MemoryTokenSource::new());
     let lease = RedisLease::new(conn.clone(), epochs.clone());
     lease_suite(Arc::new(lease.clone()), caps).await;
-    token_source_suite(Arc::new(RedisTokenSource::new(conn, epochs))).await;
+    token_source_suite(Arc::new(RedisTokenSource::new(conn, epochs)), caps).await;
 
     let ttl = Ttl::from_secs(30).unwrap();
     let mut guards = Vec::new();

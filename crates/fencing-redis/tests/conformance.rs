@@ -85,10 +85,14 @@ async fn lease_contract_over_a_connection_manager() {
 #[tokio::test]
 async fn token_source_contract() {
     let tokens = RedisTokenSource::new(multiplexed().await, epochs()).with_keys(keys());
-    token_source_suite(Arc::new(tokens.clone())).await;
-    token_source_suite(Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>)).await;
+    token_source_suite(Arc::new(tokens.clone()), Capabilities::real_server()).await;
+    token_source_suite(
+        Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>),
+        Capabilities::real_server(),
+    )
+    .await;
     let reissuing = RedisTokenSource::may_reissue_tokens(multiplexed().await).with_keys(keys());
-    token_source_suite(Arc::new(reissuing)).await;
+    token_source_suite(Arc::new(reissuing), Capabilities::real_server()).await;
 }
 
 #[tokio::test]

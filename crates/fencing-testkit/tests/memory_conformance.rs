@@ -28,14 +28,20 @@ async fn lease_contract_three_ways() {
 
 #[tokio::test]
 async fn token_source_contract_three_ways() {
-    token_source_suite(Arc::new(MemoryTokenSource::new())).await;
-    token_source_suite(Arc::new(
-        Box::new(MemoryTokenSource::new()) as Box<dyn TokenSource>
-    ))
+    token_source_suite(
+        Arc::new(MemoryTokenSource::new()),
+        Capabilities::in_memory(),
+    )
     .await;
-    token_source_suite(Arc::new(
-        Arc::new(MemoryTokenSource::new()) as Arc<dyn TokenSource>
-    ))
+    token_source_suite(
+        Arc::new(Box::new(MemoryTokenSource::new()) as Box<dyn TokenSource>),
+        Capabilities::in_memory(),
+    )
+    .await;
+    token_source_suite(
+        Arc::new(Arc::new(MemoryTokenSource::new()) as Arc<dyn TokenSource>),
+        Capabilities::in_memory(),
+    )
     .await;
 }
 
@@ -56,7 +62,7 @@ async fn store_contract_three_ways() {
 }
 
 #[tokio::test]
-async fn racing_claims_serialise_one_by_one_where_the_backend_does_not() {
+async fn racing_claims_serialise_one_request_at_a_time_where_the_backend_does_not() {
     let caps = Capabilities {
         serialises_concurrent_writes: false,
         ..Capabilities::in_memory()
@@ -79,7 +85,11 @@ async fn no_token_is_reissued_after_the_counters_are_lost() {
     no_token_is_reissued_after_counter_loss(&lease, &store, caps, async || tokens.forget_all())
         .await;
     lease_suite(Arc::new(lease_with_epochs()), caps).await;
-    token_source_suite(Arc::new(lease_with_epochs().tokens().clone())).await;
+    token_source_suite(
+        Arc::new(lease_with_epochs().tokens().clone()),
+        Capabilities::in_memory(),
+    )
+    .await;
 }
 
 /// The same schedules find the reissue where counters restart at 1: the check can fail.

@@ -9,7 +9,7 @@ use fencing_core::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Capabilities, key, make_pending, must_acquire, resource};
+use super::{Capabilities, OneAtATime, key, make_pending, must_acquire, resource};
 use crate::Fencing;
 
 /// What [`fenced_increments`] counted.
@@ -41,59 +41,98 @@ where
     L: Lease + 'static,
     S: FencedStore + ?Sized + 'static,
 {
-    let r = resource("increments");
-    let k = key("counter");
-    let step = caps.short_ttl.duration() / 10;
-    let patient = RetryPolicy::new(10_000, step, step).unwrap();
-    let mut tasks = tokio::task::JoinSet::new();
-    for worker in 0..workers {
-        let (lease, store, r, k) = (lease.clone(), store.clone(), r.clone(), k.clone());
-        let mut rng = StdRng::seed_from_u64(seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        tasks.spawn(async move {
-            let mut rejected = 0;
-            let mut done = 0;
-            while done < increments {
-                let guard = acquire(&*lease, &r, caps.short_ttl, &patient)
-                    .await
-                    .unwrap();
-                let token = fencing.token_for(&guard);
-                let fence = Fence::new(&r, token, lease.token_source());
-                // Claim before reading: a new holder's claim raises the fence at once, so a
-                // paused holder's write below is refused even if the new holder has not
-                // written yet. Reading first and writing with a claim loses updates.
-                let outcome = match fence.write(&*store, &k, &FencedWrite::claim()).await {
-                    Ok(claimed) => {
-                        let current = counter(&claimed.record.payload);
-                        if rng.random_bool(0.2) {
-                            tokio::time::sleep(caps.past_expiry()).await;
-                        }
-                        let write =
-                            FencedWrite::holder_only().set_payload((current + 1).to_string());
-                        fence.write(&*store, &k, &write).await
-                    }
-                    Err(err) => Err(err),
-                };
-                match outcome {
-                    Ok(_) => done += 1,
-                    Err(err) if err.is_rejection() => rejected += 1,
-                    Err(err) => panic!("increment failed: {err}"),
-                }
-                // A stale holder's release is refused; that is expected and harmless.
-                let _ = lease.release(guard).await;
-            }
-            rejected
-        });
+    let run = Increments {
+        caps,
+        workers,
+        increments,
+        fencing,
+        seed,
+    };
+    if caps.serialises_concurrent_writes {
+        run.on(lease, store).await
+    } else {
+        let lease = Arc::new(OneAtATime::new(lease));
+        run.on(lease, Arc::new(OneAtATime::new(store))).await
     }
-    let rejected = tasks.join_all().await.into_iter().sum();
-    let total = store
-        .read(&k)
-        .await
-        .unwrap()
-        .map_or(0, |rec| counter(&rec.payload));
-    IncrementReport {
-        expected: workers * increments,
-        total,
-        rejected,
+}
+
+/// The parameters of one [`fenced_increments`] run.
+#[derive(Clone, Copy)]
+struct Increments {
+    caps: Capabilities,
+    workers: u64,
+    increments: u64,
+    fencing: Fencing,
+    seed: u64,
+}
+
+impl Increments {
+    async fn on<L, S>(self, lease: Arc<L>, store: Arc<S>) -> IncrementReport
+    where
+        L: Lease + 'static,
+        S: FencedStore + ?Sized + 'static,
+    {
+        let Increments {
+            caps,
+            workers,
+            increments,
+            fencing,
+            seed,
+        } = self;
+        let r = resource("increments");
+        let k = key("counter");
+        let step = caps.short_ttl.duration() / 10;
+        let patient = RetryPolicy::new(10_000, step, step).unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for worker in 0..workers {
+            let (lease, store, r, k) = (lease.clone(), store.clone(), r.clone(), k.clone());
+            let mut rng = StdRng::seed_from_u64(seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            tasks.spawn(async move {
+                let mut rejected = 0;
+                let mut done = 0;
+                while done < increments {
+                    let guard = acquire(&*lease, &r, caps.short_ttl, &patient)
+                        .await
+                        .unwrap();
+                    let token = fencing.token_for(&guard);
+                    let fence = Fence::new(&r, token, lease.token_source());
+                    // Claim before reading: a new holder's claim raises the fence at once, so a
+                    // paused holder's write below is refused even if the new holder has not
+                    // written yet. Reading first and writing with a claim loses updates.
+                    let outcome = match fence.write(&*store, &k, &FencedWrite::claim()).await {
+                        Ok(claimed) => {
+                            let current = counter(&claimed.record.payload);
+                            if rng.random_bool(0.2) {
+                                tokio::time::sleep(caps.past_expiry()).await;
+                            }
+                            let write =
+                                FencedWrite::holder_only().set_payload((current + 1).to_string());
+                            fence.write(&*store, &k, &write).await
+                        }
+                        Err(err) => Err(err),
+                    };
+                    match outcome {
+                        Ok(_) => done += 1,
+                        Err(err) if err.is_rejection() => rejected += 1,
+                        Err(err) => panic!("increment failed: {err}"),
+                    }
+                    // A stale holder's release is refused; that is expected and harmless.
+                    let _ = lease.release(guard).await;
+                }
+                rejected
+            });
+        }
+        let rejected = tasks.join_all().await.into_iter().sum();
+        let total = store
+            .read(&k)
+            .await
+            .unwrap()
+            .map_or(0, |rec| counter(&rec.payload));
+        IncrementReport {
+            expected: workers * increments,
+            total,
+            rejected,
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use fencing_core::{
     TokioClock, Ttl, acquire,
 };
 
-use super::{Capabilities, hostile_names, must_acquire, resource};
+use super::{Capabilities, OneAtATime, hostile_names, must_acquire, resource};
 
 /// Every [`Lease`] guarantee.
 pub async fn lease_suite<L: Lease + 'static>(lease: Arc<L>, caps: Capabilities) {
@@ -43,6 +43,14 @@ pub async fn concurrent_acquirers_get_one_lease<L: Lease + 'static>(
     lease: Arc<L>,
     caps: Capabilities,
 ) {
+    if caps.serialises_concurrent_writes {
+        race_for_one_lease(lease, caps).await;
+    } else {
+        race_for_one_lease(Arc::new(OneAtATime::new(lease)), caps).await;
+    }
+}
+
+async fn race_for_one_lease<L: Lease + 'static>(lease: Arc<L>, caps: Capabilities) {
     let r = resource("lease-race");
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..16 {

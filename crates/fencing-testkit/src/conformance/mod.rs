@@ -13,11 +13,13 @@
 
 mod holders;
 mod lease;
+mod one_at_a_time;
 mod store;
 mod tokens;
 
 pub use holders::*;
 pub use lease::*;
+pub use one_at_a_time::OneAtATime;
 pub use store::*;
 pub use tokens::*;
 
@@ -36,8 +38,10 @@ pub struct Capabilities {
     /// Extra wait beyond a TTL before the server is sure to have expired the lease (its own
     /// timer resolution and the round trip).
     pub expiry_slack: Duration,
-    /// Concurrent writes to one record are serialised by the server. False for emulators that
-    /// are not (moto): concurrency tests are then skipped and interleavings tested one by one.
+    /// Concurrent requests are serialised by the server, each atomic. False for emulators that
+    /// are not (moto): the suite's races then send their requests through [`OneAtATime`], so
+    /// they still interleave freely between requests but never inside one, as on the real
+    /// service, and no race passes or fails by the emulator's luck.
     pub serialises_concurrent_writes: bool,
     /// Resource names may contain `{` and `}`. False for Redis, whose hash tags they would
     /// break: such names must then be refused as invalid input, before anything is sent.

@@ -7,7 +7,7 @@ use fencing_core::{
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
-use super::{Capabilities, hostile_names, key, make_pending, resource};
+use super::{Capabilities, OneAtATime, hostile_names, key, make_pending, resource};
 use crate::faults::{Fault, FaultyStore};
 
 fn token(n: u64) -> FencingToken {
@@ -358,6 +358,21 @@ pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S) {
     );
 }
 
+/// Every claim of `tokens` on `k` at once, each with its token as payload.
+async fn race_claims<S: FencedStore + ?Sized + 'static>(
+    store: Arc<S>,
+    k: &RecordKey,
+    tokens: Vec<u64>,
+) -> Vec<(u64, fencing_core::Result<fencing_core::Written>)> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in tokens {
+        let (store, k) = (store.clone(), k.clone());
+        let claim = FencedWrite::claim().set_payload(t.to_string().into_bytes());
+        tasks.spawn(async move { (t, store.write(&k, token(t), &claim).await) });
+    }
+    tasks.join_all().await
+}
+
 /// Claims with tokens 1 to 16 racing on one record end as if they ran one after another: the
 /// highest token is accepted and its fence and payload stay; every refused claim met a fence
 /// above its own token; no accepted claim found a fence above its token.
@@ -368,20 +383,11 @@ pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
     let k = key("race");
     let mut tokens: Vec<u64> = (1..=16).collect();
     tokens.shuffle(&mut rand::rngs::StdRng::seed_from_u64(16));
-    let claim = |t: u64| FencedWrite::claim().set_payload(t.to_string().into_bytes());
-    let mut outcomes = Vec::new();
-    if caps.serialises_concurrent_writes {
-        let mut tasks = tokio::task::JoinSet::new();
-        for t in tokens {
-            let (store, k) = (store.clone(), k.clone());
-            tasks.spawn(async move { (t, store.write(&k, token(t), &claim(t)).await) });
-        }
-        outcomes = tasks.join_all().await;
+    let outcomes = if caps.serialises_concurrent_writes {
+        race_claims(store.clone(), &k, tokens).await
     } else {
-        for t in tokens {
-            outcomes.push((t, store.write(&k, token(t), &claim(t)).await));
-        }
-    }
+        race_claims(Arc::new(OneAtATime::new(store.clone())), &k, tokens).await
+    };
     for (t, outcome) in &outcomes {
         match outcome {
             Ok(written) => assert!(

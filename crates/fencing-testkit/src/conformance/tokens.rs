@@ -3,15 +3,15 @@ use std::sync::Arc;
 
 use fencing_core::{Error, FencingToken, TokenSource};
 
-use super::resource;
+use super::{Capabilities, OneAtATime, resource};
 
 /// Every [`TokenSource`] guarantee that needs no server fault.
-pub async fn token_source_suite<T: TokenSource + 'static>(source: Arc<T>) {
+pub async fn token_source_suite<T: TokenSource + 'static>(source: Arc<T>, caps: Capabilities) {
     tokens_strictly_increase(&*source).await;
     advance_to_raises_and_never_lowers(&*source).await;
     resources_have_independent_counters(&*source).await;
     exhaustion_is_an_error(&*source).await;
-    concurrent_next_never_repeats(source).await;
+    concurrent_next_never_repeats(source, caps).await;
 }
 
 /// `next` strictly increases and `current` reports the last token issued.
@@ -59,7 +59,18 @@ pub async fn exhaustion_is_an_error<T: TokenSource + ?Sized>(source: &T) {
 }
 
 /// Tokens issued concurrently to many tasks are all distinct.
-pub async fn concurrent_next_never_repeats<T: TokenSource + 'static>(source: Arc<T>) {
+pub async fn concurrent_next_never_repeats<T: TokenSource + 'static>(
+    source: Arc<T>,
+    caps: Capabilities,
+) {
+    if caps.serialises_concurrent_writes {
+        race_for_tokens(source).await;
+    } else {
+        race_for_tokens(Arc::new(OneAtATime::new(source))).await;
+    }
+}
+
+async fn race_for_tokens<T: TokenSource + 'static>(source: Arc<T>) {
     let r = resource("tokens-concurrent");
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..8 {

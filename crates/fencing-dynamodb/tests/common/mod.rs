@@ -1,0 +1,70 @@
+//! A client against the AWS emulator, and one fresh table per test.
+// Each test binary uses its own subset of these helpers.
+#![allow(dead_code)]
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
+use fencing_test_support::services;
+use fencing_testkit::conformance::Capabilities;
+use fencing_testkit::unique_name;
+
+/// A client as a user builds one: their endpoint, credentials and HTTP stack (here rustls
+/// with ring, which also speaks plain HTTP to the emulator).
+pub(crate) fn client() -> Client {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    client_with(aws_sdk_dynamodb::Config::builder().http_client(http))
+}
+
+/// The same client, built from `config` (which may add interceptors).
+pub(crate) fn client_with(config: aws_sdk_dynamodb::config::Builder) -> Client {
+    let config = config
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(services::aws_endpoint())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "fencing-tests",
+        ))
+        .build();
+    Client::from_conf(config)
+}
+
+/// The emulator does not serialise concurrent requests: the suite's races go through
+/// `OneAtATime`. It answers in milliseconds rather than microseconds, so leases last long
+/// enough for a dozen requests.
+pub(crate) fn caps() -> Capabilities {
+    Capabilities {
+        serialises_concurrent_writes: false,
+        short_ttl: fencing_core::Ttl::from_millis(1500).unwrap(),
+        expiry_slack: std::time::Duration::from_millis(200),
+        ..Capabilities::real_server()
+    }
+}
+
+/// A fresh table of fenced records.
+pub(crate) async fn table(client: &Client) -> DynamoTable {
+    let table = DynamoTable::new(unique_name("fencing")).unwrap();
+    table.create(client).await.unwrap();
+    table
+}
+
+/// A fresh fenced store.
+pub(crate) async fn store() -> DynamoStore {
+    let client = client();
+    let table = table(&client).await;
+    DynamoStore::new(client, table)
+}
+
+/// A fresh lease table.
+pub(crate) async fn lease(client: &Client) -> DynamoLease {
+    let lease = DynamoLease::new(client.clone(), unique_name("leases")).unwrap();
+    lease.create_table().await.unwrap();
+    lease
+}
