@@ -61,21 +61,27 @@ async fn main() {
 
     println!("DynamoDB at {endpoint}, {ITEMS} items, {ROUNDS} rounds, median per round\n");
     let writes = bench
-        .compare(&[
-            "conditional UpdateItem, raw SDK (the library's expression)",
-            "DynamoStore::write (claim)",
-            "unconditional UpdateItem, raw SDK",
-        ])
+        .compare(
+            2,
+            &[
+                "conditional UpdateItem, raw SDK (the library's expression)",
+                "DynamoStore::write (claim)",
+                "unconditional UpdateItem, raw SDK",
+            ],
+        )
         .await;
-    bench::report(&writes, ITEMS, "writes");
+    bench::report(&writes, ITEMS, "write");
     println!();
     let transactions = bench
-        .compare(&[
-            "25 single fenced writes",
-            "one fenced transaction of 25 writes",
-        ])
+        .compare(
+            2 + ROUNDS as u64,
+            &[
+                "25 single fenced writes",
+                "one fenced transaction of 25 writes",
+            ],
+        )
         .await;
-    bench::report(&transactions, ITEMS, "writes");
+    bench::report(&transactions, ITEMS, "write");
 }
 
 struct Bench {
@@ -85,9 +91,15 @@ struct Bench {
 }
 
 impl Bench {
-    async fn compare(&self, variants: &[&'static str]) -> Vec<(&'static str, Duration)> {
+    /// Times the variants; every round claims with a higher token than the one before, from
+    /// `first_token` on.
+    async fn compare(
+        &self,
+        first_token: u64,
+        variants: &[&'static str],
+    ) -> Vec<(&'static str, Duration)> {
         bench::compare(variants, ROUNDS, async |variant, round| {
-            let token = FencingToken::new(round as u64 + 2).unwrap();
+            let token = FencingToken::new(first_token + round as u64).unwrap();
             let start = Instant::now();
             self.run(variant, token).await;
             start.elapsed()

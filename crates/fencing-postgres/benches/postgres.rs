@@ -60,7 +60,7 @@ async fn main() {
             "PgStore::write (claim)",
         ])
         .await;
-    bench::report(&updates, ROWS, "rows");
+    bench::report(&updates, ROWS, "row");
     println!();
     let settlements = bench
         .compare(&[
@@ -68,7 +68,7 @@ async fn main() {
             "settlement, batch claim (write_many)",
         ])
         .await;
-    bench::report(&settlements, ROWS, "rows");
+    bench::report(&settlements, ROWS, "row");
 
     sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
         .execute(&pool)

@@ -29,10 +29,10 @@ pub async fn compare(
 }
 
 /// Prints the medians as a Markdown table, each with its ratio to the first (the baseline);
-/// `per` is the number of operations in one timed run, and `unit` what they are.
+/// `per` is the number of operations in one timed run, and `unit` what one is (singular).
 pub fn report(results: &[(&str, Duration)], per: usize, unit: &str) {
     let baseline = results[0].1;
-    println!("| variant | median per {per} {unit} | per {unit} | ratio to first |");
+    println!("| variant | median per {per} {unit}s | per {unit} | ratio to first |");
     println!("| --- | ---: | ---: | ---: |");
     for (name, time) in results {
         println!(
