@@ -16,3 +16,7 @@ pub use fencing_redis as redis;
 /// token source and a lease that issues its token in the same `UpdateItem`.
 #[cfg(feature = "dynamodb")]
 pub use fencing_dynamodb as dynamodb;
+
+/// S3: fenced object writes by conditional `PUT`, the fence inside the object.
+#[cfg(feature = "s3")]
+pub use fencing_s3 as s3;

@@ -1,13 +1,11 @@
-//! One Redis lease, two real stores that each check their own fence: refunds in PostgreSQL and
-//! a ledger in DynamoDB. A stale holder is refused by DynamoDB, its batch aborts, and nothing
-//! more reaches either store.
+//! One lease, real stores that each check their own fence: refunds in PostgreSQL, a ledger in
+//! DynamoDB, receipts in S3. A stale holder refused by one store aborts its batch, and nothing
+//! more reaches any store.
 #![cfg(all(feature = "postgres", feature = "redis", feature = "dynamodb"))]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 use fencing::dynamodb::{DynamoStore, DynamoTable};
 use fencing::postgres::{PgStore, PgTable, PgTokenSource, QualifiedName};
 use fencing::redis::RedisLease;
@@ -15,7 +13,7 @@ use fencing::{
     Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, RecordKey,
     ResourceName, Ttl,
 };
-use fencing_test_support::services;
+use fencing_test_support::{aws, services};
 use fencing_testkit::unique_name;
 use sqlx::AssertSqlSafe;
 
@@ -24,31 +22,71 @@ fn key(text: &str) -> RecordKey {
 }
 
 fn dynamodb() -> aws_sdk_dynamodb::Client {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https();
     aws_sdk_dynamodb::Client::from_conf(
         aws_sdk_dynamodb::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
             .endpoint_url(services::aws_endpoint())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-            .http_client(http)
+            .region(aws::region())
+            .credentials_provider(aws::credentials())
+            .http_client(aws::http_client())
             .build(),
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store() {
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&services::postgres_url())
+#[cfg(feature = "s3")]
+fn s3() -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .endpoint_url(services::aws_endpoint())
+            .region(aws::region())
+            .credentials_provider(aws::credentials())
+            .http_client(aws::http_client())
+            .force_path_style(true)
+            .build(),
+    )
+}
+
+/// The refunds table in a schema of this test's own.
+struct Refunds {
+    pool: sqlx::PgPool,
+    schema: String,
+    store: Arc<PgStore>,
+}
+
+impl Refunds {
+    async fn in_a_fresh_schema() -> Self {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&services::postgres_url())
+            .await
+            .unwrap();
+        let schema = unique_name("stores").replace('-', "_");
+        let table = PgTable::refunds(&schema).unwrap();
+        table.create_if_missing(&pool).await.unwrap();
+        let store = Arc::new(PgStore::new(pool.clone(), table));
+        Refunds {
+            pool,
+            schema,
+            store,
+        }
+    }
+}
+
+async fn drop_schema(pool: &sqlx::PgPool, schema: &str) {
+    sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
+        .execute(pool)
         .await
         .unwrap();
-    let schema = unique_name("stores").replace('-', "_");
-    let refunds_table = PgTable::refunds(&schema).unwrap();
-    refunds_table.create_if_missing(&pool).await.unwrap();
-    let refunds = Arc::new(PgStore::new(pool.clone(), refunds_table));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store() {
+    let Refunds {
+        pool,
+        schema,
+        store: refunds,
+    } = Refunds::in_a_fresh_schema().await;
     let client = dynamodb();
     let ledger_table = DynamoTable::new(unique_name("ledger")).unwrap();
     ledger_table.create(&client).await.unwrap();
@@ -131,8 +169,78 @@ async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store()
     assert!(batch_a.finish().await.is_err());
     batch_b.finish().await.unwrap();
 
-    sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
-        .execute(&pool)
+    drop_schema(&pool, &schema).await;
+}
+
+#[cfg(feature = "s3")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
+    use fencing::s3::{S3Bucket, S3Store};
+
+    let Refunds {
+        pool,
+        schema,
+        store: refunds,
+    } = Refunds::in_a_fresh_schema().await;
+    let s3 = s3();
+    let bucket = unique_name("receipts");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let receipts_of = || S3Store::new(s3.clone(), S3Bucket::new(&bucket, "m_4471/").unwrap());
+    let receipts = Arc::new(receipts_of());
+
+    let lease: Arc<dyn Lease> = Arc::new(fencing::MemoryLease::new());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_millis(300).unwrap();
+    let pending = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
+    refunds
+        .write(&key("r_2"), FencingToken::MIN, &pending)
         .await
         .unwrap();
+    let stores = || -> [Arc<dyn FencedStore>; 2] { [refunds.clone(), receipts.clone()] };
+    let (refunds_name, receipts_name) = (refunds.name().to_owned(), receipts.name().to_owned());
+
+    let a = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    let batch_a = FencedBatch::new(lease.clone(), a, stores()).unwrap();
+    let receipt = FencedWrite::claim().set_payload(b"r_1: 70.25 EUR".to_vec());
+    batch_a
+        .write(&receipts_name, &key("r_1"), &receipt)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // B, with a store of its own, takes the receipt over with a byte-identical body.
+    let b = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    let b_receipts = receipts_of();
+    b_receipts
+        .write(&key("r_1"), b.token(), &receipt)
+        .await
+        .unwrap();
+
+    let err = batch_a
+        .write(&receipts_name, &key("r_1"), &receipt)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { store, .. } if *store == receipts_name),
+        "{err:?}"
+    );
+    let err = batch_a
+        .write(&refunds_name, &key("r_2"), &Lifecycle::default().claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
+    let r_2 = refunds.read(&key("r_2")).await.unwrap().unwrap();
+    assert_eq!(
+        r_2.fence,
+        Some(FencingToken::MIN),
+        "nothing more sent to PostgreSQL"
+    );
+    let r_1 = receipts.read(&key("r_1")).await.unwrap().unwrap();
+    assert_eq!(
+        r_1.fence,
+        Some(b.token()),
+        "the receipt's fence did not go down"
+    );
+
+    drop_schema(&pool, &schema).await;
 }

@@ -15,12 +15,16 @@
 //!   that went backwards ([`Error::TokenRegression`]); [`Fence::run_effect`] runs the
 //!   claim → side effect → confirm sequence with an idempotency key.
 //! * [`FencedBatch`] runs one acquisition across several stores and stops at the first refusal.
+//! * [`CasStore`] makes a fenced store of any store that can only swap on a version (an object
+//!   store), from its read and its conditional put ([`VersionedStore`]).
 //! * [`MemoryLease`], [`MemoryTokenSource`] and [`MemoryStore`] implement every contract in
 //!   memory; [`Clock`] lets a whole scenario run in virtual time.
 
 mod batch;
+mod cas;
 mod clock;
 mod effect;
+pub mod envelope;
 pub mod epoch;
 mod error;
 mod fence;
@@ -40,6 +44,7 @@ mod ttl;
 /// implementors need no dependency of their own).
 pub use async_trait::async_trait;
 pub use batch::FencedBatch;
+pub use cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
 pub use clock::{Clock, TokioClock};
 pub use effect::{EffectOutcome, Lifecycle, SideEffect};
 pub use error::{BoxError, Error, FoundFence, RequestEffect, Result};
@@ -47,7 +52,7 @@ pub use fence::Fence;
 pub use guard::{LeaseGuard, OwnerId};
 pub use input::{InputKind, InvalidInput, is_refused_char, refused_char_ranges};
 pub use lease::Lease;
-pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
+pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource, MemoryVersionedStore};
 pub use name::{RecordKey, ResourceName, State};
 pub use renewal::LeaseRenewal;
 pub use retry::{RetryPolicy, acquire};

@@ -13,15 +13,14 @@
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::config::BehaviorVersion;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 use fencing_core::{
     Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource, RecordKey,
     ResourceName, State, TokenSource,
 };
 use fencing_dynamodb::{DynamoStore, DynamoTable};
-use fencing_test_support::{bench, services};
+use fencing_test_support::{aws, bench, services};
 
 const ITEMS: usize = 200;
 const ROUNDS: usize = 7;
@@ -30,16 +29,13 @@ const TRANSACTION: usize = 25;
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let endpoint = services::aws_endpoint();
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https();
     let client = Client::from_conf(
         aws_sdk_dynamodb::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .endpoint_url(&endpoint)
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("bench", "bench", None, None, "bench"))
-            .http_client(http)
+            .region(aws::region())
+            .credentials_provider(aws::credentials())
+            .http_client(aws::http_client())
             .build(),
     );
     let table = DynamoTable::new(fencing_testkit::unique_name("bench")).unwrap();

@@ -24,24 +24,16 @@ impl DynamoFailure {
     }
 }
 
-/// The core error for a request to `store` that the SDK failed.
-///
-/// A service error is a definite answer (the request was refused, nothing applied), except a
-/// 5xx, after which a write may have applied. A timeout, a dispatch failure other than a
-/// misconfigured client, and a response that could not be read may come after the request was
-/// applied. A request that could not be built was never sent.
-pub(crate) fn classify<E, R>(err: SdkError<E, R>, store: &str, effect: RequestEffect) -> Error
+/// The core error for a request to `store` that the SDK failed: which failures may have
+/// applied is `fencing_aws::answer_lost`; a missing table is named as such.
+pub(crate) fn classify<E>(
+    err: SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
+    store: &str,
+    effect: RequestEffect,
+) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-    SdkError<E, R>: HasStatus,
 {
-    let answer_lost = match &err {
-        SdkError::ConstructionFailure(_) => false,
-        SdkError::DispatchFailure(failure) => !failure.is_user(),
-        SdkError::ServiceError(_) => err.status().is_some_and(|s| s >= 500),
-        _ => true,
-    };
     if err.code() == Some("ResourceNotFoundException") {
         let detail = err.message().unwrap_or_default().to_owned();
         return Error::failed_request(
@@ -51,16 +43,6 @@ where
             format!("{detail}: the table does not exist (DynamoTable::create creates it)").into(),
         );
     }
+    let answer_lost = fencing_aws::answer_lost(&err);
     Error::failed_request(store, effect, answer_lost, Box::new(err))
-}
-
-/// The HTTP status of a failed request's response, where there is one.
-pub(crate) trait HasStatus {
-    fn status(&self) -> Option<u16>;
-}
-
-impl<E> HasStatus for SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse> {
-    fn status(&self) -> Option<u16> {
-        self.raw_response().map(|r| r.status().as_u16())
-    }
 }

@@ -4,12 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-
-use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, InputKind, Lease,
@@ -18,6 +12,7 @@ use fencing_core::{
 use fencing_dynamodb::{
     DynamoLease, DynamoStore, DynamoTable, DynamoTokenSource, FenceCondition, MAX_TRANSACTION_ITEMS,
 };
+use fencing_test_support::aws::LoseAnswers;
 
 fn key(text: &str) -> RecordKey {
     RecordKey::new(text).unwrap()
@@ -139,56 +134,11 @@ async fn a_transaction_out_of_bounds_is_refused_before_sending() {
     assert_eq!(scanned.count(), 0, "nothing was sent");
 }
 
-/// Loses the answer of the next `armed` requests after they reached the service, through the
-/// SDK's own interceptor hook, as a connection reset after the server applied the request
-/// would.
-#[derive(Debug, Default)]
-struct LoseAnswers {
-    armed: AtomicU32,
-    lost: AtomicU32,
-}
-
-#[derive(Debug, Clone)]
-struct Shared(Arc<LoseAnswers>);
-
-impl Intercept for Shared {
-    fn name(&self) -> &'static str {
-        "LoseAnswers"
-    }
-
-    fn read_after_transmit(
-        &self,
-        _: &BeforeDeserializationInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let armed = self
-            .0
-            .armed
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if armed.is_ok() {
-            self.0.lost.fetch_add(1, Ordering::SeqCst);
-            return Err(
-                "injected fault: the answer was lost after the service applied the request".into(),
-            );
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_write_whose_answer_is_lost_after_it_applied_is_retried_and_recognised() {
-    let faults = Arc::new(LoseAnswers::default());
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .build_https();
-    let client = common::client_with(
-        aws_sdk_dynamodb::Config::builder()
-            .http_client(http)
-            .interceptor(Shared(faults.clone())),
-    );
+    let faults = LoseAnswers::default();
+    let client =
+        common::client_with(aws_sdk_dynamodb::Config::builder().interceptor(faults.clone()));
     let table = common::table(&client).await;
     let store = DynamoStore::new(client, table);
     let lifecycle = Lifecycle::default();
@@ -196,7 +146,7 @@ async fn a_write_whose_answer_is_lost_after_it_applied_is_retried_and_recognised
     pending(&store, std::slice::from_ref(&k)).await;
 
     // Straight to the store: the lost answer is reported as unknown, not as a refusal.
-    faults.armed.store(1, Ordering::SeqCst);
+    faults.arm(1);
     let err = store
         .write(&k, token(33), &lifecycle.claim())
         .await
@@ -211,10 +161,10 @@ async fn a_write_whose_answer_is_lost_after_it_applied_is_retried_and_recognised
     let source = issued_up_to_1000(&resource).await;
     let fence = Fence::new(&resource, token(34), &source);
     for write in [lifecycle.claim(), lifecycle.confirm()] {
-        faults.armed.store(1, Ordering::SeqCst);
+        faults.arm(1);
         fence.write(&store, &k, &write).await.unwrap();
     }
-    assert_eq!(faults.lost.load(Ordering::SeqCst), 3);
+    assert_eq!(faults.lost(), 3);
     let record = store.read(&k).await.unwrap().unwrap();
     assert_eq!(record.state.as_ref(), Some(lifecycle.done()));
     assert_eq!(record.fence, Some(token(34)));

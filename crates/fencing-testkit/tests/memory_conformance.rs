@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::{
-    FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource, TokenSource, TokioClock,
+    CasStore, FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource,
+    MemoryVersionedStore, TokenSource, TokioClock,
 };
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
@@ -59,6 +60,13 @@ async fn store_contract_three_ways() {
         caps,
     )
     .await;
+}
+
+/// The compare-and-swap loop every object store shares, over the in-memory versioned store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_and_swap_store_contract() {
+    let objects = CasStore::new(MemoryVersionedStore::new("objects"));
+    store_suite(Arc::new(objects), Capabilities::in_memory()).await;
 }
 
 #[tokio::test]

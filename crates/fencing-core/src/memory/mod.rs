@@ -4,10 +4,12 @@
 mod lease;
 mod store;
 mod tokens;
+mod versioned;
 
 pub use lease::MemoryLease;
 pub use store::MemoryStore;
 pub use tokens::MemoryTokenSource;
+pub use versioned::MemoryVersionedStore;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

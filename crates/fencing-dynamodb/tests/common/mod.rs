@@ -3,20 +3,15 @@
 #![allow(dead_code)]
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+use aws_sdk_dynamodb::config::BehaviorVersion;
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
-use fencing_test_support::services;
+use fencing_test_support::{aws, services};
 use fencing_testkit::conformance::Capabilities;
 use fencing_testkit::unique_name;
 
-/// A client as a user builds one: their endpoint, credentials and HTTP stack (here rustls
-/// with ring, which also speaks plain HTTP to the emulator).
+/// A client as a user builds one: their endpoint, credentials and HTTP stack.
 pub(crate) fn client() -> Client {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https();
-    client_with(aws_sdk_dynamodb::Config::builder().http_client(http))
+    client_with(aws_sdk_dynamodb::Config::builder())
 }
 
 /// The same client, built from `config` (which may add interceptors).
@@ -24,14 +19,9 @@ pub(crate) fn client_with(config: aws_sdk_dynamodb::config::Builder) -> Client {
     let config = config
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(services::aws_endpoint())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new(
-            "test",
-            "test",
-            None,
-            None,
-            "fencing-tests",
-        ))
+        .region(aws::region())
+        .credentials_provider(aws::credentials())
+        .http_client(aws::http_client())
         .build();
     Client::from_conf(config)
 }

@@ -1,0 +1,322 @@
+//! The envelope: how a fenced record is kept in an object store, fence inside the body.
+//!
+//! An object store compares ETags, and an ETag covers the body alone. With the fence only in
+//! metadata, a newer holder that writes a byte-identical body gets the same ETag, and a stale
+//! holder's `If-Match` on that ETag would succeed and lower the fence. The envelope puts the
+//! fence, the state and a per-write id in the body, ahead of the payload, so every write's body
+//! differs from every other's.
+//!
+//! Format version 1 (`docs/envelope.md` says the same for other languages); integers are
+//! unsigned big-endian:
+//!
+//! | offset | size | field |
+//! | ---: | ---: | --- |
+//! | 0 | 4 | magic `FNCE` |
+//! | 4 | 1 | format version, `1` |
+//! | 5 | 1 | flags: bit 0 the record has a fence, bit 1 it has a state; other bits 0 |
+//! | 6 | 8 | fence, `1 ..= 2^63 − 1` when flagged, else 0 |
+//! | 14 | 16 | write id |
+//! | 30 | 1 | state length `n`, `0 ..= 64` (0 when not flagged) |
+//! | 31 | `n` | state, UTF-8, a valid state name |
+//! | 31 + `n` | 8 | payload length `m`, equal to the bytes that follow |
+//! | 39 + `n` | `m` | payload |
+//!
+//! [`decode`] is total: it never panics and never allocates more than the input it was given.
+
+use std::fmt;
+
+use crate::cas::WriteId;
+use crate::name::{RecordKey, State};
+use crate::store::Record;
+use crate::token::FencingToken;
+
+/// The first four bytes of every envelope.
+pub const MAGIC: [u8; 4] = *b"FNCE";
+
+/// The format version this crate writes.
+pub const FORMAT_VERSION: u8 = 1;
+
+const HAS_FENCE: u8 = 0b01;
+const HAS_STATE: u8 = 0b10;
+const HEADER: usize = 4 + 1 + 1 + 8 + 16 + 1;
+
+/// Why bytes are not an envelope this crate can read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EnvelopeError {
+    /// Fewer bytes than the fields need.
+    Truncated {
+        /// What was being read.
+        field: &'static str,
+    },
+    /// The first bytes are not [`MAGIC`]: not an envelope at all.
+    NotAnEnvelope,
+    /// A format version this crate does not know.
+    UnknownVersion(u8),
+    /// Flag bits this version does not define.
+    UnknownFlags(u8),
+    /// A fence of 0 flagged present, or above `i64::MAX`, or non-zero flagged absent.
+    BadFence(u64),
+    /// A state that is not a valid state name, or longer than allowed.
+    BadState(String),
+    /// The payload length disagrees with the bytes that follow.
+    LengthMismatch {
+        /// The length the envelope declares.
+        declared: u64,
+        /// The bytes that follow it.
+        actual: usize,
+    },
+}
+
+impl fmt::Display for EnvelopeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnvelopeError::Truncated { field } => write!(f, "envelope truncated in its {field}"),
+            EnvelopeError::NotAnEnvelope => f.write_str("not a fenced-record envelope"),
+            EnvelopeError::UnknownVersion(v) => write!(f, "unknown envelope version {v}"),
+            EnvelopeError::UnknownFlags(flags) => write!(f, "unknown envelope flags {flags:#04x}"),
+            EnvelopeError::BadFence(fence) => write!(f, "envelope fence {fence} is not a token"),
+            EnvelopeError::BadState(why) => write!(f, "envelope state: {why}"),
+            EnvelopeError::LengthMismatch { declared, actual } => write!(
+                f,
+                "envelope payload declares {declared} bytes but {actual} follow"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EnvelopeError {}
+
+/// The body of `record`, written by `write_id`.
+pub fn encode(record: &Record, write_id: WriteId) -> Vec<u8> {
+    let state = record.state.as_ref().map_or("", |s| s.as_str()).as_bytes();
+    let mut body = Vec::with_capacity(HEADER + state.len() + 8 + record.payload.len());
+    body.extend_from_slice(&MAGIC);
+    body.push(FORMAT_VERSION);
+    let fence_flag = if record.fence.is_some() { HAS_FENCE } else { 0 };
+    let state_flag = if record.state.is_some() { HAS_STATE } else { 0 };
+    let flags = fence_flag | state_flag;
+    body.push(flags);
+    body.extend_from_slice(&record.fence.map_or(0, FencingToken::get).to_be_bytes());
+    body.extend_from_slice(&write_id.0.to_be_bytes());
+    // A state is at most 64 bytes (`State::MAX_BYTES`), so its length fits one byte.
+    body.push(state.len() as u8);
+    body.extend_from_slice(state);
+    body.extend_from_slice(&(record.payload.len() as u64).to_be_bytes());
+    body.extend_from_slice(&record.payload);
+    body
+}
+
+/// The record `key` an envelope holds, and the id of the write that stored it.
+pub fn decode(key: &RecordKey, bytes: &[u8]) -> Result<(Record, WriteId), EnvelopeError> {
+    let mut reader = Reader(bytes);
+    if reader.take(4, "magic")? != MAGIC {
+        return Err(EnvelopeError::NotAnEnvelope);
+    }
+    let version = reader.byte("version")?;
+    if version != FORMAT_VERSION {
+        return Err(EnvelopeError::UnknownVersion(version));
+    }
+    let flags = reader.byte("flags")?;
+    if flags & !(HAS_FENCE | HAS_STATE) != 0 {
+        return Err(EnvelopeError::UnknownFlags(flags));
+    }
+    let fence_value = u64::from_be_bytes(reader.array("fence")?);
+    let fence = match (flags & HAS_FENCE != 0, fence_value) {
+        (false, 0) => None,
+        (true, value) => {
+            Some(FencingToken::new(value).map_err(|_| EnvelopeError::BadFence(value))?)
+        }
+        (false, value) => return Err(EnvelopeError::BadFence(value)),
+    };
+    let write_id = WriteId(u128::from_be_bytes(reader.array("write id")?));
+    let state_len = usize::from(reader.byte("state length")?);
+    if state_len > State::MAX_BYTES {
+        return Err(EnvelopeError::BadState(format!(
+            "{state_len} bytes, over the {} allowed",
+            State::MAX_BYTES
+        )));
+    }
+    let state_bytes = reader.take(state_len, "state")?;
+    let state = match (flags & HAS_STATE != 0, state_bytes) {
+        (false, []) => None,
+        (false, _) => return Err(EnvelopeError::BadState("present but not flagged".into())),
+        (true, bytes) => {
+            let text = std::str::from_utf8(bytes)
+                .map_err(|_| EnvelopeError::BadState("not UTF-8".into()))?;
+            Some(State::new(text).map_err(|e| EnvelopeError::BadState(e.to_string()))?)
+        }
+    };
+    let declared = u64::from_be_bytes(reader.array("payload length")?);
+    let rest = reader.0;
+    if u64::try_from(rest.len()).ok() != Some(declared) {
+        return Err(EnvelopeError::LengthMismatch {
+            declared,
+            actual: rest.len(),
+        });
+    }
+    let record = Record {
+        key: key.clone(),
+        fence,
+        state,
+        payload: rest.to_vec(),
+    };
+    Ok((record, write_id))
+}
+
+/// Reads fields off the front of the input, never past its end.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], EnvelopeError> {
+        if self.0.len() < n {
+            return Err(EnvelopeError::Truncated { field });
+        }
+        let (taken, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(taken)
+    }
+
+    fn byte(&mut self, field: &'static str) -> Result<u8, EnvelopeError> {
+        Ok(self.take(1, field)?[0])
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], EnvelopeError> {
+        let mut array = [0; N];
+        array.copy_from_slice(self.take(N, field)?);
+        Ok(array)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, RngCore, SeedableRng};
+
+    use super::*;
+
+    fn key() -> RecordKey {
+        RecordKey::new("r_815").unwrap()
+    }
+
+    fn samples() -> Vec<Record> {
+        let state = |s: &str| Some(State::new(s).unwrap());
+        vec![
+            Record {
+                key: key(),
+                fence: None,
+                state: None,
+                payload: Vec::new(),
+            },
+            Record {
+                key: key(),
+                fence: Some(FencingToken::new(34).unwrap()),
+                state: state("sending"),
+                payload: b"70.25 EUR".to_vec(),
+            },
+            Record {
+                key: key(),
+                fence: Some(FencingToken::MAX),
+                state: state(&"ü".repeat(32)),
+                payload: vec![0, 255, 0, 7],
+            },
+        ]
+    }
+
+    #[test]
+    fn every_record_round_trips_with_its_write_id() {
+        for record in samples() {
+            let id = WriteId::random();
+            let (back, back_id) = decode(&key(), &encode(&record, id)).unwrap();
+            assert_eq!((back, back_id), (record, id));
+        }
+    }
+
+    #[test]
+    fn the_fence_is_in_the_body_so_identical_payloads_differ() {
+        let [_, a, _] = <[Record; 3]>::try_from(samples()).unwrap();
+        let b = Record {
+            fence: Some(FencingToken::new(35).unwrap()),
+            ..a.clone()
+        };
+        let id = WriteId(7);
+        assert_ne!(encode(&a, id), encode(&b, id));
+        assert_ne!(encode(&a, WriteId(1)), encode(&a, WriteId(2)));
+    }
+
+    #[test]
+    fn known_defects_are_named() {
+        let good = encode(&samples()[1], WriteId(1));
+        let with = |at: usize, byte: u8| {
+            let mut bytes = good.clone();
+            bytes[at] = byte;
+            decode(&key(), &bytes).unwrap_err()
+        };
+        assert_eq!(with(0, b'X'), EnvelopeError::NotAnEnvelope);
+        assert_eq!(with(4, 2), EnvelopeError::UnknownVersion(2));
+        assert_eq!(with(5, 0b111), EnvelopeError::UnknownFlags(0b111));
+        assert!(matches!(with(6, 0x80), EnvelopeError::BadFence(_)));
+        assert!(matches!(with(30, 65), EnvelopeError::BadState(_)));
+        let mut longer = good.clone();
+        longer.push(0);
+        assert!(matches!(
+            decode(&key(), &longer),
+            Err(EnvelopeError::LengthMismatch { .. })
+        ));
+        let mut huge = good[..good.len() - 9 - 8].to_vec();
+        huge.extend_from_slice(&u64::MAX.to_be_bytes());
+        assert!(matches!(
+            decode(&key(), &huge),
+            Err(EnvelopeError::LengthMismatch {
+                declared: u64::MAX,
+                ..
+            })
+        ));
+        assert_eq!(
+            decode(&key(), b"plain text, not an envelope"),
+            Err(EnvelopeError::NotAnEnvelope)
+        );
+    }
+
+    /// Every truncation and every single-bit flip of valid envelopes, and a million random
+    /// inputs (half of them starting with the magic and version): the decoder returns, never
+    /// panics, and anything it accepts re-encodes to the same bytes.
+    #[test]
+    fn the_decoder_is_total() {
+        let mut decoded = 0u64;
+        let mut check = |bytes: &[u8]| {
+            decoded += 1;
+            if let Ok((record, id)) = decode(&key(), bytes) {
+                assert_eq!(
+                    encode(&record, id),
+                    bytes,
+                    "accepted bytes must be canonical"
+                );
+            }
+        };
+        for record in samples() {
+            let good = encode(&record, WriteId::random());
+            for len in 0..=good.len() {
+                check(&good[..len]);
+            }
+            for bit in 0..good.len() * 8 {
+                let mut flipped = good.clone();
+                flipped[bit / 8] ^= 1 << (bit % 8);
+                check(&flipped);
+            }
+        }
+        let mut rng = StdRng::seed_from_u64(0xfe1ce);
+        let mut buffer = [0u8; 128];
+        for i in 0..1_000_000 {
+            let len = rng.random_range(0..buffer.len());
+            rng.fill_bytes(&mut buffer[..len]);
+            if i % 2 == 0 && len >= 5 {
+                buffer[..4].copy_from_slice(&MAGIC);
+                buffer[4] = FORMAT_VERSION;
+            }
+            check(&buffer[..len]);
+        }
+        assert!(decoded > 1_000_000, "{decoded}");
+        println!("decoder fed {decoded} inputs");
+    }
+}

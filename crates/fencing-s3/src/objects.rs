@@ -1,0 +1,224 @@
+//! The two calls a compare-and-swap store needs, on S3: `GetObject` (envelope and ETag) and
+//! `PutObject` with `If-Match` / `If-None-Match: *` (and `DeleteObject` with `If-Match`).
+
+use async_trait::async_trait;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use fencing_core::envelope::{self, EnvelopeError};
+use fencing_core::{
+    Error, PutOutcome, Record, RecordKey, RequestEffect, Result, Versioned, VersionedStore, WriteId,
+};
+
+use crate::bucket::S3Bucket;
+
+/// Objects in a bucket as a [`VersionedStore`]: the version is the ETag.
+#[derive(Clone, Debug)]
+pub(crate) struct S3Objects {
+    client: Client,
+    bucket: S3Bucket,
+    name: String,
+}
+
+impl S3Objects {
+    pub(crate) fn new(client: Client, bucket: S3Bucket) -> Self {
+        let name = bucket.store_name();
+        S3Objects {
+            client,
+            bucket,
+            name,
+        }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn bucket(&self) -> &S3Bucket {
+        &self.bucket
+    }
+
+    fn failed<E>(
+        &self,
+        err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+        effect: RequestEffect,
+    ) -> Error
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let answer_lost = fencing_aws::answer_lost(&err);
+        Error::failed_request(&self.name, effect, answer_lost, Box::new(err))
+    }
+
+    fn definite(&self, message: String) -> Error {
+        Error::failed_request(&self.name, RequestEffect::ReadOnly, false, message.into())
+    }
+
+    /// The record in the object at `object`, refused (and so never written over) when the
+    /// object is not an envelope this crate can read.
+    pub(crate) fn decode(
+        &self,
+        key: &RecordKey,
+        object: &str,
+        body: &[u8],
+    ) -> Result<(Record, WriteId)> {
+        envelope::decode(key, body).map_err(|e: EnvelopeError| {
+            self.definite(format!(
+                "s3://{}/{object} cannot be read as a fenced record ({e}); it is left as it is \
+                 and not written over",
+                self.bucket.bucket()
+            ))
+        })
+    }
+}
+
+/// A conditional request the service refused because the object changed: 412 Precondition
+/// Failed, 409 ConditionalRequestConflict (a concurrent conditional write), or 404 on an
+/// `If-Match` (the object is gone).
+fn is_conflict<E: ProvideErrorMetadata>(
+    err: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> bool {
+    let status = err.raw_response().map(|r| r.status().as_u16());
+    matches!(status, Some(412 | 409 | 404))
+        || matches!(
+            err.code(),
+            Some("PreconditionFailed" | "ConditionalRequestConflict" | "NoSuchKey")
+        )
+}
+
+/// Conditional writes are settled by [`fencing_core::CasStore`] (it re-reads after a lost
+/// answer), never re-sent by the SDK.
+fn no_retries() -> aws_sdk_s3::config::Builder {
+    aws_sdk_s3::config::Builder::default().retry_config(RetryConfig::disabled())
+}
+
+/// `text` with every byte outside printable ASCII percent-encoded, for user metadata (which
+/// S3 carries as HTTP headers): states may be any Unicode.
+fn ascii_safe(text: &str) -> String {
+    let mut safe = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_graphic() && byte != b'%' || byte == b' ' {
+            safe.push(char::from(byte));
+        } else {
+            safe.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    safe
+}
+
+#[async_trait]
+impl VersionedStore for S3Objects {
+    type Version = String;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<String>>> {
+        let object = self.bucket.object_key(key)?;
+        let out = match self
+            .client
+            .get_object()
+            .bucket(self.bucket.bucket())
+            .key(&object)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
+                return Ok(None);
+            }
+            Err(err) => return Err(self.failed(err, RequestEffect::ReadOnly)),
+        };
+        let version = out
+            .e_tag()
+            .map(str::to_owned)
+            .ok_or_else(|| self.definite(format!("GetObject of {object} returned no ETag")))?;
+        let body = out.body.collect().await.map_err(|e| {
+            Error::failed_request(&self.name, RequestEffect::ReadOnly, true, Box::new(e))
+        })?;
+        let (record, write_id) = self.decode(key, &object, &body.into_bytes())?;
+        Ok(Some(Versioned {
+            record,
+            write_id,
+            version,
+        }))
+    }
+
+    async fn put(
+        &self,
+        key: &RecordKey,
+        record: &Record,
+        write_id: WriteId,
+        expected: Option<&String>,
+    ) -> Result<PutOutcome<String>> {
+        let object = self.bucket.object_key(key)?;
+        let mut request = self
+            .client
+            .put_object()
+            .bucket(self.bucket.bucket())
+            .key(&object)
+            .body(ByteStream::from(envelope::encode(record, write_id)))
+            .content_type("application/vnd.fencing.envelope")
+            .metadata(
+                "fence",
+                record.fence.map_or_else(String::new, |f| f.to_string()),
+            )
+            .metadata(
+                "state",
+                record
+                    .state
+                    .as_ref()
+                    .map_or_else(String::new, |s| ascii_safe(s)),
+            );
+        request = match expected {
+            Some(etag) => request.if_match(etag),
+            None => request.if_none_match("*"),
+        };
+        match request
+            .customize()
+            .config_override(no_retries())
+            .send()
+            .await
+        {
+            Ok(out) => Ok(PutOutcome::Applied(
+                out.e_tag().map(str::to_owned).unwrap_or_default(),
+            )),
+            Err(err) if is_conflict(&err) => Ok(PutOutcome::Conflict),
+            Err(err) => Err(self.failed(err, RequestEffect::Writes)),
+        }
+    }
+
+    async fn delete(&self, key: &RecordKey, expected: &String) -> Result<PutOutcome<()>> {
+        let object = self.bucket.object_key(key)?;
+        let sent = self
+            .client
+            .delete_object()
+            .bucket(self.bucket.bucket())
+            .key(&object)
+            .if_match(expected)
+            .customize()
+            .config_override(no_retries())
+            .send()
+            .await;
+        match sent {
+            Ok(_) => Ok(PutOutcome::Applied(())),
+            Err(err) if is_conflict(&err) => Ok(PutOutcome::Conflict),
+            Err(err) => Err(self.failed(err, RequestEffect::Writes)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_is_ascii_whatever_the_state() {
+        assert_eq!(ascii_safe("sending"), "sending");
+        assert_eq!(ascii_safe("en cours"), "en cours");
+        assert_eq!(ascii_safe("envoyé"), "envoy%C3%A9");
+        assert_eq!(ascii_safe("100%"), "100%25");
+    }
+}

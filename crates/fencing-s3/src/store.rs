@@ -1,0 +1,71 @@
+//! An S3 bucket (under a key prefix) as a fenced store.
+
+use async_trait::async_trait;
+use aws_sdk_s3::Client;
+use fencing_core::{
+    CasStore, FencedStore, FencedWrite, FencingToken, Record, RecordKey, Result, Written,
+};
+
+use crate::bucket::S3Bucket;
+use crate::objects::S3Objects;
+
+/// Fenced records as objects, one per record at `<prefix><key>`, each body an envelope that
+/// carries the fence, the state and a per-write id ahead of the payload
+/// ([`fencing_core::envelope`]).
+///
+/// S3 cannot compare numbers, only ETags, so a write is [`CasStore`]'s loop: read the object
+/// (envelope and ETag) → decide → put with `If-Match: <etag>` (or `If-None-Match: *` for a new
+/// record) → on a conflict (412, 409, or 404 on an `If-Match`) read and decide again. A holder's
+/// next write to the same record reuses the ETag its last write returned and skips the read.
+/// With the fence inside the body, no two writes leave the same ETag, so a stale holder's
+/// `If-Match` can never land on a newer holder's byte-identical object.
+#[derive(Debug)]
+pub struct S3Store {
+    cas: CasStore<S3Objects>,
+}
+
+impl S3Store {
+    /// The fenced records in `bucket`, through `client` (built by the caller: any endpoint,
+    /// path-style or not, credentials and HTTP stack).
+    pub fn new(client: Client, bucket: S3Bucket) -> Self {
+        S3Store {
+            cas: CasStore::new(S3Objects::new(client, bucket)),
+        }
+    }
+
+    /// The bucket and prefix.
+    pub fn bucket(&self) -> &S3Bucket {
+        self.cas.inner().bucket()
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        self.cas.inner().client()
+    }
+
+    /// Deletes `key` as its holder: accepted only with the token of the object's fence, by a
+    /// `DeleteObject` with `If-Match` on the ETag just read. Returns the record deleted.
+    pub async fn delete(&self, key: &RecordKey, token: FencingToken) -> Result<Record> {
+        self.cas.delete(key, token).await
+    }
+}
+
+#[async_trait]
+impl FencedStore for S3Store {
+    fn name(&self) -> &str {
+        self.cas.name()
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+        self.cas.read(key).await
+    }
+
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        self.cas.write(key, token, write).await
+    }
+}

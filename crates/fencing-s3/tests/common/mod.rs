@@ -1,0 +1,57 @@
+//! A client against the AWS emulator, and one fresh bucket per test.
+// Each test binary uses its own subset of these helpers.
+#![allow(dead_code)]
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::BehaviorVersion;
+use fencing_s3::{S3Bucket, S3Store};
+use fencing_test_support::{aws, services};
+use fencing_testkit::conformance::Capabilities;
+use fencing_testkit::unique_name;
+
+/// A client as a user builds one, path-style (the emulator has no virtual hosts).
+pub(crate) fn client() -> Client {
+    client_with(aws_sdk_s3::Config::builder())
+}
+
+/// The same client, built from `config` (which may add interceptors).
+pub(crate) fn client_with(config: aws_sdk_s3::config::Builder) -> Client {
+    Client::from_conf(
+        config
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(services::aws_endpoint())
+            .region(aws::region())
+            .credentials_provider(aws::credentials())
+            .http_client(aws::http_client())
+            .force_path_style(true)
+            .build(),
+    )
+}
+
+/// The emulator does not serialise concurrent requests, and answers in milliseconds.
+pub(crate) fn caps() -> Capabilities {
+    Capabilities {
+        serialises_concurrent_writes: false,
+        short_ttl: fencing_core::Ttl::from_millis(1500).unwrap(),
+        expiry_slack: std::time::Duration::from_millis(200),
+        ..Capabilities::real_server()
+    }
+}
+
+/// A fresh bucket, with the records under `prefix`.
+pub(crate) async fn bucket(client: &Client, prefix: &str) -> S3Bucket {
+    let name = unique_name("fencing");
+    client.create_bucket().bucket(&name).send().await.unwrap();
+    S3Bucket::new(name, prefix).unwrap()
+}
+
+/// A fresh fenced store under the prefix `m_4471/`.
+pub(crate) async fn store() -> S3Store {
+    store_on(client()).await
+}
+
+/// A fresh fenced store through `client`.
+pub(crate) async fn store_on(client: Client) -> S3Store {
+    let bucket = bucket(&client, "m_4471/").await;
+    S3Store::new(client, bucket)
+}

@@ -1,0 +1,45 @@
+//! The shared conformance suite against S3 (the moto emulator), each test in a bucket of its
+//! own, as the concrete type and as `Box`/`Arc<dyn …>`.
+
+mod common;
+
+use std::sync::Arc;
+
+use fencing_core::{FencedStore, MemoryLease};
+use fencing_testkit::Fencing;
+use fencing_testkit::conformance::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_contract() {
+    store_suite(Arc::new(common::store().await), common::caps()).await;
+    store_suite(
+        Arc::new(Box::new(common::store().await) as Box<dyn FencedStore>),
+        common::caps(),
+    )
+    .await;
+    store_suite(
+        Arc::new(Arc::new(common::store().await) as Arc<dyn FencedStore>),
+        common::caps(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn paused_holder_is_fenced_by_the_object() {
+    paused_holder_is_fenced(&MemoryLease::new(), &common::store().await, common::caps()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_increments_are_exact() {
+    let report = fenced_increments(
+        Arc::new(MemoryLease::new()),
+        Arc::new(common::store().await),
+        common::caps(),
+        3,
+        4,
+        Fencing::On,
+        23,
+    )
+    .await;
+    assert_eq!(report.total, report.expected, "{report:?}");
+}

@@ -1,0 +1,82 @@
+//! What every test of an AWS adapter builds its client from: the emulator's endpoint, dummy
+//! credentials, an HTTP stack, and an interceptor that loses answers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use aws_credential_types::Credentials;
+use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextRef;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use aws_types::region::Region;
+
+/// The HTTP stack a user might choose: rustls with ring (it speaks plain HTTP to the emulator
+/// too).
+pub fn http_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
+}
+
+/// Credentials the emulator accepts.
+pub fn credentials() -> Credentials {
+    Credentials::new("test", "test", None, None, "fencing-tests")
+}
+
+/// The region the tests name.
+pub fn region() -> Region {
+    Region::new("us-east-1")
+}
+
+/// An interceptor that loses the answer of the next requests it is armed for, after the
+/// service handled them, through the SDK's own hook: what a connection reset after the server
+/// applied the request looks like to the caller. Clones share their counters.
+#[derive(Clone, Debug, Default)]
+pub struct LoseAnswers {
+    counters: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    armed: AtomicU32,
+    lost: AtomicU32,
+}
+
+impl LoseAnswers {
+    /// Loses the answers of the next `requests` requests.
+    pub fn arm(&self, requests: u32) {
+        self.counters.armed.store(requests, Ordering::SeqCst);
+    }
+
+    /// How many answers were lost so far.
+    pub fn lost(&self) -> u32 {
+        self.counters.lost.load(Ordering::SeqCst)
+    }
+}
+
+impl Intercept for LoseAnswers {
+    fn name(&self) -> &'static str {
+        "LoseAnswers"
+    }
+
+    fn read_after_transmit(
+        &self,
+        _: &BeforeDeserializationInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let armed = &self.counters.armed;
+        if armed
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            self.counters.lost.fetch_add(1, Ordering::SeqCst);
+            return Err("injected fault: the answer was lost after the service handled it".into());
+        }
+        Ok(())
+    }
+}
