@@ -44,6 +44,7 @@ async fn main() {
     let bench = Bench {
         client: client.clone(),
         warm: S3Store::new(client, bucket.clone()),
+        etags: Default::default(),
         bucket,
         keys,
     };
@@ -52,6 +53,7 @@ async fn main() {
     let results = bench::compare(
         &[
             "unconditional PutObject, raw SDK",
+            "conditional PutObject, raw SDK (If-Match its own last ETag)",
             "fenced put, the holder's own ETag remembered",
             "fenced put, cold (GetObject + conditional PutObject)",
         ],
@@ -71,6 +73,8 @@ struct Bench {
     client: Client,
     /// One holder's store: it remembers the ETag each of its own puts returned.
     warm: S3Store,
+    /// The ETag of each raw conditional put, for the next one's `If-Match`.
+    etags: std::sync::Mutex<std::collections::HashMap<RecordKey, String>>,
     bucket: S3Bucket,
     keys: Vec<RecordKey>,
 }
@@ -89,6 +93,23 @@ impl Bench {
                         .send()
                         .await
                         .unwrap();
+                }
+            }
+            "conditional PutObject, raw SDK (If-Match its own last ETag)" => {
+                for k in &self.keys {
+                    let last = self.etags.lock().unwrap().get(k).cloned();
+                    let put = self
+                        .client
+                        .put_object()
+                        .bucket(self.bucket.bucket())
+                        .key(format!("conditional/{k}"))
+                        .body(ByteStream::from(PAYLOAD.to_vec()));
+                    let put = match last {
+                        Some(etag) => put.if_match(etag),
+                        None => put.if_none_match("*"),
+                    };
+                    let etag = put.send().await.unwrap().e_tag().unwrap().to_owned();
+                    self.etags.lock().unwrap().insert(k.clone(), etag);
                 }
             }
             "fenced put, the holder's own ETag remembered" => {
