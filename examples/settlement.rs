@@ -1,4 +1,4 @@
-//! The seed's worked example: merchant m_4471's settlement of 1,200 refunds, worker A stalled
+//! The worked example (docs/protocol.md): merchant m_4471's settlement of 1,200 refunds, worker A stalled
 //! at r_815 past its 30-second lease, worker B taking over with token 34, A's stale confirm
 //! refused. Runs in virtual time on the in-memory stores, so 45 seconds pass in an instant.
 //!
@@ -29,7 +29,7 @@ fn main() {
         }
     }
 
-    let config = SettlementConfig::seed(fencing, gateway);
+    let config = SettlementConfig::worked_example(fencing, gateway);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

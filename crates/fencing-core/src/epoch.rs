@@ -77,6 +77,28 @@ pub async fn cover_floor(
     Ok(())
 }
 
+/// The value `advance_to(floor)` raises a fast counter to: `floor`, or — when the counter is
+/// missing and it holds epoch-prefixed tokens — the start of a new epoch above `floor`'s.
+///
+/// A missing counter is only ever re-established in a new epoch: `floor` alone (a fence found
+/// in a store) may lie below a token issued before the loss whose holder has not written yet,
+/// and raising the counter to it would issue that token again. Also covers the floor in the
+/// durable epochs ([`cover_floor`]).
+pub async fn advance_target(
+    epochs: Option<&dyn TokenSource>,
+    resource: &ResourceName,
+    floor: FencingToken,
+    counter_missing: bool,
+) -> Result<FencingToken> {
+    cover_floor(epochs, resource, floor).await?;
+    match epochs {
+        Some(epochs) if counter_missing => {
+            Ok(open_epoch(epochs, resource, Some(floor)).await?.max(floor))
+        }
+        _ => Ok(floor),
+    }
+}
+
 fn exhausted(resource: &ResourceName) -> Error {
     Error::TokenExhausted {
         resource: resource.clone(),

@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::name::{RecordKey, ResourceName};
-use crate::store::{FenceCheck, FencedStore, FencedWrite, Written};
+use crate::store::{FencedStore, FencedWrite, Written};
 use crate::token::FencingToken;
 use crate::token_source::TokenSource;
 
@@ -87,7 +87,7 @@ impl<'a> Fence<'a> {
             match store.write(key, self.token, write).await {
                 Ok(written) => return Ok(written),
                 Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => retries += 1,
-                Err(err) if err.is_rejection() && (retries > 0 || already_set(write, &err)) => {
+                Err(err) if write.refusal_may_be_own(&err, retries > 0) => {
                     return self.own_earlier_attempt(store, key, write, err).await;
                 }
                 Err(err) => return Err(self.explain(err).await),
@@ -137,7 +137,7 @@ impl<'a> Fence<'a> {
             return refusal(found);
         };
         match self.source.current(self.resource).await {
-            Ok(highest_issued) if highest_issued.is_none_or(|h| found_fence > h) => {
+            Ok(highest_issued) if is_regression(found_fence, highest_issued) => {
                 let _ = self.source.advance_to(self.resource, found_fence).await;
                 Error::TokenRegression {
                     store,
@@ -153,12 +153,9 @@ impl<'a> Fence<'a> {
     }
 }
 
-/// A holder-only write refused for the state alone, finding the very state it sets: the fence
-/// admitted the token, so the record may already show this write.
-fn already_set(write: &FencedWrite, err: &Error) -> bool {
-    matches!(
-        (write.check(), err),
-        (FenceCheck::HolderOnly, Error::StateMismatch { found: Some(found), .. })
-            if write.new_state() == Some(found)
-    )
+/// The regression rule: a refusal that found `found` means the token source went backwards
+/// (rather than that a newer holder exists) when `found` lies above the highest token the
+/// source says it has issued.
+pub fn is_regression(found: FencingToken, highest_issued: Option<FencingToken>) -> bool {
+    highest_issued.is_none_or(|highest| found > highest)
 }

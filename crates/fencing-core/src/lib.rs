@@ -48,7 +48,7 @@ pub use cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
 pub use clock::{Clock, TokioClock};
 pub use effect::{EffectOutcome, Lifecycle, SideEffect};
 pub use error::{BoxError, Error, FoundFence, RequestEffect, Result};
-pub use fence::Fence;
+pub use fence::{Fence, is_regression};
 pub use guard::{LeaseGuard, OwnerId};
 pub use input::{InputKind, InvalidInput, is_refused_char, refused_char_ranges};
 pub use lease::Lease;

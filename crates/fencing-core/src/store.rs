@@ -10,7 +10,7 @@ use crate::name::{RecordKey, State};
 use crate::token::FencingToken;
 
 /// One fenced record: a key, the fence of the last claim, a state and an opaque payload.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Record {
     /// The record's key.
     pub key: RecordKey,
@@ -191,6 +191,23 @@ impl FencedWrite {
                 .new_payload
                 .as_ref()
                 .is_none_or(|payload| &record.payload == payload)
+    }
+
+    /// Whether `refusal` of this write may hide this write's own earlier success, so that the
+    /// record must be read and checked with [`Self::is_reflected_in`]: always after a retry of
+    /// an ambiguous attempt (`after_retry`), and for a holder-only write refused only because
+    /// the record is already in the state it sets (the fence, checked first, admitted the
+    /// token, so only this holder can have set it).
+    pub fn refusal_may_be_own(&self, refusal: &Error, after_retry: bool) -> bool {
+        if !refusal.is_rejection() {
+            return false;
+        }
+        after_retry
+            || matches!(
+                (self.check, refusal),
+                (FenceCheck::HolderOnly, Error::StateMismatch { found: Some(found), .. })
+                    if self.new_state.as_ref() == Some(found)
+            )
     }
 
     /// The record after this (already decided) write is applied to `current`.

@@ -47,7 +47,7 @@ impl PgTable {
         )
     }
 
-    /// The seed's refund table, `schema.refund`, with a `payload` column for the amount.
+    /// The worked example's refund table, `schema.refund`, with a `payload` column for the amount.
     pub fn refunds(schema: &str) -> Result<Self, InvalidInput> {
         Self::new(schema, "refund")?.with_payload_column("payload")
     }

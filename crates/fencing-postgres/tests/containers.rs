@@ -1,5 +1,5 @@
 //! Faults that need a container: the database frozen (`docker pause`) under a holder's write,
-//! past its lease's TTL, the seed's "slow hop to the database".
+//! past its lease's TTL, the worked example's "slow hop to the database".
 
 use std::time::Duration;
 

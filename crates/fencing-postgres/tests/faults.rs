@@ -1,5 +1,5 @@
 //! Faults against real PostgreSQL: a connection killed between a claim and its confirm, and
-//! the seed's settlement with the refunds in Postgres and a real pause past a real TTL.
+//! the worked example's settlement with the refunds in Postgres and a real pause past a real TTL.
 
 mod common;
 
@@ -178,9 +178,9 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_seed_settlement_with_refunds_in_postgres() {
+async fn the_worked_example_with_refunds_in_postgres() {
     let schema = Schema::new().await;
-    let mut config = SettlementConfig::seed(Fencing::On, GatewayMode::Idempotent);
+    let mut config = SettlementConfig::worked_example(Fencing::On, GatewayMode::Idempotent);
     // Real time, shortened: A's lease lasts 6 s and A stalls 8 s at r_815; B retries from
     // 0.5 s every 200 ms, so it takes over as soon as A's lease ends.
     config.ttl = fencing_core::Ttl::from_secs(6).unwrap();

@@ -5,7 +5,7 @@
 //! cargo bench -p fencing-redis --bench redis
 //! ```
 //!
-//! * sequential, one client: our one-script acquire + token, the seed's two commands
+//! * sequential, one client: our one-script acquire + token, the textbook two commands
 //!   (`SET NX PX` then `INCR`), and `rslock`'s acquire (no token); medians of rotating
 //!   rounds, ratios to the two commands;
 //! * throughput at 1 and 50 concurrent clients, next to `redis-benchmark`'s raw `EVALSHA` of

@@ -243,7 +243,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> TokenSource for RedisTok
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        epoch::cover_floor(self.epochs.as_deref(), resource, floor).await?;
-        self.raise(resource, floor).await
+        let missing = self.epochs.is_some() && self.current(resource).await?.is_none();
+        let target =
+            epoch::advance_target(self.epochs.as_deref(), resource, floor, missing).await?;
+        self.raise(resource, target).await
     }
 }

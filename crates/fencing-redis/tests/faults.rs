@@ -1,6 +1,6 @@
 //! Faults with a redis-server of the test's own: a restart that loses the counters in the
 //! middle of a batch, a holder whose connection dies, a counter key holding garbage, and the
-//! seed's settlement with a real pause past a real TTL.
+//! worked example with a real pause past a real TTL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -288,10 +288,10 @@ async fn a_counter_holding_garbage_is_refused_and_nothing_is_left_half_written()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_seed_settlement_with_the_lease_on_redis_and_a_real_pause() {
+async fn the_worked_example_with_the_lease_on_redis_and_a_real_pause() {
     let server = RedisServer::start(&[]);
     let lease = RedisLease::new(manager(&server).await, epochs());
-    let mut config = SettlementConfig::seed(Fencing::On, GatewayMode::Idempotent);
+    let mut config = SettlementConfig::worked_example(Fencing::On, GatewayMode::Idempotent);
     // Real time, shortened: A's lease lasts 2 s and A sleeps 3 s at r_815; B retries from
     // 0.3 s every 100 ms, so it takes over as soon as A's lease ends in Redis.
     config.ttl = Ttl::from_secs(2).unwrap();
@@ -325,7 +325,12 @@ async fn the_seed_settlement_with_the_lease_on_redis_and_a_real_pause() {
             _ => None,
         })
         .collect();
-    assert_eq!(tokens, [("A", 33), ("B", 34)]);
+    // The simulation raises the counter to 32 first; a fresh epoch-prefixed counter opens an
+    // epoch above that instead, so A's token is the epoch's first and B's the next.
+    assert!(
+        matches!(tokens.as_slice(), [("A", a), ("B", b)] if *a > 32 && *b == a + 1),
+        "{tokens:?}"
+    );
     assert!(report.events.iter().any(|e| e.worker == "A"
         && matches!(&e.what, What::Aborted { key, .. } if *key == refund_key(815))));
 }

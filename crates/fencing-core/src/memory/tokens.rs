@@ -110,7 +110,9 @@ impl TokenSource for MemoryTokenSource {
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        epoch::cover_floor(self.epochs.as_deref(), resource, floor).await?;
-        Ok(self.raise(resource, floor))
+        let missing = !lock(&self.counters).contains_key(resource);
+        let target =
+            epoch::advance_target(self.epochs.as_deref(), resource, floor, missing).await?;
+        Ok(self.raise(resource, target))
     }
 }

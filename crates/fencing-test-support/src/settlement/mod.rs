@@ -1,4 +1,4 @@
-//! The seed's settlement, runnable: merchant `m_4471`, 1,200 refunds of 70.25 EUR, workers
+//! The worked example's settlement, runnable: merchant `m_4471`, 1,200 refunds of 70.25 EUR, workers
 //! that pause, a gateway with or without idempotency keys, and an audit of what went wrong.
 //!
 //! Run it in a paused tokio runtime (`start_paused = true`, current thread): the 8-second pause
@@ -79,9 +79,9 @@ pub fn refund_key(n: usize) -> RecordKey {
 }
 
 impl SettlementConfig {
-    /// The seed's story: A takes token 33 at 0 s, claims r_815 at 26 s and stalls 8 s before
+    /// The worked example (docs/protocol.md): A takes token 33 at 0 s, claims r_815 at 26 s and stalls 8 s before
     /// its gateway call; the lease expires at 30 s; B is handed the job at 31 s.
-    pub fn seed(fencing: Fencing, gateway: GatewayMode) -> Self {
+    pub fn worked_example(fencing: Fencing, gateway: GatewayMode) -> Self {
         let second = Duration::from_secs(1);
         SettlementConfig {
             merchant: "m_4471".into(),

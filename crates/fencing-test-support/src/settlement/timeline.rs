@@ -225,7 +225,7 @@ fn describe(what: &What) -> Option<(&'static str, String)> {
     })
 }
 
-/// Time since the start as the seed's wall clock, from 10:00:00.000.
+/// Time since the start as the worked example's wall clock, from 10:00:00.000.
 fn clock(at: Duration) -> String {
     let millis = at.as_millis();
     let (secs, ms) = (millis / 1000, millis % 1000);

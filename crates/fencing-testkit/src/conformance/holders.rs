@@ -272,9 +272,12 @@ pub async fn token_regression_is_detected<L, S>(
 /// afterwards is above every token issued before, including the token of a holder that has
 /// not written anything yet (no store's `MAX(fence)` could reveal it).
 ///
-/// Two schedules. A claims a record and stalls; the counters are lost; B acquires and must get
-/// a token above A's, so that B's takeover fences A's confirm out. Then B stalls without
-/// writing; the counters are lost again; C must get a token above B's.
+/// Three schedules. A claims a record and stalls; the counters are lost; B acquires and must
+/// get a token above A's, so that B's takeover fences A's confirm out. Then B stalls without
+/// writing; the counters are lost again; C must get a token above B's. Then C stalls without
+/// writing, the counters are lost once more, and the stale A is refused by B's fence — a
+/// refusal above everything the empty counter knows, which the fence reports as a regression
+/// and repairs — and D must still get a token above C's.
 pub async fn no_token_is_reissued_after_counter_loss<L, S>(
     lease: &L,
     store: &S,
@@ -323,5 +326,24 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
         c.token(),
         b.token()
     );
-    lease.release(c).await.unwrap();
+
+    // C holds its token and has written nothing; the counters are lost again; then the stale
+    // A writes and is refused by B's fence. That refusal must not repair the counter to B's
+    // fence: D's token must still be above C's.
+    lose_counters().await;
+    let err = fence_a
+        .write(store, &k, &lifecycle.confirm())
+        .await
+        .unwrap_err();
+    assert!(err.is_rejection(), "A's stale confirm: {err:?}");
+    tokio::time::sleep(caps.past_expiry()).await;
+    let d = must_acquire(lease, &r, caps.short_ttl).await;
+    assert!(
+        d.token() > c.token(),
+        "token {} issued after a stale refusal is not above {}, held by a holder that had not \
+         written",
+        d.token(),
+        c.token()
+    );
+    lease.release(d).await.unwrap();
 }

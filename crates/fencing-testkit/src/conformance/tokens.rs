@@ -27,31 +27,46 @@ pub async fn tokens_strictly_increase<T: TokenSource + ?Sized>(source: &T) {
     }
 }
 
-/// `advance_to` raises the counter to the floor and never lowers it.
+/// `advance_to` raises the counter to at least the floor and never lowers it. (A counter that
+/// opens epochs may answer more than the floor when it had no counter yet: "at least".)
 pub async fn advance_to_raises_and_never_lowers<T: TokenSource + ?Sized>(source: &T) {
     let r = resource("tokens-advance");
     let t = |n| FencingToken::new(n).unwrap();
-    assert_eq!(source.advance_to(&r, t(100)).await.unwrap(), t(100));
-    assert_eq!(source.next(&r).await.unwrap(), t(101));
-    assert_eq!(source.advance_to(&r, t(50)).await.unwrap(), t(101));
-    assert_eq!(source.current(&r).await.unwrap(), Some(t(101)));
-    assert_eq!(source.next(&r).await.unwrap(), t(102));
+    let raised = source.advance_to(&r, t(100)).await.unwrap();
+    assert!(raised >= t(100), "{raised}");
+    assert_eq!(source.current(&r).await.unwrap(), Some(raised));
+    let next = source.next(&r).await.unwrap();
+    assert_eq!(next, raised.next().unwrap());
+    assert_eq!(
+        source.advance_to(&r, t(50)).await.unwrap(),
+        next,
+        "never lowered"
+    );
+    assert_eq!(source.current(&r).await.unwrap(), Some(next));
+    let far = t(next.get() + 1000);
+    assert_eq!(
+        source.advance_to(&r, far).await.unwrap(),
+        far,
+        "an existing counter is raised to the floor"
+    );
+    assert_eq!(source.next(&r).await.unwrap(), far.next().unwrap());
 }
 
 /// Counters of different resources do not affect each other.
 pub async fn resources_have_independent_counters<T: TokenSource + ?Sized>(source: &T) {
     let (a, b) = (resource("tokens-a"), resource("tokens-b"));
     let t = |n| FencingToken::new(n).unwrap();
-    source.advance_to(&a, t(40)).await.unwrap();
-    source.advance_to(&b, t(7)).await.unwrap();
-    assert_eq!(source.next(&b).await.unwrap(), t(8));
-    assert_eq!(source.next(&a).await.unwrap(), t(41));
-    assert_eq!(source.current(&b).await.unwrap(), Some(t(8)));
+    let at_a = source.advance_to(&a, t(40)).await.unwrap();
+    let at_b = source.advance_to(&b, t(7)).await.unwrap();
+    assert_eq!(source.next(&b).await.unwrap(), at_b.next().unwrap());
+    assert_eq!(source.next(&a).await.unwrap(), at_a.next().unwrap());
+    assert_eq!(source.current(&b).await.unwrap(), at_b.next());
 }
 
 /// At `i64::MAX` the source refuses to issue and stays where it was.
 pub async fn exhaustion_is_an_error<T: TokenSource + ?Sized>(source: &T) {
     let r = resource("tokens-exhausted");
+    source.next(&r).await.unwrap();
     source.advance_to(&r, FencingToken::MAX).await.unwrap();
     let err = source.next(&r).await.unwrap_err();
     assert!(matches!(err, Error::TokenExhausted { .. }), "{err:?}");

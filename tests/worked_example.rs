@@ -1,4 +1,4 @@
-//! The seed's story, asserted to the event: worker A (token 33) stalls at r_815, B takes over
+//! The worked example (docs/protocol.md), asserted to the event: worker A (token 33) stalls at r_815, B takes over
 //! with token 34 at 31 s, A's stale confirm is refused at 34 s and A claims nothing further.
 
 use std::time::Duration;
@@ -9,8 +9,8 @@ use fencing_test_support::settlement::{
 };
 use fencing_testkit::Fencing;
 
-async fn seed(fencing: Fencing, gateway: GatewayMode) -> SettlementReport {
-    settlement::run(&SettlementConfig::seed(fencing, gateway)).await
+async fn worked_example(fencing: Fencing, gateway: GatewayMode) -> SettlementReport {
+    settlement::run(&SettlementConfig::worked_example(fencing, gateway)).await
 }
 
 fn token(n: u64) -> FencingToken {
@@ -34,7 +34,7 @@ fn touches(what: &What, key: &RecordKey) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn with_fences_the_stale_confirm_is_refused_and_nothing_is_sent_twice() {
-    let report = seed(Fencing::On, GatewayMode::Idempotent).await;
+    let report = worked_example(Fencing::On, GatewayMode::Idempotent).await;
     let (r815, r816) = (refund_key(815), refund_key(816));
 
     let a_acquired = find(&report, "A", |w| matches!(w, What::Acquired { .. }));
@@ -132,7 +132,7 @@ async fn with_fences_the_stale_confirm_is_refused_and_nothing_is_sent_twice() {
 
 #[tokio::test(start_paused = true)]
 async fn without_fences_the_stale_worker_writes_beside_the_new_holder() {
-    let report = seed(Fencing::Off, GatewayMode::Idempotent).await;
+    let report = worked_example(Fencing::Off, GatewayMode::Idempotent).await;
     let audit = &report.audit;
     // A's confirm of r_815 finds the row already sent by B and counts it as its own; then A
     // walks on past r_815 and claims rows B has in flight.
@@ -152,7 +152,7 @@ async fn without_fences_the_stale_worker_writes_beside_the_new_holder() {
 
 #[tokio::test(start_paused = true)]
 async fn without_fences_and_idempotency_keys_a_refund_is_paid_twice() {
-    let report = seed(Fencing::Off, GatewayMode::IgnoresKeys).await;
+    let report = worked_example(Fencing::Off, GatewayMode::IgnoresKeys).await;
     let audit = &report.audit;
     assert!(audit.gateway.keys_paid_twice >= 1, "{audit:?}");
     assert!(audit.gateway.cents_paid > 8_430_000);
@@ -163,7 +163,7 @@ async fn without_fences_and_idempotency_keys_a_refund_is_paid_twice() {
 /// flight. Without an idempotency key that one call pays twice, fence or no fence.
 #[tokio::test(start_paused = true)]
 async fn the_fence_cannot_deduplicate_the_call_in_flight() {
-    let report = seed(Fencing::On, GatewayMode::IgnoresKeys).await;
+    let report = worked_example(Fencing::On, GatewayMode::IgnoresKeys).await;
     let audit = &report.audit;
     assert_eq!(audit.gateway.keys_paid_twice, 1);
     assert_eq!(audit.gateway.cents_paid, 8_430_000 + 7025);
@@ -173,7 +173,7 @@ async fn the_fence_cannot_deduplicate_the_call_in_flight() {
 
 #[tokio::test(start_paused = true)]
 async fn the_same_configuration_gives_the_same_journal() {
-    let first = seed(Fencing::On, GatewayMode::Idempotent).await;
-    let second = seed(Fencing::On, GatewayMode::Idempotent).await;
+    let first = worked_example(Fencing::On, GatewayMode::Idempotent).await;
+    let second = worked_example(Fencing::On, GatewayMode::Idempotent).await;
     assert_eq!(first.events, second.events);
 }

@@ -1,0 +1,547 @@
+//! The fencing protocol as a model, checked exhaustively for small sizes with `stateright`.
+//!
+//! Workers run the refund job — acquire a lease, then for every record claim it
+//! (`pending|sending → sending`), look the effect up if the record was in flight, perform the
+//! effect with the record key as idempotency key, and confirm (`sending → sent`) — while the
+//! world does everything a real deployment can: leases expire under paused workers, a write's
+//! answer or its request is lost, and the token counter loses its state. Every decision the
+//! workers and the store make is the library's own code: [`FencedWrite::decide`] and
+//! [`FencedWrite::apply`] in the store, the [`Lifecycle`] writes, the retry rules
+//! [`FencedWrite::refusal_may_be_own`] and [`FencedWrite::is_reflected_in`] of `Fence::write`,
+//! the regression rule [`is_regression`], and the epoch rules [`must_open_epoch`],
+//! [`open_epoch`] and [`advance_target`] for the counter.
+//!
+//! `docs/protocol.md` states the properties; [`Protocol::properties`] checks them, and each
+//! [`Mutation`] breaks one rule to show the checker finds the damage.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use fencing_core::epoch::{advance_target, must_open_epoch, open_epoch};
+use fencing_core::{
+    Error, FenceCheck, FencedWrite, FencingToken, FoundFence, Lifecycle, MemoryTokenSource, Record,
+    RecordKey, ResourceName, TokenSource, is_regression,
+};
+use stateright::{Model, Property};
+
+/// A change to one rule of the protocol, to show that the checker catches what it breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// The protocol as shipped.
+    None,
+    /// The store checks the state but not the fence.
+    NoFenceCheck,
+    /// A claim needs `fence < token` instead of `fence <= token`.
+    ClaimStrictlyBelow,
+    /// A holder that takes over a record in flight performs the effect without looking it up.
+    NoTakeoverLookup,
+    /// A lost counter starts again at 1 (no durable epoch).
+    UnseededCounterReset,
+}
+
+/// The size of the world and what may go wrong in it.
+#[derive(Clone, Copy, Debug)]
+pub struct Protocol {
+    /// Workers running the job.
+    pub workers: u8,
+    /// Records in the store.
+    pub records: u8,
+    /// Acquisitions each worker may make (a job redelivered after an abort).
+    pub attempts: u8,
+    /// Lease expiries under a live holder.
+    pub expiries: u8,
+    /// Writes whose answer is lost after the store applied them.
+    pub lost_answers: u8,
+    /// Writes whose request is lost before the store sees it.
+    pub lost_requests: u8,
+    /// Restarts of the counter's store that lose the counter and the lease.
+    pub counter_losses: u8,
+    /// The rule changed, if any.
+    pub mutation: Mutation,
+}
+
+impl Protocol {
+    /// Two workers, two records, two attempts each, and one of every fault.
+    pub fn small(mutation: Mutation) -> Self {
+        Protocol {
+            workers: 2,
+            records: 2,
+            attempts: 2,
+            expiries: 1,
+            lost_answers: 1,
+            lost_requests: 1,
+            counter_losses: 1,
+            mutation,
+        }
+    }
+}
+
+/// Where a worker is in its job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Waiting to acquire the lease.
+    Idle,
+    /// About to claim record `n`.
+    Claim(u8),
+    /// About to look up the effect of record `n`, found in flight.
+    Lookup(u8),
+    /// About to perform the effect of record `n`.
+    Perform(u8),
+    /// About to confirm record `n`.
+    Confirm(u8),
+    /// Done with this acquisition (finished or aborted): about to release the lease.
+    Release {
+        /// Whether the job was aborted (it is redelivered while attempts remain).
+        aborted: bool,
+    },
+    /// The job is over for this worker.
+    Finished,
+}
+
+/// One worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Worker {
+    attempts_left: u8,
+    token: Option<FencingToken>,
+    step: Step,
+    /// The current write was sent again after an ambiguous outcome.
+    retried: bool,
+    /// An earlier attempt of the current write was applied by the store.
+    earlier_applied: bool,
+    /// When this worker's claim of its current record was applied.
+    claimed_at: u8,
+}
+
+/// What a write's request and answer went through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Delivery {
+    /// Request and answer arrived.
+    Normal,
+    /// The store applied the write; the answer was lost.
+    AnswerLost,
+    /// The request was lost; the store saw nothing.
+    RequestLost,
+}
+
+/// One step of the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Worker `w` acquires the lease and a token.
+    Acquire(u8),
+    /// Worker `w` sends its claim or confirm.
+    Write(u8, Delivery),
+    /// Worker `w` looks its record's effect up by idempotency key.
+    Lookup(u8),
+    /// Worker `w` performs its record's effect.
+    Perform(u8),
+    /// Worker `w` releases the lease (owner-only).
+    Release(u8),
+    /// The lease expires under its holder, who does not know.
+    Expire,
+    /// The counter's store restarts, losing the counter and the lease.
+    LoseCounter,
+}
+
+/// What the properties watch for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Violations {
+    /// A confirm was accepted from a worker other than the record's last claimer.
+    pub confirmed_by_non_claimer: bool,
+    /// An effect was performed by a holder whose claim came after the effect was done.
+    pub effect_repeated: bool,
+    /// A record's fence went down.
+    pub fence_went_down: bool,
+    /// A claim retried after its first attempt applied, on a record still showing that
+    /// attempt, was refused by the store itself.
+    pub retried_claim_refused: bool,
+}
+
+/// The world: the store, the lease, the counter, the gateway and the workers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    records: Vec<Record>,
+    last_claimer: Vec<Option<u8>>,
+    performed_at: Vec<Option<u8>>,
+    lease: Option<(u8, bool)>,
+    counter: Option<u64>,
+    epochs: u64,
+    workers: Vec<Worker>,
+    expiries: u8,
+    lost_answers: u8,
+    lost_requests: u8,
+    counter_losses: u8,
+    clock: u8,
+    /// What went wrong so far.
+    pub violations: Violations,
+}
+
+impl World {
+    /// The durable epoch counter, as the library's in-memory source holding it.
+    fn epoch_source(&self) -> MemoryTokenSource {
+        let epochs = MemoryTokenSource::new();
+        if let Ok(epoch) = FencingToken::new(self.epochs) {
+            settled(epochs.advance_to(&resource(), epoch)).expect("an epoch");
+        }
+        epochs
+    }
+
+    /// Keeps what the library's source holds after a step.
+    fn remember_epochs(&mut self, epochs: &MemoryTokenSource) {
+        let current = settled(epochs.current(&resource())).expect("an epoch");
+        self.epochs = current.map_or(0, FencingToken::get);
+    }
+
+    /// Whether every record is done.
+    pub fn all_done(&self) -> bool {
+        let done = Lifecycle::default().done().clone();
+        self.records.iter().all(|r| r.state.as_ref() == Some(&done))
+    }
+
+    fn tick(&mut self) -> u8 {
+        self.clock = self.clock.saturating_add(1);
+        self.clock
+    }
+}
+
+fn resource() -> ResourceName {
+    ResourceName::new("settle:m_4471").expect("a valid resource")
+}
+
+/// Runs a future of the in-memory epoch source to its end: it never waits, so one poll does.
+fn settled<F: Future>(future: F) -> F::Output {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("an in-memory token source never waits"),
+    }
+}
+
+fn key(n: u8) -> RecordKey {
+    RecordKey::new(format!("r_{n}")).expect("a valid key")
+}
+
+const STORE: &str = "refunds";
+
+impl Protocol {
+    /// The store's atomic check of `write` on `record`: the library's own, or the mutated rule.
+    fn decide(
+        &self,
+        write: &FencedWrite,
+        token: FencingToken,
+        record: &Record,
+    ) -> Result<(), Error> {
+        match self.mutation {
+            Mutation::NoFenceCheck => {
+                write.decide_state(STORE, &record.key, token, record.state.as_ref())
+            }
+            Mutation::ClaimStrictlyBelow
+                if write.check() == FenceCheck::Claim && record.fence == Some(token) =>
+            {
+                Err(Error::Fenced {
+                    store: STORE.into(),
+                    record: record.key.clone(),
+                    presented: token,
+                    found: FoundFence::Fence(token),
+                })
+            }
+            _ => write.decide(STORE, &record.key, token, Some(record)),
+        }
+    }
+
+    /// Issues the next token as the counter does: opening an epoch when the counter is missing
+    /// (or, mutated, starting again at 1).
+    fn issue(&self, world: &mut World) -> FencingToken {
+        let current = world.counter.and_then(|c| FencingToken::new(c).ok());
+        let counter = match world.counter {
+            None if self.mutation == Mutation::UnseededCounterReset => 0,
+            _ if must_open_epoch(current) => {
+                let epochs = world.epoch_source();
+                let start = settled(open_epoch(&epochs, &resource(), None)).expect("an epoch");
+                world.remember_epochs(&epochs);
+                start.get()
+            }
+            counter => counter.unwrap_or(0),
+        };
+        let token = FencingToken::new(counter + 1).expect("small tokens");
+        world.counter = Some(token.get());
+        token
+    }
+
+    /// The library's repair after a regression: `advance_to` the fence found.
+    fn repair(&self, world: &mut World, refusal: &Error) {
+        let Error::Fenced {
+            found: FoundFence::Fence(found),
+            ..
+        } = refusal
+        else {
+            return;
+        };
+        let highest = world.counter.and_then(|c| FencingToken::new(c).ok());
+        if !is_regression(*found, highest) {
+            return;
+        }
+        let epochs = world.epoch_source();
+        let durable = (self.mutation != Mutation::UnseededCounterReset)
+            .then_some(&epochs as &dyn TokenSource);
+        let missing = world.counter.is_none();
+        let target =
+            settled(advance_target(durable, &resource(), *found, missing)).expect("a target");
+        world.remember_epochs(&epochs);
+        world.counter = Some(world.counter.unwrap_or(0).max(target.get()));
+    }
+
+    fn next_record(&self, n: u8) -> Step {
+        if n + 1 < self.records {
+            Step::Claim(n + 1)
+        } else {
+            Step::Release { aborted: false }
+        }
+    }
+
+    /// Worker `w` sends the write of its step.
+    fn write(&self, world: &mut World, w: u8, delivery: Delivery) {
+        let lifecycle = Lifecycle::default();
+        let worker = world.workers[usize::from(w)];
+        let (n, write) = match worker.step {
+            Step::Claim(n) => (n, lifecycle.claim()),
+            Step::Confirm(n) => (n, lifecycle.confirm()),
+            _ => return,
+        };
+        let i = usize::from(n);
+        let token = worker.token.expect("a worker writes under a token");
+        let before = world.records[i].clone();
+        let decided = self.decide(&write, token, &before);
+        let applied = delivery != Delivery::RequestLost && decided.is_ok();
+        if applied {
+            let after = write.apply(&before.key, token, Some(&before));
+            if after.fence < before.fence {
+                world.violations.fence_went_down = true;
+            }
+            world.records[i] = after;
+            match write.check() {
+                FenceCheck::Claim => {
+                    world.last_claimer[i] = Some(w);
+                    if !worker.earlier_applied {
+                        let at = world.tick();
+                        world.workers[usize::from(w)].claimed_at = at;
+                    }
+                }
+                FenceCheck::HolderOnly => {
+                    if world.last_claimer[i] != Some(w) {
+                        world.violations.confirmed_by_non_claimer = true;
+                    }
+                }
+            }
+        }
+        let worker = &mut world.workers[usize::from(w)];
+        if delivery != Delivery::Normal {
+            // Ambiguous: `Fence::write` sends the same write again.
+            worker.retried = true;
+            worker.earlier_applied |= applied;
+            return;
+        }
+        let (retried, earlier_applied) = (worker.retried, worker.earlier_applied);
+        worker.retried = false;
+        worker.earlier_applied = false;
+        let previous_state = match decided {
+            Ok(()) => before.state.clone(),
+            Err(refusal) => {
+                // The record still shows this claim's first attempt, and the store refused the
+                // same claim again: the retry was not idempotent.
+                if write.check() == FenceCheck::Claim
+                    && retried
+                    && earlier_applied
+                    && write.is_reflected_in(token, &before)
+                {
+                    world.violations.retried_claim_refused = true;
+                }
+                let now = &world.records[i];
+                if write.refusal_may_be_own(&refusal, retried) && write.is_reflected_in(token, now)
+                {
+                    // This write's own earlier attempt: reported applied, as the record is now.
+                    now.state.clone()
+                } else if matches!(&refusal, Error::StateMismatch { found: Some(s), .. }
+                    if write.check() == FenceCheck::Claim && s == lifecycle.done())
+                {
+                    // Already done: `run_effect` moves on without a call.
+                    world.workers[usize::from(w)].step = self.next_record(n);
+                    return;
+                } else {
+                    self.repair(world, &refusal);
+                    world.workers[usize::from(w)].step = Step::Release { aborted: true };
+                    return;
+                }
+            }
+        };
+        let worker = &mut world.workers[usize::from(w)];
+        worker.step = match write.check() {
+            FenceCheck::Claim
+                if previous_state.as_ref() == Some(lifecycle.in_flight())
+                    && self.mutation != Mutation::NoTakeoverLookup =>
+            {
+                Step::Lookup(n)
+            }
+            FenceCheck::Claim => Step::Perform(n),
+            FenceCheck::HolderOnly => self.next_record(n),
+        };
+    }
+}
+
+impl Model for Protocol {
+    type State = World;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<World> {
+        let pending = Lifecycle::default().pending().clone();
+        let records = (0..self.records)
+            .map(|n| Record {
+                key: key(n),
+                fence: None,
+                state: Some(pending.clone()),
+                payload: Vec::new(),
+            })
+            .collect();
+        let worker = Worker {
+            attempts_left: self.attempts,
+            token: None,
+            step: Step::Idle,
+            retried: false,
+            earlier_applied: false,
+            claimed_at: 0,
+        };
+        vec![World {
+            records,
+            last_claimer: vec![None; usize::from(self.records)],
+            performed_at: vec![None; usize::from(self.records)],
+            lease: None,
+            counter: None,
+            epochs: 0,
+            workers: vec![worker; usize::from(self.workers)],
+            expiries: self.expiries,
+            lost_answers: self.lost_answers,
+            lost_requests: self.lost_requests,
+            counter_losses: self.counter_losses,
+            clock: 0,
+            violations: Violations::default(),
+        }]
+    }
+
+    fn actions(&self, world: &World, actions: &mut Vec<Action>) {
+        let lease_free = world.lease.is_none_or(|(_, live)| !live);
+        for (w, worker) in (0u8..).zip(&world.workers) {
+            match worker.step {
+                Step::Idle if worker.attempts_left > 0 && lease_free => {
+                    actions.push(Action::Acquire(w));
+                }
+                Step::Claim(_) | Step::Confirm(_) => {
+                    actions.push(Action::Write(w, Delivery::Normal));
+                    if world.lost_answers > 0 {
+                        actions.push(Action::Write(w, Delivery::AnswerLost));
+                    }
+                    if world.lost_requests > 0 {
+                        actions.push(Action::Write(w, Delivery::RequestLost));
+                    }
+                }
+                Step::Lookup(_) => actions.push(Action::Lookup(w)),
+                Step::Perform(_) => actions.push(Action::Perform(w)),
+                Step::Release { .. } => actions.push(Action::Release(w)),
+                Step::Idle | Step::Finished => {}
+            }
+        }
+        if world.expiries > 0 && world.lease.is_some_and(|(_, live)| live) {
+            actions.push(Action::Expire);
+        }
+        if world.counter_losses > 0 && world.counter.is_some() {
+            actions.push(Action::LoseCounter);
+        }
+    }
+
+    fn next_state(&self, world: &World, action: Action) -> Option<World> {
+        let mut next = world.clone();
+        match action {
+            Action::Acquire(w) => {
+                let token = self.issue(&mut next);
+                next.lease = Some((w, true));
+                let worker = &mut next.workers[usize::from(w)];
+                worker.attempts_left -= 1;
+                worker.token = Some(token);
+                worker.step = Step::Claim(0);
+            }
+            Action::Write(w, delivery) => {
+                match delivery {
+                    Delivery::AnswerLost => next.lost_answers -= 1,
+                    Delivery::RequestLost => next.lost_requests -= 1,
+                    Delivery::Normal => {}
+                }
+                self.write(&mut next, w, delivery);
+            }
+            Action::Lookup(w) => {
+                let worker = &mut next.workers[usize::from(w)];
+                if let Step::Lookup(n) = worker.step {
+                    worker.step = if next.performed_at[usize::from(n)].is_some() {
+                        Step::Confirm(n)
+                    } else {
+                        Step::Perform(n)
+                    };
+                }
+            }
+            Action::Perform(w) => {
+                let worker = next.workers[usize::from(w)];
+                if let Step::Perform(n) = worker.step {
+                    let i = usize::from(n);
+                    match next.performed_at[i] {
+                        Some(at) if at < worker.claimed_at => {
+                            next.violations.effect_repeated = true
+                        }
+                        Some(_) => {}
+                        None => next.performed_at[i] = Some(next.tick()),
+                    }
+                    next.workers[usize::from(w)].step = Step::Confirm(n);
+                }
+            }
+            Action::Release(w) => {
+                if next.lease == Some((w, true)) {
+                    next.lease = None;
+                }
+                let worker = &mut next.workers[usize::from(w)];
+                let aborted = matches!(worker.step, Step::Release { aborted: true });
+                worker.step = if aborted && worker.attempts_left > 0 {
+                    Step::Idle
+                } else {
+                    Step::Finished
+                };
+            }
+            Action::Expire => {
+                next.expiries -= 1;
+                next.lease = next.lease.map(|(owner, _)| (owner, false));
+            }
+            Action::LoseCounter => {
+                next.counter_losses -= 1;
+                next.counter = None;
+                next.lease = None;
+            }
+        }
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "no record confirmed by a worker other than its claimer",
+                |_, w: &World| !w.violations.confirmed_by_non_claimer,
+            ),
+            Property::always(
+                "no effect performed by a holder that claimed after it was done",
+                |_, w: &World| !w.violations.effect_repeated,
+            ),
+            Property::always("a fence never goes down", |_, w: &World| {
+                !w.violations.fence_went_down
+            }),
+            Property::always(
+                "a claim retried after its first attempt applied is accepted by the store",
+                |_, w: &World| !w.violations.retried_claim_refused,
+            ),
+            Property::eventually("every record ends done", |_, w: &World| w.all_done()),
+        ]
+    }
+}
