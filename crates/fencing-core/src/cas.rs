@@ -333,12 +333,17 @@ mod tests {
     }
 
     impl Scripted {
-        fn new(steps: impl IntoIterator<Item = Step>) -> Self {
+        fn new() -> Self {
             Scripted {
                 inner: MemoryVersionedStore::new("objects"),
-                steps: Mutex::new(steps.into_iter().collect()),
+                steps: Mutex::default(),
                 puts: Mutex::new(0),
             }
+        }
+
+        /// Plans what happens to the next put.
+        fn then(&self, step: Step) {
+            self.steps.lock().unwrap().push_back(step);
         }
 
         fn lost(&self) -> Error {
@@ -421,7 +426,9 @@ mod tests {
         FencedWrite::claim().set_state(state("sending"))
     }
 
-    async fn seeded(store: &CasStore<Scripted>, fence: u64) {
+    /// A store holding `r_815` pending under `fence`.
+    async fn seeded(fence: u64) -> CasStore<Scripted> {
+        let store = CasStore::new(Scripted::new());
         store
             .write(
                 &key(),
@@ -430,19 +437,14 @@ mod tests {
             )
             .await
             .unwrap();
+        store
     }
 
     #[tokio::test]
     async fn a_newer_holder_between_read_and_put_is_met_on_the_read_again() {
-        let store = CasStore::new(Scripted::new([]));
-        seeded(&store, 1).await;
+        let store = seeded(1).await;
         store.forget(&key());
-        store
-            .inner()
-            .steps
-            .lock()
-            .unwrap()
-            .push_back(Step::Interloper(record(34, "sending")));
+        store.inner().then(Step::Interloper(record(34, "sending")));
         let err = store
             .write(&key(), token(33), &sending())
             .await
@@ -459,14 +461,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_unrelated_change_between_read_and_put_costs_one_more_round() {
-        let store = CasStore::new(Scripted::new([]));
-        seeded(&store, 1).await;
-        store
-            .inner()
-            .steps
-            .lock()
-            .unwrap()
-            .push_back(Step::Interloper(record(2, "pending")));
+        let store = seeded(1).await;
+        store.inner().then(Step::Interloper(record(2, "pending")));
         let written = store.write(&key(), token(3), &sending()).await.unwrap();
         assert_eq!(
             written.previous_fence,
@@ -478,14 +474,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_answer_is_settled_by_the_write_id() {
-        let store = CasStore::new(Scripted::new([]));
-        seeded(&store, 1).await;
-        store
-            .inner()
-            .steps
-            .lock()
-            .unwrap()
-            .push_back(Step::LoseAnswer);
+        let store = seeded(1).await;
+        store.inner().then(Step::LoseAnswer);
         let written = store.write(&key(), token(3), &sending()).await.unwrap();
         assert_eq!(written.previous_fence, Some(token(1)));
         assert_eq!(written.record.state, Some(state("sending")));
@@ -498,14 +488,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_request_is_decided_and_sent_again() {
-        let store = CasStore::new(Scripted::new([]));
-        seeded(&store, 1).await;
-        store
-            .inner()
-            .steps
-            .lock()
-            .unwrap()
-            .push_back(Step::LoseRequest);
+        let store = seeded(1).await;
+        store.inner().then(Step::LoseRequest);
         let written = store.write(&key(), token(3), &sending()).await.unwrap();
         assert_eq!(written.record.fence, Some(token(3)));
         assert_eq!(*store.inner().puts.lock().unwrap(), 2);
@@ -513,19 +497,13 @@ mod tests {
 
     #[tokio::test]
     async fn endless_conflicts_end_in_a_backend_error_with_nothing_written() {
-        let store = CasStore::new(Scripted::new([])).with_rounds(3);
-        seeded(&store, 1).await;
+        let store = seeded(1).await.with_rounds(3);
         for fence in 1..=3 {
             let theirs = Record {
                 payload: vec![fence],
                 ..record(1, "pending")
             };
-            store
-                .inner()
-                .steps
-                .lock()
-                .unwrap()
-                .push_back(Step::Interloper(theirs));
+            store.inner().then(Step::Interloper(theirs));
         }
         let err = store.write(&key(), token(5), &sending()).await.unwrap_err();
         assert!(matches!(err, Error::Backend { .. }), "{err:?}");
@@ -539,8 +517,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_remembered_version_saves_the_read_and_a_stale_one_costs_a_conflict() {
-        let store = CasStore::new(Scripted::new([]));
-        seeded(&store, 5).await;
+        let store = seeded(5).await;
         store.write(&key(), token(5), &sending()).await.unwrap();
         assert!(store.remembered(&key()).is_some());
         // Someone else claims with 7; this writer still remembers fence 5.
@@ -560,8 +537,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_the_holder_deletes_and_a_stale_holder_changes_nothing() {
-        let store = CasStore::new(Scripted::new([]));
-        seeded(&store, 5).await;
+        let store = seeded(5).await;
         store.write(&key(), token(6), &sending()).await.unwrap();
         for stale in [5, 7] {
             let err = store.delete(&key(), token(stale)).await.unwrap_err();
@@ -576,8 +552,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_decided_on_memory_is_checked_against_the_store() {
-        let store = CasStore::new(Scripted::new([]));
-        seeded(&store, 5).await;
+        let store = seeded(5).await;
         store
             .write(
                 &key(),
