@@ -49,8 +49,14 @@ impl DynamoStore {
     /// credentials and HTTP stack).
     pub fn new(client: Client, table: DynamoTable) -> Self {
         let name = table.store_name();
+        // A copy of the caller's client with the SDK's retries off, made once.
+        let without_retries = client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .build();
         DynamoStore {
-            client,
+            client: Client::from_conf(without_retries),
             table,
             name,
         }
@@ -61,7 +67,8 @@ impl DynamoStore {
         &self.table
     }
 
-    /// The client.
+    /// The store's client: the caller's, with the SDK's retries off (fenced writes are retried
+    /// by [`Fence`], with the same token, never by the SDK).
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -91,8 +98,6 @@ impl DynamoStore {
                 .transact_write_items()
                 .set_transact_items(Some(items.clone()))
                 .client_request_token(&request_token)
-                .customize()
-                .config_override(no_retries())
                 .send()
                 .await;
             let err = match sent {
@@ -233,11 +238,6 @@ fn invalid(kind: InputKind, detail: String) -> Error {
     InvalidInput::new(kind, detail).into()
 }
 
-/// Fenced writes are retried by [`Fence`], with the same token, never by the SDK.
-fn no_retries() -> aws_sdk_dynamodb::config::Builder {
-    aws_sdk_dynamodb::config::Builder::default().retry_config(RetryConfig::disabled())
-}
-
 /// The `ClientRequestToken` of a transaction: a name-based UUID of the store, the token and
 /// every write, so the same transaction sent again carries the same one.
 fn request_token(store: &str, token: FencingToken, writes: &[(RecordKey, FencedWrite)]) -> String {
@@ -291,8 +291,6 @@ impl FencedStore for DynamoStore {
             .set_expression_attribute_values(Some(expr.values))
             .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .customize()
-            .config_override(no_retries())
             .send()
             .await;
         match sent {

@@ -13,7 +13,9 @@ use fencing_core::{
 
 use crate::bucket::S3Bucket;
 
-/// Objects in a bucket as a [`VersionedStore`]: the version is the ETag.
+/// Objects in a bucket as a [`VersionedStore`]: the version is the ETag. Conditional writes
+/// are settled by [`fencing_core::CasStore`] (it re-reads after a lost answer), never re-sent
+/// by the SDK, so this store's client has the SDK's retries off.
 #[derive(Clone, Debug)]
 pub(crate) struct S3Objects {
     client: Client,
@@ -22,10 +24,17 @@ pub(crate) struct S3Objects {
 }
 
 impl S3Objects {
+    /// Objects in `bucket` through a copy of `client` with the SDK's own retries turned off
+    /// (made once here, rather than a configuration layer on every request).
     pub(crate) fn new(client: Client, bucket: S3Bucket) -> Self {
         let name = bucket.store_name();
+        let without_retries = client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .build();
         S3Objects {
-            client,
+            client: Client::from_conf(without_retries),
             bucket,
             name,
         }
@@ -85,12 +94,6 @@ fn is_conflict<E: ProvideErrorMetadata>(
             err.code(),
             Some("PreconditionFailed" | "ConditionalRequestConflict" | "NoSuchKey")
         )
-}
-
-/// Conditional writes are settled by [`fencing_core::CasStore`] (it re-reads after a lost
-/// answer), never re-sent by the SDK.
-fn no_retries() -> aws_sdk_s3::config::Builder {
-    aws_sdk_s3::config::Builder::default().retry_config(RetryConfig::disabled())
 }
 
 /// `text` with every byte outside printable ASCII percent-encoded, for user metadata (which
@@ -176,12 +179,7 @@ impl VersionedStore for S3Objects {
             Some(etag) => request.if_match(etag),
             None => request.if_none_match("*"),
         };
-        match request
-            .customize()
-            .config_override(no_retries())
-            .send()
-            .await
-        {
+        match request.send().await {
             Ok(out) => Ok(PutOutcome::Applied(
                 out.e_tag().map(str::to_owned).unwrap_or_default(),
             )),
@@ -198,8 +196,6 @@ impl VersionedStore for S3Objects {
             .bucket(self.bucket.bucket())
             .key(&object)
             .if_match(expected)
-            .customize()
-            .config_override(no_retries())
             .send()
             .await;
         match sent {
