@@ -13,6 +13,7 @@ use fencing_dynamodb::{
     DynamoLease, DynamoStore, DynamoTable, DynamoTokenSource, FenceCondition, MAX_TRANSACTION_ITEMS,
 };
 use fencing_test_support::aws::LoseAnswers;
+use fencing_testkit::conformance::make_pending;
 
 fn key(text: &str) -> RecordKey {
     RecordKey::new(text).unwrap()
@@ -33,25 +34,13 @@ async fn issued_up_to_1000(resource: &ResourceName) -> MemoryTokenSource {
     source
 }
 
-async fn pending(store: &DynamoStore, keys: &[RecordKey]) {
-    let lifecycle = Lifecycle::default();
-    for k in keys {
-        store
-            .write(
-                k,
-                token(1),
-                &FencedWrite::claim().set_state(lifecycle.pending().clone()),
-            )
-            .await
-            .unwrap();
-    }
-}
-
 #[tokio::test]
 async fn a_transaction_with_one_item_fenced_higher_applies_nothing_and_names_it() {
     let store = common::store().await;
     let keys: Vec<_> = (1..=5).map(|n| key(&format!("r_{n}"))).collect();
-    pending(&store, &keys).await;
+    for k in &keys {
+        make_pending(&store, k).await;
+    }
     let lifecycle = Lifecycle::default();
     // A newer holder (34) has claimed r_4.
     store
@@ -143,7 +132,7 @@ async fn a_write_whose_answer_is_lost_after_it_applied_is_retried_and_recognised
     let store = DynamoStore::new(client, table);
     let lifecycle = Lifecycle::default();
     let k = key("r_815");
-    pending(&store, std::slice::from_ref(&k)).await;
+    make_pending(&store, &k).await;
 
     // Straight to the store: the lost answer is reported as unknown, not as a refusal.
     faults.arm(1);

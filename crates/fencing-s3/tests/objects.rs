@@ -14,6 +14,7 @@ use fencing_core::{
 };
 use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
 use fencing_test_support::aws::LoseAnswers;
+use fencing_testkit::conformance::make_pending;
 
 fn key(text: &str) -> RecordKey {
     RecordKey::new(text).unwrap()
@@ -113,14 +114,7 @@ async fn a_stale_holders_put_and_delete_after_a_takeover_are_refused() {
     let store = common::store().await;
     let lifecycle = Lifecycle::default();
     let k = key("r_815");
-    store
-        .write(
-            &k,
-            token(1),
-            &FencedWrite::claim().set_state(lifecycle.pending().clone()),
-        )
-        .await
-        .unwrap();
+    make_pending(&store, &k).await;
     let a = S3Store::new(store.client().clone(), store.bucket().clone());
     let b = S3Store::new(store.client().clone(), store.bucket().clone());
     a.write(&k, token(33), &lifecycle.claim()).await.unwrap();
@@ -148,14 +142,7 @@ async fn a_confirm_whose_answer_was_lost_is_recognised_by_its_write_id() {
     let store = common::store_on(client).await;
     let lifecycle = Lifecycle::default();
     let k = key("r_815");
-    store
-        .write(
-            &k,
-            token(1),
-            &FencedWrite::claim().set_state(lifecycle.pending().clone()),
-        )
-        .await
-        .unwrap();
+    make_pending(&store, &k).await;
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let source = MemoryTokenSource::new();
     source.advance_to(&resource, token(1000)).await.unwrap();

@@ -130,7 +130,7 @@ pub(crate) async fn must_acquire<L: Lease + ?Sized>(
 }
 
 /// Puts `k` in the `pending` state under the lowest fence, as a job's producer does.
-pub(crate) async fn make_pending<S: FencedStore + ?Sized>(store: &S, k: &RecordKey) {
+pub async fn make_pending<S: FencedStore + ?Sized>(store: &S, k: &RecordKey) {
     let pending = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
     store.write(k, FencingToken::MIN, &pending).await.unwrap();
 }
