@@ -7,8 +7,9 @@ use std::time::Duration;
 use fencing_testkit::faults::RecordingEffect;
 
 use fencing::{
-    EffectOutcome, Error, FenceFloor, FencedBatch, FencedStore, FencedWrite, InputKind, Lease,
-    Lifecycle, MemoryLease, MemoryStore, RecordKey, ResourceName, TokenSource, Ttl,
+    Claim, EffectOutcome, Error, FenceFloor, FencedBatch, FencedStore, FencedWrite, Finished,
+    InputKind, Lease, Lifecycle, MemoryLease, MemoryStore, Mismatch, MismatchPolicy, RecordKey,
+    ResourceName, RetryPolicy, TokenSource, Ttl,
 };
 
 fn key(text: &str) -> RecordKey {
@@ -178,4 +179,312 @@ async fn the_same_store_twice_or_an_unknown_store_is_bad_input() {
     assert!(matches!(err, Error::InvalidInput(ref e) if e.kind() == InputKind::StoreSet));
     assert_eq!(batch.aborted_by(), None, "bad input is not a refusal");
     assert!(setup.refunds.records().is_empty());
+}
+
+fn pending_refunds(setup: &Setup, keys: &[&str]) {
+    for k in keys {
+        setup.refunds.insert_unfenced(
+            key(k),
+            Some(Lifecycle::default().pending().clone()),
+            b"7025".to_vec(),
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_the_skip_policy_a_cancelled_or_missing_record_is_reported_and_the_batch_goes_on() {
+    let setup = Setup::new();
+    let lifecycle = Lifecycle::default();
+    pending_refunds(&setup, &["r_001", "r_003"]);
+    setup.refunds.insert_unfenced(
+        key("r_002"),
+        Some(fencing::State::new("cancelled").unwrap()),
+        Vec::new(),
+    );
+    let batch = setup
+        .batch()
+        .await
+        .with_mismatch_policy(MismatchPolicy::Skip);
+    let effect = RecordingEffect::new();
+    let mut outcomes = Vec::new();
+    for k in ["r_001", "r_002", "r_404", "r_003"] {
+        outcomes.push(
+            batch
+                .run_effect("refunds", &key(k), &lifecycle, &effect)
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(outcomes[0], EffectOutcome::Performed(1));
+    assert!(matches!(&outcomes[1], EffectOutcome::Skipped(s) if s.record == key("r_002")));
+    assert!(matches!(&outcomes[2], EffectOutcome::Skipped(s) if s.mismatch == Mismatch::Missing));
+    assert_eq!(outcomes[3], EffectOutcome::Performed(2));
+    assert_eq!(batch.aborted_by(), None);
+    let skipped = batch.skipped();
+    assert_eq!(skipped.len(), 2);
+    assert_eq!(
+        skipped[0].mismatch,
+        Mismatch::State {
+            found: Some(fencing::State::new("cancelled").unwrap()),
+            expected: vec![lifecycle.pending().clone(), lifecycle.in_flight().clone()],
+        }
+    );
+    assert_eq!(effect.performed(), vec![key("r_001"), key("r_003")]);
+    assert_eq!(batch.finish().await.unwrap(), Finished::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_the_skip_policy_a_fence_refusal_still_aborts() {
+    let setup = Setup::new();
+    pending_refunds(&setup, &["r_815", "r_816"]);
+    let lifecycle = Lifecycle::default();
+    let a = setup
+        .batch()
+        .await
+        .with_mismatch_policy(MismatchPolicy::Skip);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let b = setup.batch().await;
+    let effect = RecordingEffect::new();
+    b.run_effect("refunds", &key("r_815"), &lifecycle, &effect)
+        .await
+        .unwrap();
+    let err = a
+        .run_effect("refunds", &key("r_815"), &lifecycle, &effect)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+    let err = a
+        .run_effect("refunds", &key("r_816"), &lifecycle, &effect)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
+    assert!(a.skipped().is_empty());
+    assert_eq!(effect.perform_calls(), 1);
+}
+
+async fn is_free(setup: &Setup) -> bool {
+    match setup
+        .lease
+        .try_acquire(&setup.resource, setup.ttl)
+        .await
+        .unwrap()
+    {
+        Some(guard) => {
+            setup.lease.release(guard).await.unwrap();
+            true
+        }
+        None => false,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_aborted_by_a_state_mismatch_still_releases_its_lease() {
+    let setup = Setup::new();
+    setup.refunds.insert_unfenced(
+        key("r_002"),
+        Some(fencing::State::new("cancelled").unwrap()),
+        Vec::new(),
+    );
+    let batch = setup.batch().await;
+    let err = batch
+        .run_effect(
+            "refunds",
+            &key("r_002"),
+            &Lifecycle::default(),
+            &RecordingEffect::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::StateMismatch { .. }), "{err:?}");
+    assert!(matches!(
+        batch.finish().await,
+        Err(Error::BatchAborted { .. })
+    ));
+    assert!(is_free(&setup).await, "the next worker must not wait a TTL");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_dropped_without_finishing_or_refused_at_construction_releases_its_lease() {
+    let setup = Setup::new();
+    let batch = setup.batch().await;
+    drop(batch);
+    tokio::task::yield_now().await;
+    assert!(is_free(&setup).await, "dropped batch");
+
+    let guard = setup
+        .lease
+        .try_acquire(&setup.resource, setup.ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let twice: [Arc<dyn FencedStore>; 2] = [
+        Arc::new(setup.refunds.clone()),
+        Arc::new(MemoryStore::new("refunds")),
+    ];
+    FencedBatch::new(setup.lease.clone(), guard, twice).unwrap_err();
+    tokio::task::yield_now().await;
+    assert!(is_free(&setup).await, "batch refused at construction");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_that_outlived_its_ttl_without_a_newer_holder_finishes_late_not_lost() {
+    let setup = Setup::new();
+    pending_refunds(&setup, &["r_001"]);
+    let batch = setup.batch().await;
+    batch
+        .run_effect(
+            "refunds",
+            &key("r_001"),
+            &Lifecycle::default(),
+            &RecordingEffect::new(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(batch.finish().await.unwrap(), Finished::LeaseAlreadyExpired);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scoped_batch_releases_on_error_and_refuses_a_bad_store_set_before_acquiring() {
+    let setup = Setup::new();
+    let refunds: Arc<dyn FencedStore> = Arc::new(setup.refunds.clone());
+    let err = FencedBatch::scoped(
+        setup.lease.clone(),
+        &setup.resource,
+        setup.ttl,
+        &RetryPolicy::default(),
+        [refunds.clone()],
+        MismatchPolicy::Abort,
+        async |batch| {
+            batch
+                .write(&refunds, &key("r_404"), &FencedWrite::holder_only())
+                .await
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    assert!(is_free(&setup).await);
+
+    let before = setup.lease.tokens().current(&setup.resource).await.unwrap();
+    let err = FencedBatch::scoped(
+        setup.lease.clone(),
+        &setup.resource,
+        setup.ttl,
+        &RetryPolicy::default(),
+        [refunds.clone(), refunds.clone()],
+        MismatchPolicy::Abort,
+        async |_| Ok(()),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(ref e) if e.kind() == InputKind::StoreSet));
+    assert_eq!(
+        setup.lease.tokens().current(&setup.resource).await.unwrap(),
+        before,
+        "nothing acquired"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_handle_writes_and_with_fence_aborts_like_a_write() {
+    let setup = Setup::new();
+    let refunds: Arc<dyn FencedStore> = Arc::new(setup.refunds.clone());
+    let elsewhere: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("elsewhere"));
+    let a = setup.batch().await;
+    a.write(&refunds, &key("r_1"), &FencedWrite::claim())
+        .await
+        .unwrap();
+    let err = a
+        .write(&elsewhere, &key("r_1"), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(ref e) if e.kind() == InputKind::StoreSet));
+
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let b = setup.batch().await;
+    b.write(&refunds, &key("r_1"), &FencedWrite::claim())
+        .await
+        .unwrap();
+    let err = a
+        .with_fence(&refunds, async |fence| {
+            fence
+                .write(&*refunds, &key("r_1"), &FencedWrite::claim())
+                .await
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+    assert_eq!(a.aborted_by(), Some(("refunds".to_owned(), key("r_1"))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it() {
+    let setup = Setup::new();
+    let lifecycle = Lifecycle::default();
+    pending_refunds(&setup, &["r_001"]);
+    setup.refunds.insert_unfenced(
+        key("r_002"),
+        Some(lifecycle.in_flight().clone()),
+        Vec::new(),
+    );
+    let batch = setup.batch().await;
+    let effect = RecordingEffect::new();
+    let mut claims = Vec::new();
+    for k in ["r_001", "r_002"] {
+        claims.push(
+            batch
+                .write("refunds", &key(k), &lifecycle.claim())
+                .await
+                .unwrap(),
+        );
+    }
+    let confirmed = std::sync::Mutex::new(Vec::new());
+    for claimed in &claims {
+        batch
+            .run_effect_then(
+                "refunds",
+                Claim::Made(claimed),
+                &lifecycle,
+                &effect,
+                async |receipt: &u32| {
+                    confirmed.lock().unwrap().push(*receipt);
+                    batch
+                        .write("refunds", &claimed.record.key, &lifecycle.confirm())
+                        .await
+                        .map(drop)
+                },
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        effect.lookups(),
+        1,
+        "only r_002 was in flight before the claim"
+    );
+    assert_eq!(*confirmed.lock().unwrap(), vec![1, 2]);
+    let done = setup.refunds.records();
+    assert!(
+        done.iter()
+            .all(|r| r.state.as_ref() == Some(lifecycle.done()))
+    );
+
+    // A claim that did not leave the record in flight is refused before any call.
+    let plain = batch
+        .write("refunds", &key("r_003"), &FencedWrite::claim())
+        .await
+        .unwrap();
+    let err = batch
+        .run_effect_then(
+            "refunds",
+            Claim::Made(&plain),
+            &lifecycle,
+            &effect,
+            async |_: &u32| Ok(()),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(effect.perform_calls(), 2);
 }

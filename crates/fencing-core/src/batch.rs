@@ -1,23 +1,136 @@
 //! One lease, one token, several stores: each store checks its own fence.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::effect::{EffectOutcome, Lifecycle, SideEffect};
+use crate::effect::{Claim, EffectOutcome, Lifecycle, SideEffect};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::guard::LeaseGuard;
 use crate::input::{InputKind, InvalidInput};
 use crate::lease::Lease;
-use crate::name::RecordKey;
+use crate::name::{RecordKey, ResourceName, State};
+use crate::retry::{RetryPolicy, acquire};
 use crate::store::{FencedStore, FencedWrite, Written};
 use crate::token::FencingToken;
+use crate::ttl::Ttl;
+
+/// What a record that is missing, or in a state a write does not start from, does to a batch.
+///
+/// Neither is a sign of a newer holder: the fence is checked before the state, so a record
+/// that a newer holder claimed is refused as [`Error::Fenced`] (or [`Error::TokenRegression`]),
+/// and those always abort the batch whatever the policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MismatchPolicy {
+    /// Abort the batch, as for a fence refusal.
+    #[default]
+    Abort,
+    /// Leave the record alone, report it ([`FencedBatch::skipped`]) and go on.
+    Skip,
+}
+
+/// A record a batch left alone under [`MismatchPolicy::Skip`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedRecord {
+    /// The store that refused the write.
+    pub store: String,
+    /// The record.
+    pub record: RecordKey,
+    /// Why it was left alone.
+    pub mismatch: Mismatch,
+}
+
+/// Why a record was skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mismatch {
+    /// The record does not exist ([`Error::NotFound`]).
+    Missing,
+    /// The record is in a state the write does not start from ([`Error::StateMismatch`]).
+    State {
+        /// The state found, `None` when the record has none.
+        found: Option<State>,
+        /// The states the write required.
+        expected: Vec<State>,
+    },
+}
+
+impl SkippedRecord {
+    /// The skipped record of a refusal, if it is a missing record or an unexpected state.
+    pub fn of(refusal: &Error) -> Option<Self> {
+        let (store, record, mismatch) = match refusal {
+            Error::NotFound { store, record } => (store, record, Mismatch::Missing),
+            Error::StateMismatch {
+                store,
+                record,
+                found,
+                expected,
+                ..
+            } => (
+                store,
+                record,
+                Mismatch::State {
+                    found: found.clone(),
+                    expected: expected.clone(),
+                },
+            ),
+            _ => return None,
+        };
+        Some(SkippedRecord {
+            store: store.clone(),
+            record: record.clone(),
+            mismatch,
+        })
+    }
+}
+
+/// How a batch ended: every write it made was accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// The lease was still this holder's and is now released.
+    Released,
+    /// The lease had already expired (the batch outlived its TTL without renewal, or a newer
+    /// holder took it) when the batch finished. Every write was still accepted by its store's
+    /// fence, so the work stands; only the release had nothing left to release.
+    LeaseAlreadyExpired,
+}
+
+/// A store of a batch, named either by the store itself (a handle that cannot be misspelled:
+/// the `Arc` the batch was built from, or any reference to that store) or by its name.
+pub trait StoreRef {
+    /// The name of the store this refers to ([`FencedStore::name`]).
+    fn store_name(&self) -> &str;
+}
+
+impl StoreRef for str {
+    fn store_name(&self) -> &str {
+        self
+    }
+}
+
+impl StoreRef for String {
+    fn store_name(&self) -> &str {
+        self
+    }
+}
+
+impl<S: FencedStore + ?Sized> StoreRef for S {
+    fn store_name(&self) -> &str {
+        self.name()
+    }
+}
 
 /// A batch of fenced writes under one lease acquisition, across several stores.
 ///
 /// Every write presents the guard's token to the store it touches, so each store carries its
 /// own fence: a write to a store outside the batch would be unprotected however careful the
-/// others are. The first rejection from any store aborts the batch: later writes are refused
-/// before anything is sent, with [`Error::BatchAborted`] naming the store that refused.
+/// others are. A fence refusal from any store aborts the batch: later writes are refused
+/// before anything is sent, with [`Error::BatchAborted`] naming the store that refused. A
+/// record that is missing or in an unexpected state aborts it too, unless the batch was built
+/// with [`MismatchPolicy::Skip`].
+///
+/// The lease is released on every path: by [`FencedBatch::finish`] (aborted or not; release is
+/// owner-only, so it never touches a newer holder's lease), and, for a batch dropped without
+/// finishing (an early `?`, a panic), by a task spawned on the current tokio runtime.
+/// [`FencedBatch::scoped`] acquires, runs and finishes in one call.
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -29,62 +142,131 @@ use crate::token::FencingToken;
 /// let ledger: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("ledger"));
 /// let resource = ResourceName::new("settle:m_4471")?;
 /// let guard = lease.try_acquire(&resource, Ttl::from_secs(30)?).await?.expect("free");
-/// let batch = FencedBatch::new(lease, guard, [refunds, ledger])?;
-/// batch.write("ledger", &RecordKey::new("m_4471")?, &FencedWrite::claim()).await?;
-/// batch.finish().await?;
+/// let batch = FencedBatch::new(lease, guard, [refunds.clone(), ledger.clone()])?;
+/// batch.write(&ledger, &RecordKey::new("m_4471")?, &FencedWrite::claim()).await?;
+/// assert_eq!(batch.finish().await?, Finished::Released);
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct FencedBatch {
     lease: Arc<dyn Lease>,
-    guard: LeaseGuard,
+    guard: Option<LeaseGuard>,
     stores: Vec<Arc<dyn FencedStore>>,
+    policy: MismatchPolicy,
     aborted: Mutex<Option<(String, RecordKey)>>,
+    skipped: Mutex<Vec<SkippedRecord>>,
 }
 
 impl FencedBatch {
     /// A batch under `guard` (acquired from `lease`) over `stores`, whose names must differ.
+    ///
+    /// On a bad store set the guard's lease is released (in a task on the current tokio
+    /// runtime) before the error returns, so the next holder does not wait out the TTL.
     pub fn new(
         lease: Arc<dyn Lease>,
         guard: LeaseGuard,
         stores: impl IntoIterator<Item = Arc<dyn FencedStore>>,
     ) -> Result<Self, InvalidInput> {
         let stores: Vec<_> = stores.into_iter().collect();
-        for (i, store) in stores.iter().enumerate() {
-            if stores[..i].iter().any(|s| s.name() == store.name()) {
-                return Err(InvalidInput::new(
-                    InputKind::StoreSet,
-                    format!("store {:?} appears twice in one batch", store.name()),
-                ));
+        match check_store_set(&stores) {
+            Ok(()) => Ok(FencedBatch {
+                lease,
+                guard: Some(guard),
+                stores,
+                policy: MismatchPolicy::default(),
+                aborted: Mutex::new(None),
+                skipped: Mutex::new(Vec::new()),
+            }),
+            Err(err) => {
+                release_in_background(lease, guard);
+                Err(err)
             }
         }
-        Ok(FencedBatch {
-            lease,
-            guard,
-            stores,
-            aborted: Mutex::new(None),
-        })
+    }
+
+    /// Acquires `resource` on `lease` (waiting as `retry` says), runs `body` on a batch over
+    /// `stores` and finishes the batch on every path, releasing the lease. Returns what `body`
+    /// returned; a batch whose lease expired before the release is not an error
+    /// ([`Finished::LeaseAlreadyExpired`]), and a bad store set is refused before acquiring.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use fencing_core::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<()> {
+    /// let lease = Arc::new(MemoryLease::new());
+    /// let refunds: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("refunds"));
+    /// let resource = ResourceName::new("settle:m_4471")?;
+    /// let token = FencedBatch::scoped(
+    ///     lease.clone(), &resource, Ttl::from_secs(30)?, &RetryPolicy::default(),
+    ///     [refunds.clone()], MismatchPolicy::Abort,
+    ///     async |batch| {
+    ///         batch.write(&refunds, &RecordKey::new("r_1")?, &FencedWrite::claim()).await?;
+    ///         Ok(batch.token())
+    ///     },
+    /// ).await?;
+    /// // Released: the next acquisition does not wait.
+    /// assert!(lease.try_acquire(&resource, Ttl::from_secs(30)?).await?.is_some());
+    /// # let _ = token; Ok(()) }
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub async fn scoped<T>(
+        lease: Arc<dyn Lease>,
+        resource: &ResourceName,
+        ttl: Ttl,
+        retry: &RetryPolicy,
+        stores: impl IntoIterator<Item = Arc<dyn FencedStore>>,
+        policy: MismatchPolicy,
+        body: impl AsyncFnOnce(&FencedBatch) -> Result<T>,
+    ) -> Result<T> {
+        let stores: Vec<_> = stores.into_iter().collect();
+        check_store_set(&stores)?;
+        let guard = acquire(&*lease, resource, ttl, retry).await?;
+        let batch = FencedBatch::new(lease, guard, stores)?.with_mismatch_policy(policy);
+        let outcome = body(&batch).await;
+        let finished = batch.finish().await;
+        match (outcome, finished) {
+            (Err(err), _) => Err(err),
+            (Ok(_), Err(err)) => Err(err),
+            (Ok(value), Ok(_)) => Ok(value),
+        }
+    }
+
+    /// The same batch, treating missing records and unexpected states as `policy` says.
+    pub fn with_mismatch_policy(mut self, policy: MismatchPolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// The token every write in this batch presents.
     pub fn token(&self) -> FencingToken {
-        self.guard.token()
+        self.guard().token()
     }
 
     /// The lease acquisition this batch runs under.
     pub fn guard(&self) -> &LeaseGuard {
-        &self.guard
+        self.guard
+            .as_ref()
+            .expect("the guard is only taken by finish or drop")
     }
 
     /// The store and record whose rejection aborted the batch, if one did.
     pub fn aborted_by(&self) -> Option<(String, RecordKey)> {
-        self.aborted_slot().clone()
+        lock(&self.aborted).clone()
     }
 
-    /// One fenced write to the store named `store`.
+    /// The records left alone under [`MismatchPolicy::Skip`], in the order met.
+    pub fn skipped(&self) -> Vec<SkippedRecord> {
+        lock(&self.skipped).clone()
+    }
+
+    /// One fenced write to `store` (the store itself, or its name).
+    ///
+    /// Under [`MismatchPolicy::Skip`] a missing record or unexpected state is still returned
+    /// as an error, and recorded in [`Self::skipped`], but does not abort the batch.
     pub async fn write(
         &self,
-        store: &str,
+        store: &(impl StoreRef + ?Sized),
         key: &RecordKey,
         write: &FencedWrite,
     ) -> Result<Written> {
@@ -93,10 +275,27 @@ impl FencedBatch {
         self.note(result)
     }
 
-    /// [`Fence::run_effect`] on the store named `store`, under this batch's token.
+    /// Runs `op` with this batch's fence, for writes the batch cannot make itself: a write in
+    /// the caller's transaction, a store's batch write. Refused like any write once the batch
+    /// has aborted, and its rejections abort the batch (or are skipped) exactly like
+    /// [`Self::write`]'s. `op` should turn a fence refusal into a regression where it is one
+    /// ([`Fence::explain`]); the adapters' fence-taking methods do.
+    pub async fn with_fence<T>(
+        &self,
+        store: &(impl StoreRef + ?Sized),
+        op: impl AsyncFnOnce(&Fence<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.writable(store)?;
+        let result = op(&self.fence()).await;
+        self.note(result)
+    }
+
+    /// [`Fence::run_effect`] on `store`, under this batch's token. Under
+    /// [`MismatchPolicy::Skip`], a record the claim cannot start from (missing, or in a state
+    /// other than pending, in flight or done) is [`EffectOutcome::Skipped`].
     pub async fn run_effect<E: SideEffect + ?Sized>(
         &self,
-        store: &str,
+        store: &(impl StoreRef + ?Sized),
         key: &RecordKey,
         lifecycle: &Lifecycle,
         effect: &E,
@@ -106,27 +305,63 @@ impl FencedBatch {
             .fence()
             .run_effect(&**target, key, lifecycle, effect)
             .await;
-        self.note(result)
+        self.note_outcome(result)
     }
 
-    /// Ends the batch. A batch that was not aborted releases its lease (an error says the
-    /// lease had already ended). An aborted batch releases nothing: the lease now belongs to
-    /// a newer holder, and the abort is returned again.
-    pub async fn finish(self) -> Result<()> {
+    /// [`Fence::run_effect_then`] on `store`, under this batch's token: a claim made now or
+    /// already made (a batch claim), then the effect, then the caller's `confirm` (say, in a
+    /// transaction with a ledger entry). Rejections from the claim or from `confirm` abort
+    /// the batch (or are skipped) as for [`Self::run_effect`].
+    pub async fn run_effect_then<E, C>(
+        &self,
+        store: &(impl StoreRef + ?Sized),
+        claim: Claim<'_>,
+        lifecycle: &Lifecycle,
+        effect: &E,
+        confirm: C,
+    ) -> Result<EffectOutcome<E::Receipt>>
+    where
+        E: SideEffect + ?Sized,
+        C: AsyncFnOnce(&E::Receipt) -> Result<()>,
+    {
+        let target = self.writable(store)?;
+        let result = self
+            .fence()
+            .run_effect_then(&**target, claim, lifecycle, effect, confirm)
+            .await;
+        self.note_outcome(result)
+    }
+
+    /// Ends the batch and releases its lease, whether or not it aborted (the release is
+    /// owner-only: it never touches a newer holder's lease).
+    ///
+    /// A batch that was not aborted is [`Finished`], even if its lease had expired: every
+    /// write it made was accepted by a fence. An aborted batch returns its abort again.
+    pub async fn finish(mut self) -> Result<Finished> {
+        let guard = self
+            .guard
+            .take()
+            .expect("the guard is only taken by finish or drop");
+        let released = self.lease.release(guard).await;
         if let Some((store, record)) = self.aborted_by() {
             return Err(Error::BatchAborted { store, record });
         }
-        self.lease.release(self.guard).await
+        match released {
+            Ok(()) => Ok(Finished::Released),
+            Err(Error::LeaseLost { .. }) => Ok(Finished::LeaseAlreadyExpired),
+            Err(err) => Err(err),
+        }
     }
 
     fn fence(&self) -> Fence<'_> {
-        Fence::of_guard(&self.guard, self.lease.token_source())
+        Fence::of_guard(self.guard(), self.lease.token_source())
     }
 
-    fn writable(&self, name: &str) -> Result<&Arc<dyn FencedStore>> {
+    fn writable(&self, store: &(impl StoreRef + ?Sized)) -> Result<&Arc<dyn FencedStore>> {
         if let Some((store, record)) = self.aborted_by() {
             return Err(Error::BatchAborted { store, record });
         }
+        let name = store.store_name();
         self.stores
             .iter()
             .find(|s| s.name() == name)
@@ -140,14 +375,64 @@ impl FencedBatch {
     }
 
     fn note<T>(&self, result: Result<T>) -> Result<T> {
-        if let Some((store, record)) = result.as_ref().err().and_then(Error::rejected_at) {
-            self.aborted_slot()
-                .get_or_insert_with(|| (store.to_owned(), record.clone()));
+        if let Err(err) = &result {
+            match SkippedRecord::of(err) {
+                Some(skipped) if self.policy == MismatchPolicy::Skip => {
+                    lock(&self.skipped).push(skipped);
+                    return result;
+                }
+                _ => {}
+            }
+            if let Some((store, record)) = err.rejected_at() {
+                lock(&self.aborted).get_or_insert_with(|| (store.to_owned(), record.clone()));
+            }
         }
         result
     }
 
-    fn aborted_slot(&self) -> std::sync::MutexGuard<'_, Option<(String, RecordKey)>> {
-        self.aborted.lock().unwrap_or_else(PoisonError::into_inner)
+    fn note_outcome<R>(&self, result: Result<EffectOutcome<R>>) -> Result<EffectOutcome<R>> {
+        match self.note(result) {
+            Err(err) if self.policy == MismatchPolicy::Skip => match SkippedRecord::of(&err) {
+                Some(skipped) => Ok(EffectOutcome::Skipped(skipped)),
+                None => Err(err),
+            },
+            other => other,
+        }
     }
+}
+
+impl Drop for FencedBatch {
+    /// A batch dropped without [`FencedBatch::finish`] releases its lease in the background.
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            release_in_background(self.lease.clone(), guard);
+        }
+    }
+}
+
+fn check_store_set(stores: &[Arc<dyn FencedStore>]) -> Result<(), InvalidInput> {
+    for (i, store) in stores.iter().enumerate() {
+        if stores[..i].iter().any(|s| s.name() == store.name()) {
+            return Err(InvalidInput::new(
+                InputKind::StoreSet,
+                format!("store {:?} appears twice in one batch", store.name()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Releases `guard` from a task on the current tokio runtime; outside a runtime there is
+/// nothing to run it on, and the lease ends at its TTL.
+fn release_in_background(lease: Arc<dyn Lease>, guard: LeaseGuard) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            // Owner-only: fails harmlessly when the lease already moved on.
+            let _ = lease.release(guard).await;
+        });
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

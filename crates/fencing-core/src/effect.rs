@@ -2,11 +2,12 @@
 
 use async_trait::async_trait;
 
+use crate::batch::SkippedRecord;
 use crate::error::{BoxError, Error, Result};
 use crate::fence::Fence;
 use crate::input::{InputKind, InvalidInput};
 use crate::name::{RecordKey, State};
-use crate::store::{FencedStore, FencedWrite, Record};
+use crate::store::{FencedStore, FencedWrite, Record, Written};
 
 /// Something outside every fenced store, made safe by an idempotency key: a payment
 /// gateway, an email sender, a webhook.
@@ -113,6 +114,20 @@ pub enum EffectOutcome<R> {
     Recovered(R),
     /// The record was already done; nothing was sent and nothing written.
     AlreadyDone,
+    /// The record was missing or in a state the claim does not start from, and the batch's
+    /// [`crate::MismatchPolicy::Skip`] left it alone: nothing was sent and nothing written.
+    Skipped(SkippedRecord),
+}
+
+/// Where the claim of [`Fence::run_effect_then`] comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Claim<'a> {
+    /// Claim this record now, with the lifecycle's claim.
+    Now(&'a RecordKey),
+    /// This holder already claimed the record (say, a whole batch at once) and the store
+    /// answered this. The effect is looked up first only if the record was in flight before
+    /// that claim.
+    Made(&'a Written),
 }
 
 impl<'a> Fence<'a> {
@@ -135,10 +150,64 @@ impl<'a> Fence<'a> {
         S: FencedStore + ?Sized,
         E: SideEffect + ?Sized,
     {
-        let claimed = match self.write(store, key, &lifecycle.claim()).await {
-            Err(err) if lifecycle.is_done(&err) => return Ok(EffectOutcome::AlreadyDone),
-            other => other?,
+        let confirm = async |_: &E::Receipt| {
+            // A confirm whose answer was lost and whose retry finds the record done is
+            // recognised as this holder's own by `Fence::write`.
+            self.write(store, key, &lifecycle.confirm()).await.map(drop)
         };
+        self.run_effect_then(store, Claim::Now(key), lifecycle, effect, confirm)
+            .await
+    }
+
+    /// [`Self::run_effect`] with a confirm of the caller's own (say, the confirm and a ledger
+    /// entry in one transaction of the caller's), and optionally a claim already made.
+    ///
+    /// `confirm` runs only after the effect happened (or was found), with its receipt; it must
+    /// make the record done with a holder-only write under this fence's token
+    /// ([`Lifecycle::confirm`]). A record claimed through [`Claim::Made`] must carry this
+    /// fence's token and be in flight, or nothing is called and [`Error::InvalidInput`] says
+    /// why.
+    pub async fn run_effect_then<S, E, C>(
+        &self,
+        store: &S,
+        claim: Claim<'_>,
+        lifecycle: &Lifecycle,
+        effect: &E,
+        confirm: C,
+    ) -> Result<EffectOutcome<E::Receipt>>
+    where
+        S: FencedStore + ?Sized,
+        E: SideEffect + ?Sized,
+        C: AsyncFnOnce(&E::Receipt) -> Result<()>,
+    {
+        let claimed_now;
+        let claimed = match claim {
+            Claim::Now(key) => match self.write(store, key, &lifecycle.claim()).await {
+                Err(err) if lifecycle.is_done(&err) => return Ok(EffectOutcome::AlreadyDone),
+                other => {
+                    claimed_now = other?;
+                    &claimed_now
+                }
+            },
+            Claim::Made(written) => {
+                let record = &written.record;
+                if record.fence != Some(self.token())
+                    || record.state.as_ref() != Some(lifecycle.in_flight())
+                {
+                    return Err(InvalidInput::new(
+                        InputKind::State,
+                        format!(
+                            "{:?} is not claimed by token {}: its fence is {:?} and its state {:?}, \
+                             expected {} in flight",
+                            record.key, self.token(), record.fence.map(|f| f.get()), record.state.as_ref().map(State::as_str), lifecycle.in_flight()
+                        ),
+                    )
+                    .into());
+                }
+                written
+            }
+        };
+        let key = &claimed.record.key;
         let effect_err = |source| Error::Effect {
             record: key.clone(),
             source,
@@ -149,18 +218,21 @@ impl<'a> Fence<'a> {
         } else {
             None
         };
-        let outcome = match recovered {
-            Some(receipt) => EffectOutcome::Recovered(receipt),
-            None => EffectOutcome::Performed(
+        let (receipt, was_recovered) = match recovered {
+            Some(receipt) => (receipt, true),
+            None => (
                 effect
                     .perform(key, &claimed.record)
                     .await
                     .map_err(effect_err)?,
+                false,
             ),
         };
-        // A confirm whose answer was lost and whose retry finds the record done is recognised
-        // as this holder's own by `Fence::write`.
-        self.write(store, key, &lifecycle.confirm()).await?;
-        Ok(outcome)
+        confirm(&receipt).await?;
+        Ok(if was_recovered {
+            EffectOutcome::Recovered(receipt)
+        } else {
+            EffectOutcome::Performed(receipt)
+        })
     }
 }

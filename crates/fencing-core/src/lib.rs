@@ -43,10 +43,10 @@ mod ttl;
 /// The attribute every implementation of this crate's traits needs (re-exported so that
 /// implementors need no dependency of their own).
 pub use async_trait::async_trait;
-pub use batch::FencedBatch;
+pub use batch::{FencedBatch, Finished, Mismatch, MismatchPolicy, SkippedRecord, StoreRef};
 pub use cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
 pub use clock::{Clock, TokioClock};
-pub use effect::{EffectOutcome, Lifecycle, SideEffect};
+pub use effect::{Claim, EffectOutcome, Lifecycle, SideEffect};
 pub use error::{BoxError, Error, FoundFence, RequestEffect, Result};
 pub use fence::{Fence, is_regression};
 pub use guard::{LeaseGuard, OwnerId};

@@ -68,7 +68,9 @@ async fn run_batch(
             .run_effect(&store, key, &shared.lifecycle, &gateway)
             .await;
         let what = match outcome {
-            Ok(EffectOutcome::AlreadyDone) => What::Skipped { key: key.clone() },
+            Ok(EffectOutcome::AlreadyDone | EffectOutcome::Skipped(_)) => {
+                What::Skipped { key: key.clone() }
+            }
             Ok(EffectOutcome::Performed(())) => What::Sent { key: key.clone() },
             Ok(EffectOutcome::Recovered(())) => What::Recovered { key: key.clone() },
             Err(err) => {
