@@ -25,6 +25,9 @@ pub enum InputKind {
     StoreSet,
     /// A store-specific identifier (table, column, key prefix, bucket).
     Identifier,
+    /// A write this store cannot carry out as given: a payload for a table without a payload
+    /// column, a column the table lacks, a value its column cannot hold.
+    Write,
 }
 
 /// A bad argument, caught before anything was sent.

@@ -44,7 +44,11 @@ impl PgFenceFloor {
         PgFenceFloor {
             pool,
             store: table.store_name(),
-            sql: table.sql().max_fence.to_string(),
+            sql: format!(
+                "SELECT MAX(COALESCE({}, 0)) FROM {}",
+                table.fence_column(),
+                table.name()
+            ),
             filter: None,
         }
     }

@@ -2,12 +2,14 @@
 
 use std::fmt;
 
-use fencing_core::{InputKind, InvalidInput};
+use fencing_core::{InputKind, InvalidInput, is_refused_char};
 
-/// A Postgres identifier (schema, table or column name): a letter or `_`, then letters, digits
-/// or `_`, at most 63 bytes (Postgres's `NAMEDATALEN - 1`). Anything else — quotes,
-/// semicolons, comments, spaces, an empty or over-long name — is refused before any query is
-/// built. It is always written double-quoted, so it is taken verbatim, case included.
+/// A Postgres identifier (schema, table or column name), as Postgres takes it when quoted:
+/// any text of 1 to 63 bytes (Postgres's `NAMEDATALEN - 1`) without NUL or other control or
+/// format characters. So `billing-v2`, `LedgerEntries` and `tenant "a"` are names; an empty,
+/// over-long or invisible-character name is refused before any query is built. It is always
+/// written double-quoted with inner quotes doubled, so it is taken verbatim, case included:
+/// a table created with an unquoted `MixedCase` name is really named `mixedcase`.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Ident(String);
 
@@ -18,17 +20,12 @@ impl Ident {
     /// Checks `name`.
     pub fn new(name: impl Into<String>) -> Result<Self, InvalidInput> {
         let name = name.into();
-        let mut chars = name.chars();
-        let starts_well = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-        let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !starts_well || !rest_ok || name.len() > Self::MAX_BYTES {
+        if name.is_empty() || name.len() > Self::MAX_BYTES || name.chars().any(is_refused_char) {
             return Err(InvalidInput::new(
                 InputKind::Identifier,
                 format!(
-                    "{name:?} is not a plain SQL identifier (a letter or _, then letters, digits \
-                     or _, at most {} bytes)",
+                    "{name:?} cannot be a Postgres name: it must be 1 to {} bytes without \
+                     control or format characters",
                     Self::MAX_BYTES
                 ),
             ));
@@ -40,12 +37,19 @@ impl Ident {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The name as Postgres folds it when written without quotes (ASCII letters in lower case),
+    /// for telling a user that a name they created unquoted is not the one they gave.
+    pub(crate) fn folded(&self) -> Option<Ident> {
+        let folded = self.0.to_ascii_lowercase();
+        (folded != self.0).then_some(Ident(folded))
+    }
 }
 
 impl fmt::Display for Ident {
-    /// Writes the identifier double-quoted; it can contain no quote to escape.
+    /// Writes the identifier double-quoted, inner quotes doubled.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "\"{}\"", self.0)
+        write!(f, "\"{}\"", self.0.replace('"', "\"\""))
     }
 }
 
@@ -53,6 +57,11 @@ impl fmt::Debug for Ident {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.0, f)
     }
+}
+
+/// `text` as an SQL string literal (`E'…'`, so the same on any `standard_conforming_strings`).
+pub(crate) fn literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 /// A schema-qualified name: `"schema"."name"`.
@@ -83,6 +92,16 @@ impl QualifiedName {
 }
 
 impl QualifiedName {
+    /// The name as Postgres would have it had both parts been written unquoted, where that
+    /// differs from this one.
+    pub(crate) fn folded(&self) -> Option<QualifiedName> {
+        let (schema, name) = (self.schema.folded(), self.name.folded());
+        (schema.is_some() || name.is_some()).then(|| QualifiedName {
+            schema: schema.unwrap_or_else(|| self.schema.clone()),
+            name: name.unwrap_or_else(|| self.name.clone()),
+        })
+    }
+
     /// The name a store on this table goes by in errors and batches: `postgres:schema.name`.
     pub fn store_name(&self) -> String {
         format!("postgres:{}.{}", self.schema.as_str(), self.name.as_str())
@@ -108,24 +127,53 @@ mod tests {
     }
 
     #[test]
-    fn injection_attempts_are_refused() {
+    fn names_postgres_accepts_quoted_are_quoted_correctly() {
+        assert_eq!(
+            Ident::new("billing-v2").unwrap().to_string(),
+            "\"billing-v2\""
+        );
+        assert_eq!(
+            Ident::new("a\"; DROP TABLE refund; --")
+                .unwrap()
+                .to_string(),
+            "\"a\"\"; DROP TABLE refund; --\""
+        );
+        assert!(Ident::new("x".repeat(63)).is_ok());
+        assert!(Ident::new("réfund").is_ok());
+    }
+
+    #[test]
+    fn what_cannot_be_a_name_is_refused() {
         for bad in [
             "",
-            "refund\"; DROP TABLE refund; --",
-            "refund;",
-            "a b",
-            "a--b",
-            "/*x*/",
-            "\"quoted\"",
-            "1refund",
-            "réfund",
-            "a.b",
             "a\0b",
+            "a\nb",
+            "a\u{200B}b",
             &"x".repeat(64),
+            &"é".repeat(32),
         ] {
             let err = Ident::new(bad).unwrap_err();
             assert_eq!(err.kind(), InputKind::Identifier, "{bad:?}");
         }
-        assert!(Ident::new("x".repeat(63)).is_ok());
+    }
+
+    #[test]
+    fn literals_escape_quotes_and_backslashes() {
+        assert_eq!(literal("it's \\x"), "E'it''s \\\\x'");
+    }
+
+    #[test]
+    fn folding_is_reported_only_where_it_changes_the_name() {
+        let q = QualifiedName::new("Scratch2", "MixedUnquoted").unwrap();
+        assert_eq!(
+            q.folded().unwrap().to_string(),
+            "\"scratch2\".\"mixedunquoted\""
+        );
+        assert!(
+            QualifiedName::new("public", "refund")
+                .unwrap()
+                .folded()
+                .is_none()
+        );
     }
 }

@@ -14,19 +14,25 @@
 //! * [`push_fence_condition`] and [`rows_affected_to_result`] are the low-level pieces for
 //!   people with their own statements.
 
+mod columns;
 mod ddl;
 mod decode;
 mod error;
 mod floor;
 mod ident;
+mod key;
 mod lease;
 mod query;
+mod schema;
+mod statements;
 mod store;
 mod table;
 mod tokens;
 
+pub use columns::{ColumnValue, PgWrite};
 pub use floor::PgFenceFloor;
 pub use ident::{Ident, QualifiedName};
+pub use key::KeyType;
 pub use lease::PgLease;
 pub use query::{push_fence_condition, rows_affected_to_result};
 pub use store::{ManyWritten, PgStore};

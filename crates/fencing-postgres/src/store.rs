@@ -6,39 +6,56 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
-    Record, RecordKey, RequestEffect, Result, Written,
+    Record, RecordKey, RequestEffect, Result, Written, is_refused_char,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
-use sqlx::{Acquire, AssertSqlSafe, PgExecutor, PgPool, Postgres, Row};
+use sqlx::{Acquire, AssertSqlSafe, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::OnceCell;
 
+use crate::columns::{ColumnValue, PgWrite};
 use crate::decode::{fence_from_db, record_from, state_from_db};
 use crate::error::PgFailure;
+use crate::schema::{INSPECT, Schema, Unfit};
+use crate::statements::{ExtraColumn, binds};
 use crate::table::PgTable;
 
 /// A [`PgTable`] on a pool: every write is one conditional statement that checks the
 /// fence and the state in the row it changes.
 ///
+/// Before its first write the store reads the table's shape from the catalog once: the
+/// columns exist, the key column is unique and of a supported type ([`crate::KeyType`]).
+/// A failure is reported and checked again next time.
+///
 /// The `*_with` methods take the caller's own connection or transaction instead of the pool,
-/// so fenced writes can join other work in one transaction.
+/// and the `*_in` methods take a [`Fence`] too, so fenced writes join other work in one
+/// transaction with a regression still told from a stale holder.
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
     table: PgTable,
     name: Arc<str>,
-    key_checked: Arc<OnceCell<()>>,
+    schema: Arc<OnceCell<Schema>>,
+    transaction_pooling: bool,
 }
 
 /// What [`PgStore::write_many`] did.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ManyWritten {
-    /// The keys written, in the order given.
-    pub written: Vec<RecordKey>,
+    /// The records written, in the order given, each with what it held before: pass one to
+    /// [`fencing_core::Claim::Made`] to run its effect without claiming it again.
+    pub written: Vec<Written>,
     /// The keys left alone because the row is missing or outside the required states, each
     /// with the rejection a single write would have had.
     pub skipped: Vec<Error>,
+}
+
+impl ManyWritten {
+    /// The keys written, in the order given.
+    pub fn keys(&self) -> Vec<RecordKey> {
+        self.written.iter().map(|w| w.record.key.clone()).collect()
+    }
 }
 
 /// How many times a write goes round when a row appears between its update and its insert.
@@ -52,49 +69,33 @@ impl PgStore {
             pool,
             table,
             name,
-            key_checked: Arc::default(),
+            schema: Arc::default(),
+            transaction_pooling: false,
         }
     }
 
-    /// Checks, once per store (a failure is checked again next time), that a primary key or
-    /// unique index covers the key column: on a key that several rows share, one record's
-    /// write would change them all. Every write waits for it.
-    async fn check_key_is_unique(&self) -> Result<()> {
-        self.key_checked
-            .get_or_try_init(|| async {
-                let table = self.table.name().to_string();
-                let key = self.table.key_column();
-                let row = sqlx::query(AssertSqlSafe(self.table.sql().key_is_unique.clone()))
-                    .bind(&table)
-                    .bind(key.as_str())
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-                let decoded = || -> Result<(bool, bool), sqlx::Error> {
-                    Ok((row.try_get(0)?, row.try_get(1)?))
-                };
-                match decoded().map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))? {
-                    (false, _) => Err(self.failed(
-                        PgFailure::Schema(format!(
-                            "table {table} does not exist (PgTable::create_if_missing \
-                             creates it)"
-                        )),
-                        RequestEffect::ReadOnly,
-                    )),
-                    (true, false) => Err(InvalidInput::new(
-                        InputKind::Identifier,
-                        format!(
-                            "key column {key} of {table} is not unique: no primary key or unique \
-                             index covers it alone, so one record's write could change several \
-                             rows. Add one: CREATE UNIQUE INDEX ON {table} ({key})"
-                        ),
-                    )
-                    .into()),
-                    (true, true) => Ok(()),
-                }
-            })
-            .await
-            .map(drop)
+    /// The same store under another name in errors and batches (`postgres:schema.table`
+    /// unless renamed), e.g. `payouts`. Any text without control or format characters.
+    pub fn named(mut self, name: &str) -> Result<Self, InvalidInput> {
+        if name.is_empty() || name.chars().any(is_refused_char) {
+            return Err(InvalidInput::new(
+                InputKind::StoreSet,
+                format!(
+                    "{name:?} cannot name a store: it must be non-empty, without control or format characters"
+                ),
+            ));
+        }
+        self.name = name.into();
+        Ok(self)
+    }
+
+    /// The same store for a pooler in transaction mode (PgBouncer's `pool_mode = transaction`),
+    /// which may hand each transaction a different server connection: no named prepared
+    /// statement is created, and every request runs inside a transaction (a savepoint inside
+    /// the caller's), so its unnamed statement lives and dies on one server connection.
+    pub fn for_transaction_pooling(mut self) -> Self {
+        self.transaction_pooling = true;
+        self
     }
 
     /// The table.
@@ -107,26 +108,91 @@ impl PgStore {
         &self.pool
     }
 
-    /// Reads one record through `executor`.
-    pub async fn read_with<'c, E: PgExecutor<'c>>(
-        &self,
-        executor: E,
-        key: &RecordKey,
-    ) -> Result<Option<Record>> {
-        let row = sqlx::query(AssertSqlSafe(self.table.sql().read.clone()))
-            .bind(key.as_str())
-            .fetch_optional(executor)
+    /// The table's shape, read from the catalog on first use.
+    async fn schema(&self) -> Result<&Schema> {
+        self.schema
+            .get_or_try_init(|| async {
+                let table = self.table.name();
+                let folded = table.folded().map(|f| f.to_string());
+                let row = self
+                    .on_one_connection(&self.pool, RequestEffect::ReadOnly, async |conn| {
+                        self.query(INSPECT)
+                            .bind(table.to_string())
+                            .bind(folded)
+                            .bind(self.table.key_column().as_str())
+                            .fetch_one(conn)
+                            .await
+                            .map_err(PgFailure::from)
+                    })
+                    .await?;
+                Schema::from_row(&self.table, &row).map_err(|unfit| match unfit {
+                    Unfit::Input(err) => err.into(),
+                    Unfit::Schema(failure) => self.failed(failure, RequestEffect::ReadOnly),
+                })
+            })
             .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-        row.map(|row| {
-            let fence = fence_from_db(row.try_get(0)?)?;
-            record_from(key, fence, row.try_get(1), row.try_get(2))
-        })
-        .transpose()
-        .map_err(|e| self.failed(e, RequestEffect::ReadOnly))
     }
 
-    /// Applies one fenced write on the caller's connection or transaction.
+    /// Runs `op` on one connection from `conn`: as it is, or, for transaction pooling, in a
+    /// transaction that commits when `op` succeeds (a failed commit is reported as a failure
+    /// of a request with `effect`).
+    async fn on_one_connection<'c, A, T>(
+        &self,
+        conn: A,
+        effect: RequestEffect,
+        op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, PgFailure>,
+    ) -> Result<T>
+    where
+        A: Acquire<'c, Database = Postgres>,
+    {
+        if self.transaction_pooling {
+            let mut tx = conn
+                .begin()
+                .await
+                .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
+            let value = op(&mut tx).await.map_err(|e| self.failed(e, effect))?;
+            tx.commit()
+                .await
+                .map_err(|e| self.failed(e.into(), effect))?;
+            Ok(value)
+        } else {
+            let mut conn = conn
+                .acquire()
+                .await
+                .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
+            op(&mut conn).await.map_err(|e| self.failed(e, effect))
+        }
+    }
+
+    fn query(&self, sql: impl Into<String>) -> Query<'static, Postgres, PgArguments> {
+        sqlx::query(AssertSqlSafe(sql.into())).persistent(!self.transaction_pooling)
+    }
+
+    /// Reads one record on the caller's connection or transaction.
+    pub async fn read_with<'c, A: Acquire<'c, Database = Postgres>>(
+        &self,
+        conn: A,
+        key: &RecordKey,
+    ) -> Result<Option<Record>> {
+        let schema = self.schema().await?;
+        schema.key_type.check(key)?;
+        self.on_one_connection(conn, RequestEffect::ReadOnly, async |conn| {
+            let row = self
+                .query(schema.statements.read())
+                .bind(key.as_str())
+                .fetch_optional(conn)
+                .await?;
+            row.map(|row| {
+                let fence = fence_from_db(row.try_get(0)?)?;
+                record_from(key, fence, row.try_get(1), row.try_get(2))
+            })
+            .transpose()
+        })
+        .await
+    }
+
+    /// Applies one fenced write on the caller's connection or transaction; `write` is a
+    /// [`FencedWrite`] or a [`PgWrite`] that also sets other columns.
     ///
     /// One statement locks the row, checks fence and state, applies the change and returns
     /// what the row held, so a refusal names the fence it met. A claim without a state
@@ -136,46 +202,61 @@ impl PgStore {
         conn: A,
         key: &RecordKey,
         token: FencingToken,
-        write: &FencedWrite,
+        write: impl Into<PgWrite>,
     ) -> Result<Written> {
-        self.check_payload(write)?;
-        self.check_key_is_unique().await?;
-        let mut conn = conn
-            .acquire()
-            .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-        let sql = self.table.sql();
-        let statement = match write.check() {
-            FenceCheck::Claim => &sql.claim,
-            FenceCheck::HolderOnly => &sql.holder_only,
-        };
-        for _ in 0..RACE_ROUNDS {
-            let row = self
-                .bind_write(statement, key.as_str(), token, write)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
-            if let Some(row) = row {
-                return self.updated(row, key, token, write);
+        let write = write.into();
+        let schema = self.schema().await?;
+        schema.key_type.check(key)?;
+        let extras = self.check_write(schema, &write)?;
+        let fenced = write.write();
+        let one = schema.statements.write_one(fenced.check(), &extras);
+        let insert = schema.statements.insert(&extras);
+        self.on_one_connection(conn, RequestEffect::Writes, async |conn| {
+            for _ in 0..RACE_ROUNDS {
+                let row = self
+                    .bind_write(&one, key.as_str(), token, fenced, &extras)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                if let Some(row) = row {
+                    return self.updated(row, key, token, fenced);
+                }
+                // No such row: a claim without a state condition creates it; anything else is
+                // refused exactly as the contract says.
+                if let Err(refusal) = fenced.decide(&self.name, key, token, None) {
+                    return Ok(Err(refusal));
+                }
+                let inserted = self
+                    .bind_write(&insert, key.as_str(), token, fenced, &extras)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                if let Some(row) = inserted {
+                    let record = record_from(key, Some(token), row.try_get(0), row.try_get(1))?;
+                    return Ok(Ok(Written::new(None, record)));
+                }
             }
-            // No such row: a claim without a state condition creates it; anything else is
-            // refused exactly as the contract says.
-            write.decide(&self.name, key, token, None)?;
-            let inserted = self
-                .bind_write(&sql.insert, key.as_str(), token, write)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
-            if let Some(row) = inserted {
-                let record = record_from(key, Some(token), row.try_get(0), row.try_get(1))
-                    .map_err(|e| self.failed(e, RequestEffect::Writes))?;
-                return Ok(Written::new(None, record));
-            }
+            Err(PgFailure::Inconsistent(
+                "the row kept appearing and disappearing under the write",
+            ))
+        })
+        .await?
+    }
+
+    /// [`Self::write_with`] under `fence`'s token, with a refusal explained as
+    /// [`Fence::explain`] does (a counter that went backwards is a regression, not a newer
+    /// holder). For writes inside the caller's transaction, e.g. through
+    /// [`fencing_core::FencedBatch::with_fence`]; an ambiguous outcome is returned, not retried,
+    /// since the transaction it was part of is gone.
+    pub async fn write_in<'c, A: Acquire<'c, Database = Postgres>>(
+        &self,
+        conn: A,
+        fence: &Fence<'_>,
+        key: &RecordKey,
+        write: impl Into<PgWrite>,
+    ) -> Result<Written> {
+        match self.write_with(conn, key, fence.token(), write).await {
+            Err(err) => Err(fence.explain(err).await),
+            written => written,
         }
-        Err(self.failed(
-            PgFailure::Inconsistent("the row kept appearing and disappearing under the write"),
-            RequestEffect::Writes,
-        ))
     }
 
     /// Applies one fenced write to many rows in one transaction on the caller's connection
@@ -191,9 +272,10 @@ impl PgStore {
         conn: A,
         fence: &Fence<'_>,
         keys: &[RecordKey],
-        write: &FencedWrite,
+        write: impl Into<PgWrite>,
     ) -> Result<ManyWritten> {
-        self.check_payload(write)?;
+        let write = write.into();
+        let schema = self.schema().await?;
         let mut distinct = HashSet::with_capacity(keys.len());
         if let Some(twice) = keys.iter().find(|k| !distinct.insert(*k)) {
             return Err(InvalidInput::new(
@@ -202,15 +284,19 @@ impl PgStore {
             )
             .into());
         }
-        self.check_key_is_unique().await?;
+        for key in keys {
+            schema.key_type.check(key)?;
+        }
+        let extras = self.check_write(schema, &write)?;
+        let fenced = write.write();
         let token = fence.token();
-        let sql = self.table.sql();
         let mut tx = conn
             .begin()
             .await
             .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
         let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
-        let rows = sqlx::query(AssertSqlSafe(sql.lock_many.clone()))
+        let rows = self
+            .query(schema.statements.lock_many())
             .bind(&texts)
             .fetch_all(&mut *tx)
             .await
@@ -222,7 +308,10 @@ impl PgStore {
                 let key = RecordKey::new(text.clone())
                     .map_err(|e| PgFailure::Corrupt(format!("stored key {text:?}: {e}")))?;
                 let fence = fence_from_db(row.try_get(1)?)?;
-                Ok((text, record_from(&key, fence, row.try_get(2), Ok(None))?))
+                Ok((
+                    text,
+                    record_from(&key, fence, row.try_get(2), row.try_get(3))?,
+                ))
             };
             let (text, record) = decoded().map_err(|e| self.failed(e, RequestEffect::ReadOnly))?;
             current.insert(text, record);
@@ -231,8 +320,11 @@ impl PgStore {
         let mut skipped = Vec::new();
         for key in keys {
             let record = current.get(key.as_str());
-            match (write.decide(&self.name, key, token, record), record) {
-                (Ok(()), Some(_)) => written.push(key.clone()),
+            match (fenced.decide(&self.name, key, token, record), record) {
+                (Ok(()), Some(record)) => written.push(Written::new(
+                    Some(record),
+                    fenced.apply(key, token, Some(record)),
+                )),
                 (Ok(()), None) => skipped.push(Error::NotFound {
                     store: self.name.to_string(),
                     record: key.clone(),
@@ -245,13 +337,15 @@ impl PgStore {
             }
         }
         if !written.is_empty() {
-            let statement = match write.check() {
-                FenceCheck::Claim => &sql.claim_many,
-                FenceCheck::HolderOnly => &sql.holder_only_many,
-            };
-            let texts: Vec<&str> = written.iter().map(|k| k.as_str()).collect();
+            let texts: Vec<&str> = written.iter().map(|w| w.record.key.as_str()).collect();
             let changed = self
-                .bind_write(statement, texts, token, write)
+                .bind_write(
+                    &schema.statements.write_many(fenced.check(), &extras),
+                    texts,
+                    token,
+                    fenced,
+                    &extras,
+                )
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
@@ -273,33 +367,62 @@ impl PgStore {
         &self,
         fence: &Fence<'_>,
         keys: &[RecordKey],
-        write: &FencedWrite,
+        write: impl Into<PgWrite>,
     ) -> Result<ManyWritten> {
         self.write_many_with(&self.pool, fence, keys, write).await
     }
 
+    /// What about a write can be refused before sending, besides its keys: a payload without
+    /// a payload column, the extra columns.
+    fn check_write<'w>(
+        &self,
+        schema: &'w Schema,
+        write: &'w PgWrite,
+    ) -> Result<Vec<ExtraColumn<'w>>> {
+        if write.write().new_payload().is_some() && self.table.payload_column().is_none() {
+            return Err(InvalidInput::new(
+                InputKind::Write,
+                format!(
+                    "{} has no payload column to write a payload to (PgTable::with_payload_column names one)",
+                    self.name
+                ),
+            )
+            .into());
+        }
+        Ok(schema.extra_columns(write)?)
+    }
+
     fn bind_write<'q, K>(
         &self,
-        sql: &Arc<str>,
+        sql: &str,
         keys: K,
         token: FencingToken,
         write: &'q FencedWrite,
-    ) -> Query<'q, Postgres, PgArguments>
+        extras: &[ExtraColumn<'q>],
+    ) -> Query<'static, Postgres, PgArguments>
     where
         K: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
     {
-        let required: Option<Vec<&str>> = write
+        let required: Option<Vec<String>> = write
             .required_states()
-            .map(|states| states.iter().map(|s| s.as_str()).collect());
-        let query = sqlx::query(AssertSqlSafe(sql.clone()))
+            .map(|states| states.iter().map(|s| s.as_str().to_owned()).collect());
+        let mut query = self
+            .query(sql)
             .bind(keys)
             .bind(token.as_i64())
-            .bind(write.new_state().map(|s| s.as_str()))
-            .bind(required);
-        match self.table.payload_column() {
-            Some(_) => query.bind(write.new_payload()),
-            None => query,
+            .bind(write.new_state().map(|s| s.as_str().to_owned()))
+            .bind(required)
+            .bind(write.new_payload().map(<[u8]>::to_vec));
+        for (_, _, value) in extras.iter().filter(|(_, _, v)| binds(v)) {
+            query = match value {
+                ColumnValue::Text(text) => query.bind(text.clone()),
+                ColumnValue::Int(n) => query.bind(*n),
+                ColumnValue::Bool(b) => query.bind(*b),
+                ColumnValue::Bytes(bytes) => query.bind(bytes.clone()),
+                ColumnValue::Null | ColumnValue::Now => query,
+            };
         }
+        query
     }
 
     /// Turns the single-row statement's answer into the outcome.
@@ -309,31 +432,21 @@ impl PgStore {
         key: &RecordKey,
         token: FencingToken,
         write: &FencedWrite,
-    ) -> Result<Written> {
-        let matched: i64 = row
-            .try_get(5)
-            .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
+    ) -> Result<Result<Written>, PgFailure> {
+        let matched: i64 = row.try_get(5)?;
         if matched > 1 {
-            return Err(self.failed(
-                PgFailure::Schema(format!(
-                    "{matched} rows of {} have key {key:?}, so nothing was written: the key \
-                     column {} must be unique (CREATE UNIQUE INDEX ON {} ({}))",
-                    self.table.name(),
-                    self.table.key_column(),
-                    self.table.name(),
-                    self.table.key_column()
-                )),
-                RequestEffect::Writes,
-            ));
+            return Err(PgFailure::Schema(format!(
+                "{matched} rows of {} have key {key:?}, so nothing was written: the key \
+                 column {} must be unique (CREATE UNIQUE INDEX ON {} ({}))",
+                self.table.name(),
+                self.table.key_column(),
+                self.table.name(),
+                self.table.key_column()
+            )));
         }
-        let decode = || -> Result<_, PgFailure> {
-            let previous_fence = fence_from_db(row.try_get(0)?)?;
-            let previous_state = state_from_db(row.try_get(1)?)?;
-            let applied: bool = row.try_get(2)?;
-            Ok((previous_fence, previous_state, applied))
-        };
-        let (previous_fence, previous_state, applied) =
-            decode().map_err(|e| self.failed(e, RequestEffect::Writes))?;
+        let previous_fence = fence_from_db(row.try_get(0)?)?;
+        let previous_state = state_from_db(row.try_get(1)?)?;
+        let applied: bool = row.try_get(2)?;
         if !applied {
             let found = Record {
                 key: key.clone(),
@@ -341,30 +454,19 @@ impl PgStore {
                 state: previous_state,
                 payload: Vec::new(),
             };
-            write.decide(&self.name, key, token, Some(&found))?;
-            return Err(self.failed(
-                PgFailure::Inconsistent("the update refused a write its own row admits"),
-                RequestEffect::Writes,
-            ));
+            return match write.decide(&self.name, key, token, Some(&found)) {
+                Err(refusal) => Ok(Err(refusal)),
+                Ok(()) => Err(PgFailure::Inconsistent(
+                    "the update refused a write its own row admits",
+                )),
+            };
         }
         let fence = match write.check() {
             FenceCheck::Claim => Some(token),
             FenceCheck::HolderOnly => previous_fence,
         };
-        let record = record_from(key, fence, row.try_get(3), row.try_get(4))
-            .map_err(|e| self.failed(e, RequestEffect::Writes))?;
-        Ok(Written::over(previous_fence, previous_state, record))
-    }
-
-    fn check_payload(&self, write: &FencedWrite) -> Result<()> {
-        if write.new_payload().is_some() && self.table.payload_column().is_none() {
-            return Err(InvalidInput::new(
-                InputKind::Identifier,
-                format!("{} has no payload column to write a payload to", self.name),
-            )
-            .into());
-        }
-        Ok(())
+        let record = record_from(key, fence, row.try_get(3), row.try_get(4))?;
+        Ok(Ok(Written::over(previous_fence, previous_state, record)))
     }
 
     fn failed(&self, failure: PgFailure, effect: RequestEffect) -> Error {

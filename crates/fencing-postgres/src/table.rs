@@ -1,17 +1,17 @@
-//! Which table holds the fenced records, and the statements that read and write it.
+//! Which table holds the fenced records, and the SQL that makes one fit for fencing.
 
-use std::sync::Arc;
-
-use fencing_core::{InvalidInput, State, refused_char_ranges};
+use fencing_core::InvalidInput;
 use sqlx::PgPool;
 
 use crate::ddl::run_ddl;
-use crate::ident::{Ident, QualifiedName};
+use crate::ident::{Ident, QualifiedName, literal};
 
 /// A table whose rows are fenced records: a unique key column, a `BIGINT` fence column
 /// (0 means no fence yet), a text state column and, optionally, a `BYTEA` payload column.
 ///
-/// Names are checked when set ([`Ident`]), and the statements are built once, here.
+/// Names are checked when set ([`Ident`]). The key column may be `text`, `varchar`, `uuid`,
+/// `smallint`, `integer` or `bigint` ([`crate::KeyType`]); the store reads which from the
+/// catalog before its first write.
 #[derive(Clone, Debug)]
 pub struct PgTable {
     name: QualifiedName,
@@ -19,20 +19,6 @@ pub struct PgTable {
     fence: Ident,
     state: Ident,
     payload: Option<Ident>,
-    sql: Arc<Statements>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Statements {
-    pub(crate) read: Arc<str>,
-    pub(crate) claim: Arc<str>,
-    pub(crate) holder_only: Arc<str>,
-    pub(crate) insert: Arc<str>,
-    pub(crate) lock_many: Arc<str>,
-    pub(crate) claim_many: Arc<str>,
-    pub(crate) holder_only_many: Arc<str>,
-    pub(crate) max_fence: Arc<str>,
-    pub(crate) key_is_unique: Arc<str>,
 }
 
 impl PgTable {
@@ -101,51 +87,67 @@ impl PgTable {
         self.payload.as_ref()
     }
 
-    pub(crate) fn sql(&self) -> &Statements {
-        &self.sql
-    }
-
-    /// Creates the schema and a table of exactly these columns, if missing: key `TEXT PRIMARY
-    /// KEY`, fence `BIGINT NOT NULL DEFAULT 0 CHECK (fence >= 0)`, state `TEXT`, payload
-    /// `BYTEA`.
-    pub async fn create_if_missing(&self, pool: &PgPool) -> Result<(), fencing_core::Error> {
+    /// The SQL that creates the schema and a table of exactly these columns, if missing: key
+    /// `TEXT PRIMARY KEY`, fence `BIGINT NOT NULL DEFAULT 0` with its check, state `TEXT`,
+    /// payload `BYTEA`. For a migration tool, or [`Self::create_if_missing`].
+    pub fn create_table_sql(&self) -> String {
         let payload = self
             .payload
             .as_ref()
             .map(|p| format!(", {p} BYTEA NOT NULL DEFAULT '\\x'::bytea"))
             .unwrap_or_default();
-        let ddl = format!(
-            "CREATE SCHEMA IF NOT EXISTS {schema}; \
+        format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema};\n\
              CREATE TABLE IF NOT EXISTS {table} ({key} TEXT PRIMARY KEY, \
-             {fence} BIGINT NOT NULL DEFAULT 0 CHECK ({fence} >= 0), {state} TEXT{payload})",
+             {fence} BIGINT NOT NULL DEFAULT 0 CONSTRAINT {check} CHECK ({fence} >= 0), \
+             {state} TEXT{payload});\n",
             schema = self.name.schema(),
             table = self.name,
             key = self.key,
             fence = self.fence,
             state = self.state,
-        );
-        run_ddl(pool, &self.store_name(), ddl).await
+            check = self.fence_check_name(),
+        )
     }
 
-    /// Adds the fence column (`BIGINT NOT NULL DEFAULT 0`) to an existing table, if missing,
-    /// and the check that keeps it non-negative (`CHECK (fence >= 0)`), if missing. Existing
-    /// rows start with no fence.
+    /// Creates the table as [`Self::create_table_sql`] says, if missing.
+    pub async fn create_if_missing(&self, pool: &PgPool) -> Result<(), fencing_core::Error> {
+        run_ddl(pool, &self.store_name(), self.create_table_sql()).await
+    }
+
+    /// The SQL that fits an existing table for fencing, for a migration tool (sqlx migrations,
+    /// refinery, Flyway) or [`Self::add_fence_column`]: the fence column (`BIGINT NOT NULL
+    /// DEFAULT 0`, so existing rows start with no fence), the check that keeps it
+    /// non-negative, and a unique index on the key column. Each step is skipped where already
+    /// done, so it can run again. The unique index is built without `CONCURRENTLY`, which a
+    /// migration's transaction forbids; on a large, busy table, create it concurrently first
+    /// by hand under the same name and this step will find it.
+    pub fn migration_sql(&self) -> String {
+        let (table, fence, key) = (&self.name, &self.fence, &self.key);
+        let check = self.fence_check_name();
+        let index = derived_name(key, "key");
+        format!(
+            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {fence} BIGINT NOT NULL DEFAULT 0;\n\
+             DO $fencing$ BEGIN\n\
+             \x20 IF NOT EXISTS (SELECT 1 FROM pg_constraint\n\
+             \x20   WHERE conrelid = {table_literal}::regclass AND conname = {check_literal}) THEN\n\
+             \x20   ALTER TABLE {table} ADD CONSTRAINT {check} CHECK ({fence} >= 0);\n\
+             \x20 END IF;\n\
+             END $fencing$;\n\
+             CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {table} ({key});\n",
+            table_literal = literal(&table.to_string()),
+            check_literal = literal(check.as_str()),
+        )
+    }
+
+    /// Runs [`Self::migration_sql`] from the application.
     pub async fn add_fence_column(&self, pool: &PgPool) -> Result<(), fencing_core::Error> {
-        let (table, fence) = (&self.name, &self.fence);
-        let check: String = format!("fencing_{}_nonnegative", fence.as_str())
-            .chars()
-            .take(Ident::MAX_BYTES)
-            .collect();
-        let ddl = format!(
-            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {fence} BIGINT NOT NULL DEFAULT 0; \
-             DO $fencing$ BEGIN \
-               IF NOT EXISTS (SELECT 1 FROM pg_constraint \
-                 WHERE conrelid = '{table}'::regclass AND conname = '{check}') THEN \
-                 ALTER TABLE {table} ADD CONSTRAINT \"{check}\" CHECK ({fence} >= 0); \
-               END IF; \
-             END $fencing$"
-        );
-        run_ddl(pool, &self.store_name(), ddl).await
+        run_ddl(pool, &self.store_name(), self.migration_sql()).await
+    }
+
+    /// The name of the fence column's check: `fencing_<fence>_nonnegative`.
+    fn fence_check_name(&self) -> Ident {
+        derived_name(&self.fence, "nonnegative")
     }
 
     /// The name the store goes by in errors and batches: `postgres:schema.table`.
@@ -160,136 +162,21 @@ impl PgTable {
         state: Ident,
         payload: Option<Ident>,
     ) -> Result<Self, InvalidInput> {
-        let sql = Arc::new(Statements::new(
-            &name,
-            &key,
-            &fence,
-            &state,
-            payload.as_ref(),
-        ));
         Ok(PgTable {
             name,
             key,
             fence,
             state,
             payload,
-            sql,
         })
     }
 }
 
-impl Statements {
-    /// Parameters of every write: `$1` key (or keys), `$2` token, `$3` new state (or NULL),
-    /// `$4` required states (or NULL for any), `$5` new payload (or NULL), when the table has
-    /// a payload column.
-    fn new(
-        table: &QualifiedName,
-        key: &Ident,
-        fence: &Ident,
-        state: &Ident,
-        payload: Option<&Ident>,
-    ) -> Self {
-        let fence_value = format!("COALESCE({fence}, 0)");
-        // A row whose fence or state this crate could not read back is refused inside the
-        // statement, so nothing is written over it (the caller gets a Backend error naming it).
-        let row_readable = format!(
-            "{fence_value} >= 0 AND ({state} IS NULL OR ({state} <> '' AND octet_length({state}) \
-             <= {max_state} AND {state} !~ '{refused}'))",
-            max_state = State::MAX_BYTES,
-            refused = refused_chars_class(),
-        );
-        let payload_read = payload.map_or("NULL::bytea".to_owned(), |p| p.to_string());
-        let payload_set = payload
-            .map(|p| format!(", {p} = COALESCE($5, {p})"))
-            .unwrap_or_default();
-        let states_ok = format!("($4::text[] IS NULL OR {state} = ANY($4::text[]))");
-        let update = |set_fence: &str, fence_ok: &str, keys: &str, only_one: &str| {
-            format!(
-                "UPDATE {table} SET {set_fence}{state} = COALESCE($3, {state}){payload_set} \
-                 WHERE {key} {keys} AND {fence_ok} AND {states_ok} AND {row_readable}{only_one}"
-            )
-        };
-        let claim_set = format!("{fence} = $2, ");
-        let claim_ok = format!("{fence_value} <= $2");
-        let holder_ok = format!("{fence_value} = $2");
-        // One statement: lock the row, remember what it held, apply the fenced update, and
-        // return the old fence and state whether or not the update applied, so a refusal
-        // names the fence it met without a second round trip. The update applies only when
-        // exactly one row has the key, so a key column whose unique index was dropped can
-        // never let one write change several rows; the count comes back to say so.
-        let only_one = " AND (SELECT count(*) FROM old) = 1";
-        let single = |update: String| {
-            format!(
-                "WITH old AS (SELECT {fence_value} AS fence, {state} AS state FROM {table} \
-                 WHERE {key} = $1 FOR UPDATE), \
-                 upd AS ({update} RETURNING {state} AS state, {payload_read} AS payload) \
-                 SELECT old.fence, old.state, EXISTS (SELECT 1 FROM upd) AS applied, \
-                 upd.state AS new_state, upd.payload AS new_payload, \
-                 (SELECT count(*) FROM old) AS matched \
-                 FROM old LEFT JOIN upd ON TRUE LIMIT 1"
-            )
-        };
-        let (insert_payload_col, insert_payload_val) =
-            payload.map_or((String::new(), String::new()), |p| {
-                (
-                    format!(", {p}"),
-                    ", COALESCE($5::bytea, '\\x'::bytea)".to_owned(),
-                )
-            });
-        Statements {
-            read: format!(
-                "SELECT {fence_value}, {state}, {payload_read} FROM {table} WHERE {key} = $1"
-            )
-            .into(),
-            claim: single(update(&claim_set, &claim_ok, "= $1", only_one)).into(),
-            holder_only: single(update("", &holder_ok, "= $1", only_one)).into(),
-            insert: format!(
-                "INSERT INTO {table} ({key}, {fence}, {state}{insert_payload_col}) \
-                 SELECT $1::text, $2::bigint, $3::text{insert_payload_val} WHERE $4::text[] IS NULL \
-                 ON CONFLICT ({key}) DO NOTHING RETURNING {state}, {payload_read}"
-            )
-            .into(),
-            lock_many: format!(
-                "SELECT {key}, {fence_value}, {state} FROM {table} \
-                 WHERE {key} = ANY($1) ORDER BY {key} FOR UPDATE"
-            )
-            .into(),
-            claim_many: format!(
-                "{} RETURNING {key}",
-                update(&claim_set, &claim_ok, "= ANY($1)", "")
-            )
-            .into(),
-            holder_only_many: format!(
-                "{} RETURNING {key}",
-                update("", &holder_ok, "= ANY($1)", "")
-            )
-            .into(),
-            max_fence: format!("SELECT MAX({fence_value}) FROM {table}").into(),
-            // $1: the table as `"schema"."name"`; $2: the key column. Whether the table exists,
-            // and whether a unique index (or primary key) of exactly that one column, valid,
-            // without predicate or expression, covers it.
-            key_is_unique: "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_index i \
-                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
-                 WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid \
-                 AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL \
-                 AND a.attname = $2)"
-                .into(),
-        }
+/// `fencing_<column>_<what>`, cut to the longest name Postgres keeps.
+fn derived_name(column: &Ident, what: &str) -> Ident {
+    let mut name = format!("fencing_{}_{what}", column.as_str());
+    while name.len() > Ident::MAX_BYTES {
+        name.pop();
     }
-}
-
-/// A regular-expression bracket of every character no state may contain (control and format
-/// characters, as the core refuses them), for the SQL check on stored states.
-fn refused_chars_class() -> String {
-    let escape = |c: char| format!("\\U{:08X}", (c as u32).max(1));
-    let mut class = String::from("[");
-    for &(low, high) in refused_char_ranges() {
-        class.push_str(&escape(low));
-        if high != low {
-            class.push('-');
-            class.push_str(&escape(high));
-        }
-    }
-    class.push(']');
-    class
+    Ident::new(name).expect("fencing_ and a checked name, cut to the limit, is a name")
 }

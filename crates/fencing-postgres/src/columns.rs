@@ -1,0 +1,140 @@
+//! Fenced writes that also set columns of the caller's own, in the same statement.
+
+use fencing_core::{FencedWrite, InputKind, InvalidInput};
+
+use crate::ident::Ident;
+
+/// A value for a column a fenced write also sets. It is bound as a parameter (never spliced
+/// into the SQL) and cast to the column's type, so text reaches a `uuid`, `numeric`,
+/// `timestamptz`, enum or `jsonb` column in its usual text form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ColumnValue {
+    /// SQL `NULL`.
+    Null,
+    /// The server's `now()` (the transaction's start time).
+    Now,
+    /// Text, cast to the column's type. Postgres text cannot hold NUL.
+    Text(String),
+    /// A 64-bit integer, cast to the column's type.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+    /// Bytes, for a `bytea` column.
+    Bytes(Vec<u8>),
+}
+
+impl From<&str> for ColumnValue {
+    fn from(text: &str) -> Self {
+        ColumnValue::Text(text.to_owned())
+    }
+}
+
+impl From<String> for ColumnValue {
+    fn from(text: String) -> Self {
+        ColumnValue::Text(text)
+    }
+}
+
+impl From<i64> for ColumnValue {
+    fn from(n: i64) -> Self {
+        ColumnValue::Int(n)
+    }
+}
+
+impl From<bool> for ColumnValue {
+    fn from(b: bool) -> Self {
+        ColumnValue::Bool(b)
+    }
+}
+
+impl From<Vec<u8>> for ColumnValue {
+    fn from(bytes: Vec<u8>) -> Self {
+        ColumnValue::Bytes(bytes)
+    }
+}
+
+/// A [`FencedWrite`] on a [`crate::PgStore`] that also sets other columns of the row, in the
+/// one statement that checks the fence: the fence and the change stay one atomic step.
+///
+/// ```
+/// use fencing_core::Lifecycle;
+/// use fencing_postgres::{ColumnValue, PgWrite};
+/// # fn main() -> Result<(), fencing_core::InvalidInput> {
+/// let confirm = PgWrite::new(Lifecycle::default().confirm())
+///     .set("paid_at", ColumnValue::Now)?
+///     .set("gateway_ref", "re_3Pq81")?;
+/// # let _ = confirm; Ok(()) }
+/// ```
+///
+/// Column names are checked like every identifier when set, and against the table (it has
+/// the column; it is none of the key, fence, state and payload columns) before anything is
+/// sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgWrite {
+    write: FencedWrite,
+    columns: Vec<(Ident, ColumnValue)>,
+}
+
+impl PgWrite {
+    /// `write`, setting no other column yet.
+    pub fn new(write: FencedWrite) -> Self {
+        PgWrite {
+            write,
+            columns: Vec::new(),
+        }
+    }
+
+    /// Also sets `column` to `value`. A column named twice, or a NUL in text, is refused.
+    pub fn set(
+        mut self,
+        column: &str,
+        value: impl Into<ColumnValue>,
+    ) -> Result<Self, InvalidInput> {
+        let column = Ident::new(column)?;
+        if self.columns.iter().any(|(c, _)| *c == column) {
+            return Err(InvalidInput::new(
+                InputKind::Write,
+                format!("column {column} is set twice in one write"),
+            ));
+        }
+        let value = value.into();
+        if matches!(&value, ColumnValue::Text(text) if text.contains('\0')) {
+            return Err(InvalidInput::new(
+                InputKind::Write,
+                format!(
+                    "the text for column {column} contains NUL, which Postgres text cannot hold"
+                ),
+            ));
+        }
+        self.columns.push((column, value));
+        Ok(self)
+    }
+
+    /// The fenced write.
+    pub fn write(&self) -> &FencedWrite {
+        &self.write
+    }
+
+    /// The other columns set, in the order given.
+    pub fn columns(&self) -> &[(Ident, ColumnValue)] {
+        &self.columns
+    }
+}
+
+impl From<FencedWrite> for PgWrite {
+    fn from(write: FencedWrite) -> Self {
+        PgWrite::new(write)
+    }
+}
+
+impl From<&FencedWrite> for PgWrite {
+    fn from(write: &FencedWrite) -> Self {
+        PgWrite::new(write.clone())
+    }
+}
+
+impl From<&PgWrite> for PgWrite {
+    fn from(write: &PgWrite) -> Self {
+        write.clone()
+    }
+}

@@ -1,0 +1,199 @@
+//! What the catalog says about a store's table, read once before the first write: that the
+//! table and its columns exist (and, when not, whether Postgres folded a name), their types,
+//! and that the key column is unique.
+
+use std::collections::HashMap;
+
+use fencing_core::{InputKind, InvalidInput};
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use crate::columns::PgWrite;
+use crate::error::PgFailure;
+use crate::ident::Ident;
+use crate::key::KeyType;
+use crate::statements::{ExtraColumn, Statements};
+use crate::table::PgTable;
+
+/// `$1`: the table as `"schema"."name"`; `$2`: the same folded to lower case (or NULL);
+/// `$3`: the key column. Whether the table exists, whether its folded name does, its columns
+/// with their type OIDs and SQL types, and whether a unique index (or primary key) of exactly
+/// the key column, valid, without predicate or expression, covers it.
+pub(crate) const INSPECT: &str = "WITH cols AS (SELECT a.attname::text AS name, \
+     a.atttypid::int8 AS oid, format_type(a.atttypid, a.atttypmod) AS sql_type, a.attnum \
+     FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+     AND NOT a.attisdropped) \
+     SELECT to_regclass($1) IS NOT NULL, $2::text IS NOT NULL AND to_regclass($2) IS NOT NULL, \
+     ARRAY(SELECT name FROM cols ORDER BY attnum), ARRAY(SELECT oid FROM cols ORDER BY attnum), \
+     ARRAY(SELECT sql_type FROM cols ORDER BY attnum), \
+     EXISTS (SELECT 1 FROM pg_index i \
+     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+     WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid \
+     AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $3)";
+
+const TEXT_OIDS: [i64; 2] = [25, 1043];
+const BIGINT_OID: i64 = 20;
+const BYTEA_OID: i64 = 17;
+
+/// A table checked fit for fencing.
+#[derive(Debug)]
+pub(crate) struct Schema {
+    pub(crate) key_type: KeyType,
+    pub(crate) statements: Statements,
+    /// Every column's SQL type, by name.
+    column_types: HashMap<String, String>,
+    table: PgTable,
+}
+
+/// Why a table is not fit: bad input (the caller can fix the call) or a schema to change.
+pub(crate) enum Unfit {
+    Input(InvalidInput),
+    Schema(PgFailure),
+}
+
+impl Schema {
+    /// Checks `table` against the answer to [`INSPECT`].
+    pub(crate) fn from_row(table: &PgTable, row: &PgRow) -> Result<Schema, Unfit> {
+        let decode = || -> Result<_, sqlx::Error> {
+            Ok((
+                row.try_get::<bool, _>(0)?,
+                row.try_get::<bool, _>(1)?,
+                row.try_get::<Vec<String>, _>(2)?,
+                row.try_get::<Vec<i64>, _>(3)?,
+                row.try_get::<Vec<String>, _>(4)?,
+                row.try_get::<bool, _>(5)?,
+            ))
+        };
+        let (exists, folded_exists, names, oids, sql_types, key_unique) =
+            decode().map_err(|e| Unfit::Schema(e.into()))?;
+        let name = table.name();
+        if !exists {
+            let hint = match name.folded() {
+                Some(folded) if folded_exists => format!(
+                    ", but {folded} does: Postgres folds names written without quotes to lower \
+                     case, so a table created as {} is named {folded}. Name it that way here \
+                     (or create it with quotes)",
+                    name.to_string().replace('"', "")
+                ),
+                _ => " (PgTable::create_if_missing creates it)".to_owned(),
+            };
+            return Err(Unfit::Schema(PgFailure::Schema(format!(
+                "table {name} does not exist{hint}"
+            ))));
+        }
+        let oid_of: HashMap<&str, i64> = names.iter().map(String::as_str).zip(oids).collect();
+        let column = |role: &str, column: &Ident, fix: &str| -> Result<i64, Unfit> {
+            oid_of.get(column.as_str()).copied().ok_or_else(|| {
+                let folded = column
+                    .folded()
+                    .filter(|f| oid_of.contains_key(f.as_str()))
+                    .map(|f| {
+                        format!(
+                            ", but {f} does: Postgres folds names written without quotes to \
+                             lower case"
+                        )
+                    })
+                    .unwrap_or_default();
+                Unfit::Schema(PgFailure::Schema(format!(
+                    "{name} has no {role} column {column}{folded}{fix}"
+                )))
+            })
+        };
+        let key_oid = column("key", table.key_column(), "")?;
+        let fence_oid = column(
+            "fence",
+            table.fence_column(),
+            " (PgTable::migration_sql adds it; PgTable::add_fence_column runs that)",
+        )?;
+        let state_oid = column("state", table.state_column(), "")?;
+        let key_type = KeyType::from_oid(key_oid).ok_or_else(|| {
+            Unfit::Input(InvalidInput::new(
+                InputKind::Identifier,
+                format!(
+                    "key column {} of {name} has type {}; a store's key column must be text, \
+                     varchar, uuid, smallint, integer or bigint",
+                    table.key_column(),
+                    type_of(&names, &sql_types, table.key_column())
+                ),
+            ))
+        })?;
+        let wrong_type = |role: &str, column: &Ident, wanted: &str| {
+            Unfit::Schema(PgFailure::Schema(format!(
+                "the {role} column {column} of {name} has type {}; it must be {wanted}",
+                type_of(&names, &sql_types, column)
+            )))
+        };
+        if fence_oid != BIGINT_OID {
+            return Err(wrong_type("fence", table.fence_column(), "bigint"));
+        }
+        if !TEXT_OIDS.contains(&state_oid) {
+            return Err(wrong_type("state", table.state_column(), "text or varchar"));
+        }
+        if let Some(payload) = table.payload_column() {
+            if column("payload", payload, "")? != BYTEA_OID {
+                return Err(wrong_type("payload", payload, "bytea"));
+            }
+        }
+        if !key_unique {
+            let key = table.key_column();
+            return Err(Unfit::Input(InvalidInput::new(
+                InputKind::Identifier,
+                format!(
+                    "key column {key} of {name} is not unique: no primary key or unique index \
+                     covers it alone, so one record's write could change several rows. Add one: \
+                     CREATE UNIQUE INDEX ON {name} ({key})"
+                ),
+            )));
+        }
+        Ok(Schema {
+            key_type,
+            statements: Statements::new(table, key_type),
+            column_types: names.into_iter().zip(sql_types).collect(),
+            table: table.clone(),
+        })
+    }
+
+    /// The extra columns of `write` with their SQL types, each checked to be a column of the
+    /// table that the store does not manage itself.
+    pub(crate) fn extra_columns<'w>(
+        &'w self,
+        write: &'w PgWrite,
+    ) -> Result<Vec<ExtraColumn<'w>>, InvalidInput> {
+        let table = &self.table;
+        let managed = [
+            Some(table.key_column()),
+            Some(table.fence_column()),
+            Some(table.state_column()),
+            table.payload_column(),
+        ];
+        write
+            .columns()
+            .iter()
+            .map(|(column, value)| {
+                if managed.contains(&Some(column)) {
+                    return Err(InvalidInput::new(
+                        InputKind::Write,
+                        format!(
+                            "{column} is the store's own key, fence, state or payload column; \
+                             set it through the fenced write, not as another column"
+                        ),
+                    ));
+                }
+                match self.column_types.get(column.as_str()) {
+                    Some(sql_type) => Ok((column, sql_type.as_str(), value)),
+                    None => Err(InvalidInput::new(
+                        InputKind::Write,
+                        format!("{} has no column {column}", table.name()),
+                    )),
+                }
+            })
+            .collect()
+    }
+}
+
+fn type_of<'a>(names: &[String], sql_types: &'a [String], column: &Ident) -> &'a str {
+    names
+        .iter()
+        .position(|n| n == column.as_str())
+        .map_or("unknown", |i| sql_types[i].as_str())
+}

@@ -1,0 +1,210 @@
+//! The statements a store sends, built from the table's names and its key column's type.
+
+use fencing_core::{FenceCheck, State, refused_char_ranges};
+
+use crate::columns::ColumnValue;
+use crate::ident::{Ident, QualifiedName};
+use crate::key::KeyType;
+use crate::table::PgTable;
+
+/// A column a write also sets: its name, its SQL type as the catalog spells it, its value.
+pub(crate) type ExtraColumn<'a> = (&'a Ident, &'a str, &'a ColumnValue);
+
+/// The parameters of every write: `$1` key (or keys) as text, `$2` token, `$3` new state (or
+/// NULL), `$4` required states (or NULL for any), `$5` new payload (or NULL; bound even when
+/// the table has no payload column), then one per extra column whose value is bound
+/// ([`binds`]), in order.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    table: QualifiedName,
+    key: Ident,
+    fence: Ident,
+    state: Ident,
+    payload: Option<Ident>,
+    key_type: KeyType,
+}
+
+/// Whether `value` travels as a parameter (the others are written as SQL: `NULL`, `now()`).
+pub(crate) fn binds(value: &ColumnValue) -> bool {
+    !matches!(value, ColumnValue::Null | ColumnValue::Now)
+}
+
+impl Statements {
+    pub(crate) fn new(table: &PgTable, key_type: KeyType) -> Self {
+        Statements {
+            table: table.name().clone(),
+            key: table.key_column().clone(),
+            fence: table.fence_column().clone(),
+            state: table.state_column().clone(),
+            payload: table.payload_column().cloned(),
+            key_type,
+        }
+    }
+
+    fn fence_value(&self) -> String {
+        format!("COALESCE({}, 0)", self.fence)
+    }
+
+    fn payload_read(&self) -> String {
+        self.payload
+            .as_ref()
+            .map_or("NULL::bytea".to_owned(), |p| p.to_string())
+    }
+
+    /// `SET` items for the extra columns, numbering bound values from `$6`.
+    fn extra_values(extras: &[ExtraColumn<'_>]) -> Vec<String> {
+        let mut next = 6;
+        extras
+            .iter()
+            .map(|(_, ty, value)| {
+                let mut bound = |cast: &str| {
+                    let n = next;
+                    next += 1;
+                    format!("CAST(${n}::{cast} AS {ty})")
+                };
+                match value {
+                    ColumnValue::Null => "NULL".to_owned(),
+                    ColumnValue::Now => format!("CAST(now() AS {ty})"),
+                    ColumnValue::Text(_) => bound("text"),
+                    ColumnValue::Int(_) => bound("int8"),
+                    ColumnValue::Bool(_) => bound("bool"),
+                    ColumnValue::Bytes(_) => bound("bytea"),
+                }
+            })
+            .collect()
+    }
+
+    fn update(&self, check: FenceCheck, keys: &str, extras: &[ExtraColumn<'_>]) -> String {
+        let (table, key, fence, state) = (&self.table, &self.key, &self.fence, &self.state);
+        let fence_value = self.fence_value();
+        let (set_fence, fence_ok) = match check {
+            FenceCheck::Claim => (format!("{fence} = $2, "), format!("{fence_value} <= $2")),
+            FenceCheck::HolderOnly => (String::new(), format!("{fence_value} = $2")),
+        };
+        let payload_set = self
+            .payload
+            .as_ref()
+            .map(|p| format!(", {p} = COALESCE($5, {p})"))
+            .unwrap_or_default();
+        let extra_set: String = extras
+            .iter()
+            .zip(Self::extra_values(extras))
+            .map(|((column, _, _), value)| format!(", {column} = {value}"))
+            .collect();
+        // A row whose fence or state this crate could not read back is refused inside the
+        // statement, so nothing is written over it (the caller gets a Backend error naming it).
+        let row_readable = format!(
+            "{fence_value} >= 0 AND ({state} IS NULL OR ({state} <> '' AND octet_length({state}) \
+             <= {max_state} AND {state} !~ '{refused}'))",
+            max_state = State::MAX_BYTES,
+            refused = refused_chars_class(),
+        );
+        format!(
+            "UPDATE {table} SET {set_fence}{state} = COALESCE($3, {state}){payload_set}{extra_set} \
+             WHERE {key} {keys} AND {fence_ok} AND ($4::text[] IS NULL OR {state} = ANY($4::text[])) \
+             AND {row_readable}"
+        )
+    }
+
+    /// One record: lock the row, remember what it held, apply the fenced update, and return
+    /// the old fence and state whether or not the update applied, so a refusal names the fence
+    /// it met without a second round trip. The update applies only when exactly one row has
+    /// the key, so a key column whose unique index was dropped can never let one write change
+    /// several rows; the count comes back to say so.
+    pub(crate) fn write_one(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
+        let (table, key, state) = (&self.table, &self.key, &self.state);
+        let key_param = format!("= $1::{}", self.key_type.sql());
+        let update = self.update(check, &key_param, extras);
+        format!(
+            "WITH old AS (SELECT {fence_value} AS fence, {state} AS state FROM {table} \
+             WHERE {key} {key_param} FOR UPDATE), \
+             upd AS ({update} AND (SELECT count(*) FROM old) = 1 \
+             RETURNING {state} AS state, {payload_read} AS payload) \
+             SELECT old.fence, old.state, EXISTS (SELECT 1 FROM upd) AS applied, \
+             upd.state AS new_state, upd.payload AS new_payload, \
+             (SELECT count(*) FROM old) AS matched \
+             FROM old LEFT JOIN upd ON TRUE LIMIT 1",
+            fence_value = self.fence_value(),
+            payload_read = self.payload_read(),
+        )
+    }
+
+    /// Creates a missing record (a claim without a state condition only: `$4` is NULL).
+    pub(crate) fn insert(&self, extras: &[ExtraColumn<'_>]) -> String {
+        let (table, key, fence, state) = (&self.table, &self.key, &self.fence, &self.state);
+        let (payload_col, payload_val) =
+            self.payload
+                .as_ref()
+                .map_or((String::new(), String::new()), |p| {
+                    (
+                        format!(", {p}"),
+                        ", COALESCE($5::bytea, '\\x'::bytea)".to_owned(),
+                    )
+                });
+        let extra_cols: String = extras.iter().map(|(c, _, _)| format!(", {c}")).collect();
+        let extra_vals: String = Self::extra_values(extras)
+            .iter()
+            .map(|v| format!(", {v}"))
+            .collect();
+        format!(
+            "INSERT INTO {table} ({key}, {fence}, {state}{payload_col}{extra_cols}) \
+             SELECT $1::{key_type}, $2::bigint, $3::text{payload_val}{extra_vals} \
+             WHERE $4::text[] IS NULL \
+             ON CONFLICT ({key}) DO NOTHING RETURNING {state}, {payload_read}",
+            key_type = self.key_type.sql(),
+            payload_read = self.payload_read(),
+        )
+    }
+
+    /// Locks the rows of `$1` (keys as text) in key order, returning each with the key as
+    /// given, its fence, state and payload.
+    pub(crate) fn lock_many(&self) -> String {
+        let (table, key, state) = (&self.table, &self.key, &self.state);
+        let payload = self
+            .payload
+            .as_ref()
+            .map_or("NULL::bytea".to_owned(), |p| format!("t.{p}"));
+        format!(
+            "SELECT k.given, COALESCE(t.{fence}, 0), t.{state}, {payload} FROM {table} t \
+             JOIN unnest($1::text[]) AS k(given) ON t.{key} = k.given::{key_type} \
+             ORDER BY t.{key} FOR UPDATE OF t",
+            fence = self.fence,
+            key_type = self.key_type.sql(),
+        )
+    }
+
+    /// The fenced update of every row of `$1` (keys as text), returning one row per change.
+    pub(crate) fn write_many(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
+        let keys = format!("= ANY($1::{}[])", self.key_type.sql());
+        format!("{} RETURNING 1", self.update(check, &keys, extras))
+    }
+
+    /// The record of `$1`: its fence, state and payload.
+    pub(crate) fn read(&self) -> String {
+        format!(
+            "SELECT {fence_value}, {state}, {payload_read} FROM {table} WHERE {key} = $1::{key_type}",
+            fence_value = self.fence_value(),
+            state = self.state,
+            payload_read = self.payload_read(),
+            table = self.table,
+            key = self.key,
+            key_type = self.key_type.sql(),
+        )
+    }
+}
+
+/// A regular-expression bracket of every character no state may contain (control and format
+/// characters, as the core refuses them), for the SQL check on stored states.
+fn refused_chars_class() -> String {
+    let escape = |c: char| format!("\\U{:08X}", (c as u32).max(1));
+    let mut class = String::from("[");
+    for &(low, high) in refused_char_ranges() {
+        class.push_str(&escape(low));
+        if high != low {
+            class.push('-');
+            class.push_str(&escape(high));
+        }
+    }
+    class.push(']');
+    class
+}
