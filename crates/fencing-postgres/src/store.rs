@@ -469,6 +469,13 @@ impl PgStore {
         Ok(Ok(Written::over(previous_fence, previous_state, record)))
     }
 
+    /// A driver error from a statement of the caller's own, run in one transaction with this
+    /// store's writes (a ledger entry beside a confirm), as this store's error: a lost
+    /// connection is [`Error::Ambiguous`], anything else [`Error::Backend`].
+    pub fn sql_failure(&self, err: sqlx::Error) -> Error {
+        self.failed(err.into(), RequestEffect::Writes)
+    }
+
     fn failed(&self, failure: PgFailure, effect: RequestEffect) -> Error {
         failure.into_error(&self.name, effect)
     }

@@ -118,25 +118,35 @@ impl PgTable {
     /// The SQL that fits an existing table for fencing, for a migration tool (sqlx migrations,
     /// refinery, Flyway) or [`Self::add_fence_column`]: the fence column (`BIGINT NOT NULL
     /// DEFAULT 0`, so existing rows start with no fence), the check that keeps it
-    /// non-negative, and a unique index on the key column. Each step is skipped where already
-    /// done, so it can run again. The unique index is built without `CONCURRENTLY`, which a
+    /// non-negative, and a unique index on the key column where no primary key or unique index
+    /// covers it alone. Each step is skipped where already done, so it can run again. The unique index is built without `CONCURRENTLY`, which a
     /// migration's transaction forbids; on a large, busy table, create it concurrently first
     /// by hand under the same name and this step will find it.
     pub fn migration_sql(&self) -> String {
         let (table, fence, key) = (&self.name, &self.fence, &self.key);
         let check = self.fence_check_name();
         let index = derived_name(key, "key");
-        format!(
-            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {fence} BIGINT NOT NULL DEFAULT 0;\n\
-             DO $fencing$ BEGIN\n\
-             \x20 IF NOT EXISTS (SELECT 1 FROM pg_constraint\n\
+        let table_literal = literal(&table.to_string());
+        let add_check = do_block(&format!(
+            "IF NOT EXISTS (SELECT 1 FROM pg_constraint\n\
              \x20   WHERE conrelid = {table_literal}::regclass AND conname = {check_literal}) THEN\n\
              \x20   ALTER TABLE {table} ADD CONSTRAINT {check} CHECK ({fence} >= 0);\n\
-             \x20 END IF;\n\
-             END $fencing$;\n\
-             CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {table} ({key});\n",
-            table_literal = literal(&table.to_string()),
+             \x20 END IF;",
             check_literal = literal(check.as_str()),
+        ));
+        let add_index = do_block(&format!(
+            "IF NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a\n\
+             \x20   ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]\n\
+             \x20   WHERE i.indrelid = {table_literal}::regclass AND i.indisunique\n\
+             \x20   AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL\n\
+             \x20   AND a.attname = {key_literal}) THEN\n\
+             \x20   CREATE UNIQUE INDEX {index} ON {table} ({key});\n\
+             \x20 END IF;",
+            key_literal = literal(key.as_str()),
+        ));
+        format!(
+            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {fence} BIGINT NOT NULL DEFAULT 0;\n\
+             {add_check}\n{add_index}\n"
         )
     }
 
@@ -179,4 +189,14 @@ fn derived_name(column: &Ident, what: &str) -> Ident {
         name.pop();
     }
     Ident::new(name).expect("fencing_ and a checked name, cut to the limit, is a name")
+}
+
+/// `DO $tag$ BEGIN <body> END $tag$;` with a dollar-quote tag that occurs nowhere in `body`
+/// (a quoted name may contain any tag, and would otherwise end the block early).
+fn do_block(body: &str) -> String {
+    let tag = (0..)
+        .map(|n| format!("$fencing{n}$"))
+        .find(|tag| !body.contains(tag.as_str()))
+        .expect("a finite body leaves some tag unused");
+    format!("DO {tag} BEGIN\n\x20 {body}\nEND {tag};")
 }
