@@ -159,7 +159,10 @@ async fn the_migration_adds_the_fence_its_check_and_no_second_unique_index() {
     .execute(&schema.pool)
     .await
     .unwrap_err();
-    assert!(err.to_string().contains("fencing_fence_nonnegative"), "{err}");
+    assert!(
+        err.to_string().contains("fencing_fence_nonnegative"),
+        "{err}"
+    );
     assert!(
         payouts
             .write(&key(P2), token(1), &payout_lifecycle().claim())
@@ -248,7 +251,9 @@ async fn writes_the_table_cannot_carry_are_refused_before_sending() {
     let lifecycle = payout_lifecycle();
     let cases = [
         PgWrite::new(lifecycle.claim()).set("no_such", 1).unwrap(),
-        PgWrite::new(lifecycle.claim()).set("status", "paid").unwrap(),
+        PgWrite::new(lifecycle.claim())
+            .set("status", "paid")
+            .unwrap(),
         PgWrite::new(lifecycle.claim().set_payload(b"x".to_vec())),
     ];
     for write in &cases {
@@ -322,7 +327,11 @@ async fn after_a_batch_claim_only_records_in_flight_before_it_are_looked_up() {
             .unwrap();
         assert!(matches!(outcome, EffectOutcome::Performed(_)));
     }
-    assert_eq!(gateway.lookups(), 1, "only P2 was in flight before the claim");
+    assert_eq!(
+        gateway.lookups(),
+        1,
+        "only P2 was in flight before the claim"
+    );
     assert_eq!(gateway.perform_calls(), 2);
     schema.drop_schema().await;
 }

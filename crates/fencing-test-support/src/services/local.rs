@@ -221,3 +221,94 @@ fn exchange(port: u16, request: &[u8], complete: fn(&[u8]) -> bool) -> Option<Ve
     }
     (!reply.is_empty()).then_some(reply)
 }
+
+/// A PgBouncer (Debian's `pgbouncer`) of the test's own, in transaction pooling mode, on a
+/// free loopback port, in front of the PostgreSQL at `127.0.0.1:<postgres_port>` with trust
+/// authentication; every database is passed through. Its server connections carry the
+/// application name [`PgBouncer::application_name`], so a test can find and terminate them.
+/// It is killed when dropped, and also when the test process dies.
+#[derive(Debug)]
+pub struct PgBouncer {
+    process: Watched,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl PgBouncer {
+    /// Starts one sharing `pool_size` server connections among all its clients.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot start, saying why (`.ci/run` installs the package).
+    pub fn start(postgres_port: u16, pool_size: u32) -> Self {
+        Self::try_start(postgres_port, pool_size).unwrap_or_else(|why| panic!("pgbouncer: {why}"))
+    }
+
+    fn try_start(postgres_port: u16, pool_size: u32) -> Result<Self, String> {
+        let binary = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+            .into_iter()
+            .find(|path| Path::new(path).exists())
+            .ok_or("no pgbouncer binary (apt-get install pgbouncer)")?;
+        let port = free_port()?;
+        let dir = scratch("fencing-pgbouncer")?;
+        let write = |name: &str, text: String| {
+            std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"))
+        };
+        write("userlist.txt", "\"postgres\" \"\"\n".to_owned())?;
+        write(
+            "pgbouncer.ini",
+            format!(
+                "[databases]\n\
+                 * = host=127.0.0.1 port={postgres_port} application_name={app}\n\
+                 [pgbouncer]\n\
+                 listen_addr = 127.0.0.1\n\
+                 listen_port = {port}\n\
+                 unix_socket_dir =\n\
+                 auth_type = trust\n\
+                 auth_file = {dir}/userlist.txt\n\
+                 pool_mode = transaction\n\
+                 default_pool_size = {pool_size}\n\
+                 max_client_conn = 200\n\
+                 ignore_startup_parameters = extra_float_digits,options,search_path\n",
+                app = Self::application_name_for(port),
+                dir = dir.display(),
+            ),
+        )?;
+        // PgBouncer refuses to run as root; as root, it is told which user to become.
+        let as_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| out.stdout.starts_with(b"0\n"));
+        let user = if as_root { "-u postgres " } else { "" };
+        let process = Watched::spawn(
+            &format!("{binary} {user}'{}'", dir.join("pgbouncer.ini").display()),
+            &dir.join("pgbouncer.log"),
+        )?;
+        let bouncer = PgBouncer { process, port, dir };
+        wait_for(port, "pgbouncer", |port| {
+            super::listening(([127, 0, 0, 1], port).into())
+        })?;
+        Ok(bouncer)
+    }
+
+    fn application_name_for(port: u16) -> String {
+        format!("fencing_pgbouncer_{port}")
+    }
+
+    /// The URL of database `database` through it, as user `postgres`.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// The application name of its server connections in `pg_stat_activity`.
+    pub fn application_name(&self) -> String {
+        Self::application_name_for(self.port)
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        self.process.stop(self.port);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

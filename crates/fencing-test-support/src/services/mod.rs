@@ -12,7 +12,7 @@ mod containers;
 mod local;
 
 pub use containers::TestContainer;
-pub use local::{MotoServer, RedisServer};
+pub use local::{MotoServer, PgBouncer, RedisServer};
 
 /// The environment variable that chooses how tests get their servers.
 pub const MODE_VAR: &str = "FENCING_TEST_SERVICES";

@@ -1,0 +1,162 @@
+//! Behind PgBouncer in transaction pooling mode, where consecutive transactions of one client
+//! connection may run on different server connections and named prepared statements collide.
+
+mod common;
+
+use common::Schema;
+use fencing_core::{
+    Error, Fence, FencedStore, FencingToken, Lifecycle, MemoryTokenSource, RecordKey, ResourceName,
+    TokenSource,
+};
+use fencing_postgres::PgStore;
+use fencing_test_support::services::{self, PgBouncer};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, PgPool};
+
+fn key(text: &str) -> RecordKey {
+    RecordKey::new(text).unwrap()
+}
+
+fn token(n: u64) -> FencingToken {
+    FencingToken::new(n).unwrap()
+}
+
+/// A PgBouncer sharing one server connection among all its clients, in front of the tests'
+/// PostgreSQL, and a pool of four client connections through it.
+async fn behind_pgbouncer() -> (PgBouncer, PgPool) {
+    let url = services::postgres_url();
+    let port = url
+        .rsplit_once('@')
+        .and_then(|(_, host)| host.split('/').next())
+        .and_then(|host| host.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(5432);
+    let bouncer = PgBouncer::start(port, 1);
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .min_connections(4)
+        .connect(&bouncer.url("test"))
+        .await
+        .unwrap();
+    (bouncer, pool)
+}
+
+/// Claims and confirms `n` records with one token from four client connections at once.
+async fn settle(store: &PgStore, n: usize, token: FencingToken) -> Result<(), Error> {
+    let lifecycle = Lifecycle::default();
+    let create = fencing_core::FencedWrite::claim().set_state(lifecycle.pending().clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (store, lifecycle, create) = (store.clone(), lifecycle.clone(), create.clone());
+        tasks.spawn(async move {
+            let k = key(&format!("r_{i:03}"));
+            store.write(&k, token, &create).await?;
+            store.write(&k, token, &lifecycle.claim()).await?;
+            store.write(&k, token, &lifecycle.confirm()).await.map(drop)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("no panic")?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_named_prepared_statements_fenced_writes_work_behind_transaction_pooling() {
+    let schema = Schema::new().await;
+    let (_bouncer, pool) = behind_pgbouncer().await;
+
+    // The store as it is by default prepares named statements on whichever server connection
+    // its transaction lands on, and collides with another client's.
+    let named = PgStore::new(pool.clone(), schema.table.clone());
+    let err = settle(&named, 16, token(5)).await.unwrap_err();
+    assert!(err.to_string().contains("already exists"), "{err}");
+
+    // A pool of its own: sqlx reuses a statement its connection cached, named or not.
+    pool.close().await;
+    let (_bouncer, pool) = behind_pgbouncer().await;
+    let unnamed = PgStore::new(pool.clone(), schema.table.clone()).for_transaction_pooling();
+    settle(&unnamed, 40, token(7)).await.unwrap();
+    let read = unnamed.read(&key("r_039")).await.unwrap().unwrap();
+    assert_eq!(read.fence, Some(token(7)));
+    assert_eq!(read.state.as_ref(), Some(Lifecycle::default().done()));
+
+    // A stale token is still refused behind the pooler, and write_many works there too.
+    let err = unnamed
+        .write(&key("r_001"), token(6), &Lifecycle::default().claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let fence = Fence::new(
+        &resource,
+        source.advance_to(&resource, token(8)).await.unwrap(),
+        &source,
+    );
+    let keys: Vec<_> = (0..40).map(|i| key(&format!("r_{i:03}"))).collect();
+    let again = unnamed
+        .write_many(&fence, &keys, &fencing_core::FencedWrite::claim())
+        .await
+        .unwrap();
+    assert_eq!(again.written.len(), 40);
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn server_connections_terminated_under_the_pooler_lose_no_write_and_double_none() {
+    let schema = Schema::new().await;
+    let (bouncer, pool) = behind_pgbouncer().await;
+    let store = PgStore::new(pool.clone(), schema.table.clone()).for_transaction_pooling();
+    let lifecycle = Lifecycle::default();
+    let create = fencing_core::FencedWrite::claim().set_state(lifecycle.pending().clone());
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let fence = Fence::new(
+        &resource,
+        source.advance_to(&resource, token(9)).await.unwrap(),
+        &source,
+    );
+    let mut terminated = 0;
+    for i in 0..12 {
+        let k = key(&format!("r_{i:03}"));
+        fence.write(&store, &k, &create).await.unwrap();
+        fence.write(&store, &k, &lifecycle.claim()).await.unwrap();
+        // Between the claim and the confirm, the server connection under the pooler dies.
+        let killed: Vec<bool> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{}'",
+            bouncer.application_name()
+        )))
+        .fetch_all(&schema.pool)
+        .await
+        .unwrap();
+        terminated += killed.len();
+        let confirmed = fence.write(&store, &k, &lifecycle.confirm()).await;
+        match confirmed {
+            Ok(_) => {}
+            // A request that failed before it was sent is safe to send again.
+            Err(err) if !err.is_rejection() => {
+                fence.write(&store, &k, &lifecycle.confirm()).await.unwrap();
+            }
+            Err(err) => panic!("{k:?}: {err}"),
+        }
+    }
+    assert!(
+        terminated >= 6,
+        "the pooler's server connections were terminated: {terminated}"
+    );
+    let rows: Vec<(i64, Option<String>)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT fence, state FROM {} ORDER BY id",
+        schema.table.name()
+    )))
+    .fetch_all(&schema.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 12);
+    assert!(
+        rows.iter()
+            .all(|(f, s)| *f == 9 && s.as_deref() == Some("sent")),
+        "{rows:?}"
+    );
+    schema.drop_schema().await;
+}
