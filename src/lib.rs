@@ -14,8 +14,8 @@ pub mod prelude {
 
     #[cfg(feature = "postgres")]
     pub use fencing_postgres::{
-        ColumnValue, KeyType, ManyWritten, PgFenceFloor, PgLease, PgStore, PgTable,
-        PgTokenSource, PgWrite,
+        ColumnValue, KeyType, ManyWritten, PgFenceFloor, PgLease, PgStore, PgTable, PgTokenSource,
+        PgWrite,
     };
 
     #[cfg(feature = "redis")]

@@ -353,7 +353,10 @@ impl FencedBatch {
         }
     }
 
-    fn fence(&self) -> Fence<'_> {
+    /// The fence every write of this batch presents. Writes made through it directly are not
+    /// noted by the batch: use it inside [`Self::run_effect_then`]'s confirm (whose outcome
+    /// the batch notes) and [`Self::with_fence`]'s operation, or note them with those.
+    pub fn fence(&self) -> Fence<'_> {
         Fence::of_guard(self.guard(), self.lease.token_source())
     }
 

@@ -1,0 +1,123 @@
+//! A payout worker on a payments team's own schema: uuid keys, a status column, columns of
+//! their own set with the confirm, a ledger entry in the same transaction, a Redis lease
+//! renewed while it runs, and its epochs kept in PostgreSQL.
+//!
+//! ```text
+//! cargo run --example payout_worker --features postgres,redis
+//! DATABASE_URL=postgres://… REDIS_URL=redis://… cargo run --example payout_worker --features postgres,redis
+//! ```
+//!
+//! It creates the tables in a schema `payout_demo` if missing (as they were before fencing),
+//! fits the payouts table for fencing with the SQL a migration tool would run, queues 25
+//! payouts for merchant m_4471 and runs one worker over them.
+//!
+//! To watch a paused worker refused, run one that stalls (the whole process, renewal
+//! included) on its fifth gateway call for 40 s, and, once its 10 s lease has run out,
+//! another in a second terminal:
+//!
+//! ```text
+//! cargo run --example payout_worker --features postgres,redis -- --ttl-secs 10 --stall-on-call 5 --stall-secs 40
+//! cargo run --example payout_worker --features postgres,redis -- --ttl-secs 10 --queue 0
+//! ```
+
+mod worker;
+
+use std::sync::Arc;
+
+use fencing::prelude::*;
+use sqlx::AssertSqlSafe;
+
+const SCHEMA: &str = "payout_demo";
+
+struct Options {
+    queue: i64,
+    ttl_secs: u64,
+    stall: Option<(usize, u64)>,
+}
+
+fn options() -> std::result::Result<Options, String> {
+    let mut options = Options {
+        queue: 25,
+        ttl_secs: 30,
+        stall: None,
+    };
+    let (mut stall_on, mut stall_secs) = (None, 40);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = |name: &str| -> std::result::Result<u64, String> {
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or(format!("{name} takes a whole number"))
+        };
+        match flag.as_str() {
+            "--queue" => options.queue = value("--queue")? as i64,
+            "--ttl-secs" => options.ttl_secs = value("--ttl-secs")?,
+            "--stall-on-call" => stall_on = Some(value("--stall-on-call")? as usize),
+            "--stall-secs" => stall_secs = value("--stall-secs")?,
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?}; takes --queue N, --ttl-secs S, \
+                     --stall-on-call N, --stall-secs S"
+                ));
+            }
+        }
+    }
+    options.stall = stall_on.map(|n| (n, stall_secs));
+    Ok(options)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let options = options().unwrap_or_else(|why| {
+        eprintln!("{why}");
+        std::process::exit(2)
+    });
+    let database_url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let redis_url =
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
+    let pool = sqlx::PgPool::connect(&database_url).await?;
+
+    worker::create_tables(&pool, SCHEMA).await?;
+    let table = worker::payouts_table(SCHEMA)?;
+    println!("-- the migration fencing asks for (run by a migration tool, or here):");
+    println!("{}", table.migration_sql());
+    sqlx::raw_sql(AssertSqlSafe(table.migration_sql()))
+        .execute(&pool)
+        .await?;
+    worker::queue_payouts(&pool, SCHEMA, "m_4471", options.queue, 7025).await?;
+
+    // Tokens from Redis, prefixed with epochs from PostgreSQL: a Redis that loses its counter
+    // cannot issue a token twice.
+    let epochs = PgTokenSource::new(
+        pool.clone(),
+        fencing::postgres::QualifiedName::new(SCHEMA, "epochs")?,
+    );
+    epochs.create_if_missing().await?;
+    let redis = redis::Client::open(redis_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let lease: Arc<dyn Lease> = Arc::new(RedisLease::new(redis, Arc::new(epochs)));
+
+    let gateway = worker::Gateway::default();
+    if let Some((call, secs)) = options.stall {
+        gateway.stall_on_call(call, std::time::Duration::from_secs(secs));
+    }
+    let ttl = Ttl::from_secs(options.ttl_secs)?;
+    let run = worker::run(&pool, SCHEMA, lease, "m_4471", ttl, &gateway).await?;
+    println!(
+        "token {}: {} paid, {} recovered from an earlier run, {} left alone",
+        run.token.map_or("-".to_owned(), |t| t.to_string()),
+        run.paid,
+        run.recovered,
+        run.skipped
+    );
+    let (paid, entries): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT (SELECT count(*) FROM \"{SCHEMA}\".payouts WHERE status = 'paid'), \
+         (SELECT count(*) FROM \"{SCHEMA}_Billing\".\"LedgerEntries\")"
+    )))
+    .fetch_one(&pool)
+    .await?;
+    println!("payouts paid in all: {paid}; ledger entries in all: {entries}");
+    Ok(())
+}

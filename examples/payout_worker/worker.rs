@@ -1,0 +1,280 @@
+//! The payout worker: a payments team's own tables, their own pool, a Redis lease, and a
+//! confirm that posts the ledger entry in the same transaction.
+//!
+//! The tables are the team's, as they were before fencing: `payouts` keyed by `uuid` with a
+//! `status` column, and `"Billing"."LedgerEntries"` with a `bigserial` key. The only change
+//! fencing asks for is the one `PgTable::migration_sql` prints (a `fence` column and its
+//! check), which a migration tool would run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencing::prelude::*;
+use sqlx::{AssertSqlSafe, PgPool, Row};
+
+/// The team's schema, as it was before fencing, in `schema` (the ledger in `"Billing"`-like
+/// `"<schema>_Billing"`, so runs do not share it), with a few payouts for `merchant`.
+pub(crate) async fn create_tables(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{schema}\"; \
+         CREATE TABLE IF NOT EXISTS \"{schema}\".payouts (id uuid PRIMARY KEY, merchant text NOT NULL, \
+           amount_cents bigint NOT NULL, status text NOT NULL DEFAULT 'queued', \
+           created_at timestamptz NOT NULL DEFAULT clock_timestamp(), paid_at timestamptz, gateway_ref text); \
+         CREATE SCHEMA IF NOT EXISTS \"{schema}_Billing\"; \
+         CREATE TABLE IF NOT EXISTS \"{schema}_Billing\".\"LedgerEntries\" (id bigserial PRIMARY KEY, \
+           payout_id uuid NOT NULL UNIQUE, amount_cents bigint NOT NULL, \
+           posted_at timestamptz NOT NULL DEFAULT now())"
+    )))
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+/// Queues `count` payouts of `cents` each for `merchant`.
+pub(crate) async fn queue_payouts(
+    pool: &PgPool,
+    schema: &str,
+    merchant: &str,
+    count: i64,
+    cents: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO \"{schema}\".payouts (id, merchant, amount_cents) \
+         SELECT gen_random_uuid(), $1, $2 FROM generate_series(1, $3)"
+    )))
+    .bind(merchant)
+    .bind(cents)
+    .bind(count)
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+/// The payouts table as fencing sees it: key `id` (uuid), state `status`, fence `fence`.
+pub(crate) fn payouts_table(schema: &str) -> Result<PgTable> {
+    Ok(PgTable::new(schema, "payouts")?.with_state_column("status")?)
+}
+
+/// `queued → sending → paid`.
+pub(crate) fn lifecycle() -> Lifecycle {
+    let state = |s: &str| State::new(s).expect("a state name");
+    Lifecycle::new(state("queued"), state("sending"), state("paid")).expect("three states")
+}
+
+/// A payment gateway as the worker sees one: it creates a payout transfer once per
+/// idempotency key and answers a lookup by key. This one is in memory, records every call,
+/// and can stall the calling thread (the whole worker, renewal included, as a stopped
+/// process) after it has created a transfer, before its answer returns.
+#[derive(Debug, Default)]
+pub(crate) struct Gateway {
+    journal: Mutex<GatewayJournal>,
+}
+
+/// Every call the gateway saw.
+#[derive(Debug, Default)]
+pub(crate) struct GatewayJournal {
+    /// Transfers by idempotency key: (reference, cents).
+    pub(crate) transfers: HashMap<String, (String, i64)>,
+    /// Calls that named a key already used.
+    pub(crate) repeated_calls: u32,
+    /// Lookups.
+    pub(crate) lookups: u32,
+    stall: Option<(usize, Duration)>,
+    calls: usize,
+}
+
+impl Gateway {
+    /// Stalls the calling thread for `pause` on its `nth` call (counting from 1).
+    pub(crate) fn stall_on_call(&self, nth: usize, pause: Duration) {
+        self.journal.lock().unwrap().stall = Some((nth, pause));
+    }
+
+    /// What the gateway did.
+    pub(crate) fn journal(&self) -> std::sync::MutexGuard<'_, GatewayJournal> {
+        self.journal.lock().unwrap()
+    }
+
+    fn transfer(&self, key: &str, cents: i64) -> String {
+        let stall = {
+            let mut journal = self.journal.lock().unwrap();
+            journal.calls += 1;
+            let count = journal.transfers.len();
+            let reference = match journal.transfers.get(key) {
+                Some((reference, _)) => {
+                    let reference = reference.clone();
+                    journal.repeated_calls += 1;
+                    reference
+                }
+                None => {
+                    let reference = format!("po_{:05}", count + 1);
+                    journal
+                        .transfers
+                        .insert(key.to_owned(), (reference.clone(), cents));
+                    reference
+                }
+            };
+            let stall = match journal.stall {
+                Some((nth, pause)) if nth == journal.calls => Some(pause),
+                _ => None,
+            };
+            (reference, stall)
+        };
+        if let Some(pause) = stall.1 {
+            std::thread::sleep(pause);
+        }
+        stall.0
+    }
+}
+
+/// One worker's call to the gateway: the payout's amount, by key.
+struct PayoutCall<'a> {
+    gateway: &'a Gateway,
+    amounts: &'a HashMap<RecordKey, i64>,
+}
+
+#[async_trait]
+impl SideEffect for PayoutCall<'_> {
+    type Receipt = String;
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<String>, BoxError> {
+        let mut journal = self.gateway.journal();
+        journal.lookups += 1;
+        Ok(journal.transfers.get(key.as_str()).map(|(r, _)| r.clone()))
+    }
+
+    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<String, BoxError> {
+        let cents = *self.amounts.get(key).ok_or("a payout without an amount")?;
+        Ok(self.gateway.transfer(key.as_str(), cents))
+    }
+}
+
+/// What one worker's run did.
+#[derive(Debug, Default)]
+pub(crate) struct Run {
+    /// The token its writes presented.
+    pub(crate) token: Option<FencingToken>,
+    /// Payouts it sent and confirmed.
+    pub(crate) paid: u32,
+    /// Payouts in flight under an earlier holder whose transfer it found and confirmed.
+    pub(crate) recovered: u32,
+    /// Payouts it left alone (cancelled while the run went).
+    pub(crate) skipped: u32,
+}
+
+/// One run of the payout worker for `merchant`: acquire the lease, claim every queued (or
+/// stuck) payout in one statement, and for each, call the gateway by payout id and confirm it
+/// with its ledger entry in one transaction. Every write carries the lease's token, so a run
+/// that paused past its TTL is refused at its first write after a newer run's claim, and its
+/// transaction (ledger entry included) rolls back.
+pub(crate) async fn run(
+    pool: &PgPool,
+    schema: &str,
+    lease: Arc<dyn Lease>,
+    merchant: &str,
+    ttl: Ttl,
+    gateway: &Gateway,
+) -> Result<Run> {
+    let payouts = Arc::new(PgStore::new(pool.clone(), payouts_table(schema)?).named("payouts")?);
+    let resource = ResourceName::new(format!("payouts:{merchant}"))?;
+    let stores: [Arc<dyn FencedStore>; 1] = [payouts.clone()];
+    let retry = RetryPolicy::new(20, Duration::from_millis(100), Duration::from_secs(1))?;
+    let renewing = lease.clone();
+    FencedBatch::scoped(
+        lease,
+        &resource,
+        ttl,
+        &retry,
+        stores,
+        MismatchPolicy::Skip,
+        async |batch| {
+            let renewal = LeaseRenewal::start(renewing, batch.guard().clone(), ttl.duration() / 3);
+            let mut run = Run {
+                token: Some(batch.token()),
+                ..Run::default()
+            };
+            let lifecycle = lifecycle();
+            // A plain read picks the work; the claim, not the read, is what is fenced.
+            let rows = sqlx::query(AssertSqlSafe(format!(
+                "SELECT id::text, amount_cents FROM \"{schema}\".payouts \
+             WHERE merchant = $1 AND status IN ('queued', 'sending') ORDER BY created_at, id"
+            )))
+            .bind(merchant)
+            .fetch_all(pool)
+            .await
+            .map_err(|e| payouts.sql_failure(e))?;
+            let mut amounts = HashMap::new();
+            for row in &rows {
+                amounts.insert(
+                    RecordKey::new(row.get::<String, _>(0))?,
+                    row.get::<i64, _>(1),
+                );
+            }
+            let keys: Vec<RecordKey> = amounts.keys().cloned().collect();
+            let claimed = batch
+                .with_fence(&payouts, async |fence| {
+                    payouts.write_many(fence, &keys, &lifecycle.claim()).await
+                })
+                .await?;
+            run.skipped += claimed.skipped.len() as u32;
+            let call = PayoutCall {
+                gateway,
+                amounts: &amounts,
+            };
+            for written in &claimed.written {
+                if renewal.is_lost() {
+                    return Err(batch.guard().lost());
+                }
+                let key = &written.record.key;
+                let confirm = async |reference: &String| {
+                    confirm_with_ledger_entry(
+                        pool,
+                        schema,
+                        &payouts,
+                        &batch.fence(),
+                        key,
+                        reference,
+                    )
+                    .await
+                };
+                match batch
+                    .run_effect_then(&payouts, Claim::Made(written), &lifecycle, &call, confirm)
+                    .await?
+                {
+                    EffectOutcome::Performed(_) => run.paid += 1,
+                    EffectOutcome::Recovered(_) => run.recovered += 1,
+                    EffectOutcome::AlreadyDone | EffectOutcome::Skipped(_) => run.skipped += 1,
+                }
+            }
+            renewal.stop();
+            Ok(run)
+        },
+    )
+    .await
+}
+
+/// Marks the payout paid (with its time and the gateway's reference) and posts its ledger
+/// entry, in one transaction: a confirm the fence refuses takes the ledger entry with it.
+async fn confirm_with_ledger_entry(
+    pool: &PgPool,
+    schema: &str,
+    payouts: &PgStore,
+    fence: &Fence<'_>,
+    key: &RecordKey,
+    reference: &str,
+) -> Result<()> {
+    let mut tx = pool.begin().await.map_err(|e| payouts.sql_failure(e))?;
+    let confirm = PgWrite::new(lifecycle().confirm())
+        .set("paid_at", ColumnValue::Now)?
+        .set("gateway_ref", reference)?;
+    payouts.write_in(&mut *tx, fence, key, confirm).await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO \"{schema}_Billing\".\"LedgerEntries\" (payout_id, amount_cents) \
+         SELECT id, amount_cents FROM \"{schema}\".payouts WHERE id = $1::uuid"
+    )))
+    .bind(key.as_str())
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| payouts.sql_failure(e))?;
+    tx.commit().await.map_err(|e| payouts.sql_failure(e))
+}

@@ -1,0 +1,138 @@
+//! Two payout workers on a payments team's own schema (the example's worker, as it is), one
+//! stalled past its TTL in the middle of a gateway call, the whole process stopped, renewal
+//! included. The tables are read back with plain SQL: every payout paid once, its ledger entry
+//! posted once, the stalled worker refused with its transaction rolled back.
+#![cfg(all(feature = "postgres", feature = "redis"))]
+
+#[path = "../examples/payout_worker/worker.rs"]
+#[allow(unreachable_pub)]
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing::postgres::{PgTokenSource, QualifiedName};
+use fencing::prelude::*;
+use fencing_test_support::services;
+use fencing_testkit::unique_name;
+use sqlx::AssertSqlSafe;
+
+const PAYOUTS: i64 = 30;
+
+async fn redis_lease(pool: &sqlx::PgPool, schema: &str) -> Arc<dyn Lease> {
+    let epochs = PgTokenSource::new(pool.clone(), QualifiedName::new(schema, "epochs").unwrap());
+    epochs.create_if_missing().await.unwrap();
+    let redis = redis::Client::open(services::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    Arc::new(RedisLease::new(redis, Arc::new(epochs)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once() {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(6)
+        .connect(&services::postgres_url())
+        .await
+        .unwrap();
+    let schema = unique_name("payouts").replace('-', "_");
+    worker::create_tables(&pool, &schema).await.unwrap();
+    let table = worker::payouts_table(&schema).unwrap();
+    sqlx::raw_sql(AssertSqlSafe(table.migration_sql()))
+        .execute(&pool)
+        .await
+        .unwrap();
+    worker::queue_payouts(&pool, &schema, "m_4471", PAYOUTS, 7025)
+        .await
+        .unwrap();
+    let merchant = unique_name("m_4471");
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "UPDATE \"{schema}\".payouts SET merchant = '{merchant}'"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let gateway = Arc::new(worker::Gateway::default());
+    let ttl = Ttl::from_millis(1500).unwrap();
+    // A stalls on its 10th gateway call, after the gateway created the transfer and before
+    // its answer returns, for twice its TTL: its renewal stalls with it.
+    gateway.stall_on_call(10, Duration::from_secs(3));
+
+    // A runs on a thread and runtime of its own, as a process of its own would.
+    let a = std::thread::spawn({
+        let (pool, schema, merchant, gateway) = (
+            pool.clone(),
+            schema.clone(),
+            merchant.clone(),
+            gateway.clone(),
+        );
+        move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let lease = redis_lease(&pool, &schema).await;
+                    worker::run(&pool, &schema, lease, &merchant, ttl, &gateway).await
+                })
+        }
+    });
+    // B starts while A holds the lease, waits for it to expire, and takes over.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lease = redis_lease(&pool, &schema).await;
+    let b = worker::run(&pool, &schema, lease, &merchant, ttl, &gateway)
+        .await
+        .unwrap();
+    let a = a.join().unwrap();
+
+    let err = a.unwrap_err();
+    assert!(
+        matches!(err, Error::Fenced { .. }),
+        "A must be refused: {err:?}"
+    );
+    assert_eq!(b.recovered, 1, "B found A's stalled transfer by its key");
+    assert_eq!(b.paid + b.recovered, (PAYOUTS - 9) as u32, "{b:?}");
+
+    let (paid, fenced_by_b, entries, distinct, cents): (i64, i64, i64, i64, i64) =
+        sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT (SELECT count(*) FROM \"{schema}\".payouts WHERE status = 'paid' \
+               AND paid_at IS NOT NULL AND gateway_ref IS NOT NULL), \
+             (SELECT count(*) FROM \"{schema}\".payouts WHERE fence = $1), \
+             (SELECT count(*) FROM \"{schema}_Billing\".\"LedgerEntries\"), \
+             (SELECT count(DISTINCT payout_id) FROM \"{schema}_Billing\".\"LedgerEntries\"), \
+             (SELECT COALESCE(sum(amount_cents), 0)::int8 FROM \"{schema}_Billing\".\"LedgerEntries\")"
+        )))
+        .bind(b.token.unwrap().as_i64())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(paid, PAYOUTS, "every payout paid");
+    assert_eq!(
+        fenced_by_b,
+        PAYOUTS - 9,
+        "B claimed every payout A had not confirmed, and only those"
+    );
+    assert_eq!(
+        (entries, distinct),
+        (PAYOUTS, PAYOUTS),
+        "one ledger entry each"
+    );
+    assert_eq!(cents, PAYOUTS * 7025);
+    let journal = gateway.journal();
+    assert_eq!(
+        journal.transfers.len(),
+        PAYOUTS as usize,
+        "one transfer per payout"
+    );
+    assert_eq!(journal.repeated_calls, 0, "nothing sent twice");
+    drop(journal);
+
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE; DROP SCHEMA \"{schema}_Billing\" CASCADE"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+}
