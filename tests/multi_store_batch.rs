@@ -488,3 +488,41 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     assert_eq!(effect.perform_calls(), 2);
 }
+
+/// The steps for one refund across two stores, each idempotent: the refund's effect and
+/// confirm (done already: nothing sent), then its ledger entry (a claim that creates it or
+/// writes the same state again under the newer fence).
+async fn refund_and_post(batch: &FencedBatch, key: &RecordKey, effect: &RecordingEffect) {
+    batch
+        .run_effect("refunds", key, &Lifecycle::default(), effect)
+        .await
+        .unwrap();
+    let posted = FencedWrite::claim().set_state(fencing::State::new("posted").unwrap());
+    batch.write("ledger", key, &posted).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_between_two_stores_is_completed_by_the_next_holder_without_a_second_effect() {
+    let setup = Setup::new();
+    pending_refunds(&setup, &["r_815"]);
+    let effect = RecordingEffect::new();
+
+    // A confirms the refund in one store and dies before the ledger entry in the other: the
+    // two stores are not one transaction, so for now the refund is sent and not posted.
+    let a = setup.batch().await;
+    a.run_effect("refunds", &key("r_815"), &Lifecycle::default(), &effect)
+        .await
+        .unwrap();
+    drop(a);
+    assert!(setup.ledger.records().is_empty());
+
+    // The next holder runs the same steps: the refund is already done, the entry is written.
+    tokio::task::yield_now().await;
+    let b = setup.batch().await;
+    refund_and_post(&b, &key("r_815"), &effect).await;
+    let entry = setup.ledger.records().pop().expect("the ledger entry");
+    assert_eq!(entry.fence, Some(b.token()));
+    assert_eq!(entry.state, Some(fencing::State::new("posted").unwrap()));
+    assert_eq!(effect.perform_calls(), 1, "the refund was not sent again");
+    b.finish().await.unwrap();
+}

@@ -150,6 +150,11 @@ impl<S: VersionedStore> CasStore<S> {
         &self.inner
     }
 
+    /// The underlying store, forgetting the versions remembered.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
     /// Reads `key` with its version, from the store (and remembers it).
     pub async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<S::Version>>> {
         let current = self.inner.get(key).await?;

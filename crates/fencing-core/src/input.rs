@@ -146,3 +146,17 @@ mod tests {
         assert!(in_ranges('\u{200B}') && in_ranges('\u{1F}') && !in_ranges('x'));
     }
 }
+
+/// Checks a name given to a store ([`crate::FencedStore::name`]), as the adapters' `named`
+/// methods take it: non-empty, without control or format characters.
+pub fn check_store_name(name: &str) -> Result<(), InvalidInput> {
+    if name.is_empty() || name.chars().any(is_refused_char) {
+        return Err(InvalidInput::new(
+            InputKind::StoreSet,
+            format!(
+                "{name:?} cannot name a store: it must be non-empty, without control or format characters"
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -50,7 +50,7 @@ pub use effect::{Claim, EffectOutcome, Lifecycle, SideEffect};
 pub use error::{BoxError, Error, FoundFence, RequestEffect, Result};
 pub use fence::{Fence, is_regression};
 pub use guard::{LeaseGuard, OwnerId};
-pub use input::{InputKind, InvalidInput, is_refused_char, refused_char_ranges};
+pub use input::{InputKind, InvalidInput, check_store_name, is_refused_char, refused_char_ranges};
 pub use lease::Lease;
 pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource, MemoryVersionedStore};
 pub use name::{RecordKey, ResourceName, State};

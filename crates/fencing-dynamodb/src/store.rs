@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{
 };
 use fencing_core::{
     Error, Fence, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput, Record,
-    RecordKey, RequestEffect, Result, Written,
+    RecordKey, RequestEffect, Result, Written, check_store_name,
 };
 
 use crate::error::{DynamoFailure, classify};
@@ -60,6 +60,14 @@ impl DynamoStore {
             table,
             name,
         }
+    }
+
+    /// The same store under another name in errors and batches (`dynamodb:<table>` unless
+    /// renamed), e.g. `ledger`. Any text without control or format characters.
+    pub fn named(mut self, name: &str) -> Result<Self, InvalidInput> {
+        check_store_name(name)?;
+        self.name = name.to_owned();
+        Ok(self)
     }
 
     /// The table.

@@ -408,3 +408,24 @@ async fn the_floor_is_the_highest_fence_over_the_whole_table_or_one_resources_ke
     let other = ResourceName::new("settle:m_3").unwrap();
     assert_eq!(per_merchant.max_fence(&other).await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn a_store_named_by_its_user_goes_by_that_name_in_refusals() {
+    let store = common::store().await;
+    assert!(store.clone().named("").is_err());
+    assert!(store.clone().named("led\u{200B}ger").is_err());
+    let ledger = store.named("ledger").unwrap();
+    assert_eq!(ledger.name(), "ledger");
+    ledger
+        .write(&key("l_1"), token(5), &FencedWrite::claim())
+        .await
+        .unwrap();
+    let err = ledger
+        .write(&key("l_1"), token(4), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { store, .. } if store == "ledger"),
+        "{err:?}"
+    );
+}

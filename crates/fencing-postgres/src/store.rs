@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
-    Record, RecordKey, RequestEffect, Result, Written, is_refused_char,
+    Record, RecordKey, RequestEffect, Result, Written, check_store_name,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
@@ -77,14 +77,7 @@ impl PgStore {
     /// The same store under another name in errors and batches (`postgres:schema.table`
     /// unless renamed), e.g. `payouts`. Any text without control or format characters.
     pub fn named(mut self, name: &str) -> Result<Self, InvalidInput> {
-        if name.is_empty() || name.chars().any(is_refused_char) {
-            return Err(InvalidInput::new(
-                InputKind::StoreSet,
-                format!(
-                    "{name:?} cannot name a store: it must be non-empty, without control or format characters"
-                ),
-            ));
-        }
+        check_store_name(name)?;
         self.name = name.into();
         Ok(self)
     }

@@ -40,6 +40,11 @@ impl S3Objects {
         }
     }
 
+    /// The same objects under another store name.
+    pub(crate) fn named(self, name: String) -> Self {
+        S3Objects { name, ..self }
+    }
+
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }

@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use fencing_core::{
-    CasStore, FencedStore, FencedWrite, FencingToken, Record, RecordKey, Result, Written,
+    CasStore, FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result,
+    Written, check_store_name,
 };
 
 use crate::bucket::S3Bucket;
@@ -31,6 +32,16 @@ impl S3Store {
         S3Store {
             cas: CasStore::new(S3Objects::new(client, bucket)),
         }
+    }
+
+    /// The same store under another name in errors and batches (`s3:<bucket>/<prefix>` unless
+    /// renamed), e.g. `receipts`. Any text without control or format characters.
+    pub fn named(self, name: &str) -> Result<Self, InvalidInput> {
+        check_store_name(name)?;
+        let objects = self.cas.into_inner().named(name.to_owned());
+        Ok(S3Store {
+            cas: CasStore::new(objects),
+        })
     }
 
     /// The bucket and prefix.

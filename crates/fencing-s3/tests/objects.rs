@@ -255,3 +255,28 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     // Tokens out of range cannot even be made.
     assert!(FencingToken::new(0).is_err() && FencingToken::new(1 << 63).is_err());
 }
+
+#[tokio::test]
+async fn a_store_named_by_its_user_goes_by_that_name_in_refusals() {
+    let client = common::client();
+    let bucket = common::bucket(&client, "named/").await;
+    assert!(
+        S3Store::new(client.clone(), bucket.clone())
+            .named("")
+            .is_err()
+    );
+    let receipts = S3Store::new(client, bucket).named("receipts").unwrap();
+    assert_eq!(receipts.name(), "receipts");
+    receipts
+        .write(&key("rc_1"), token(5), &FencedWrite::claim())
+        .await
+        .unwrap();
+    let err = receipts
+        .write(&key("rc_1"), token(4), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { store, .. } if store == "receipts"),
+        "{err:?}"
+    );
+}
