@@ -120,14 +120,12 @@ async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once(
         "one ledger entry each"
     );
     assert_eq!(cents, PAYOUTS * 7025);
-    let journal = gateway.journal();
-    assert_eq!(
-        journal.transfers.len(),
-        PAYOUTS as usize,
-        "one transfer per payout"
-    );
-    assert_eq!(journal.repeated_calls, 0, "nothing sent twice");
-    drop(journal);
+    let (transfers, repeated_calls) = {
+        let journal = gateway.journal();
+        (journal.transfers.len(), journal.repeated_calls)
+    };
+    assert_eq!(transfers, PAYOUTS as usize, "one transfer per payout");
+    assert_eq!(repeated_calls, 0, "nothing sent twice");
 
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP SCHEMA \"{schema}\" CASCADE; DROP SCHEMA \"{schema}_Billing\" CASCADE"

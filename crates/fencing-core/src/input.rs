@@ -114,6 +114,20 @@ pub(crate) fn check_text(
     Ok(())
 }
 
+/// Checks a name given to a store ([`crate::FencedStore::name`]), as the adapters' `named`
+/// methods take it: non-empty, without control or format characters.
+pub fn check_store_name(name: &str) -> Result<(), InvalidInput> {
+    if name.is_empty() || name.chars().any(is_refused_char) {
+        return Err(InvalidInput::new(
+            InputKind::StoreSet,
+            format!(
+                "{name:?} cannot name a store: it must be non-empty, without control or format characters"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,18 +159,16 @@ mod tests {
         }
         assert!(in_ranges('\u{200B}') && in_ranges('\u{1F}') && !in_ranges('x'));
     }
-}
 
-/// Checks a name given to a store ([`crate::FencedStore::name`]), as the adapters' `named`
-/// methods take it: non-empty, without control or format characters.
-pub fn check_store_name(name: &str) -> Result<(), InvalidInput> {
-    if name.is_empty() || name.chars().any(is_refused_char) {
-        return Err(InvalidInput::new(
-            InputKind::StoreSet,
-            format!(
-                "{name:?} cannot name a store: it must be non-empty, without control or format characters"
-            ),
-        ));
+    #[test]
+    fn store_names_refuse_only_the_empty_and_the_invisible() {
+        assert!(check_store_name("postgres:public.payouts").is_ok());
+        assert!(check_store_name("billing ledger (eu)").is_ok());
+        for bad in ["", "led\nger", "led\u{200B}ger"] {
+            assert_eq!(
+                check_store_name(bad).unwrap_err().kind(),
+                InputKind::StoreSet
+            );
+        }
     }
-    Ok(())
 }

@@ -171,9 +171,9 @@ impl Bench {
                     .await
                     .unwrap();
                 assert_eq!(claimed.written.len(), ROWS);
-                for k in &claimed.written {
+                for written in &claimed.written {
                     self.store
-                        .write(k, token, &self.lifecycle.confirm())
+                        .write(&written.record.key, token, &self.lifecycle.confirm())
                         .await
                         .unwrap();
                 }

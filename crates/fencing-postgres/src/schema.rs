@@ -129,10 +129,10 @@ impl Schema {
         if !TEXT_OIDS.contains(&state_oid) {
             return Err(wrong_type("state", table.state_column(), "text or varchar"));
         }
-        if let Some(payload) = table.payload_column() {
-            if column("payload", payload, "")? != BYTEA_OID {
-                return Err(wrong_type("payload", payload, "bytea"));
-            }
+        if let Some(payload) = table.payload_column()
+            && column("payload", payload, "")? != BYTEA_OID
+        {
+            return Err(wrong_type("payload", payload, "bytea"));
         }
         if !key_unique {
             let key = table.key_column();
