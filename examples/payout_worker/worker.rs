@@ -194,10 +194,11 @@ pub(crate) async fn run(
                 ..Run::default()
             };
             let lifecycle = lifecycle();
-            // A plain read picks the work; the claim, not the read, is what is fenced.
+            // A plain read lists the candidates; the claim, fenced and conditional on the state,
+            // decides which are this run's (a payout cancelled meanwhile is skipped there).
             let rows = sqlx::query(AssertSqlSafe(format!(
                 "SELECT id::text, amount_cents FROM \"{schema}\".payouts \
-             WHERE merchant = $1 AND status IN ('queued', 'sending') ORDER BY created_at, id"
+             WHERE merchant = $1 AND status <> 'paid' ORDER BY created_at, id"
             )))
             .bind(merchant)
             .fetch_all(pool)

@@ -335,3 +335,42 @@ async fn after_a_batch_claim_only_records_in_flight_before_it_are_looked_up() {
     assert_eq!(gateway.perform_calls(), 2);
     schema.drop_schema().await;
 }
+
+#[tokio::test]
+async fn a_write_in_the_callers_transaction_tells_a_regression_from_a_newer_holder() {
+    let schema = Schema::new().await;
+    let payouts = payouts(&schema).await;
+    let lifecycle = payout_lifecycle();
+    // The row carries fence 40, above anything this source has issued: its counter went back.
+    payouts
+        .write(&key(P1), token(40), &lifecycle.claim())
+        .await
+        .unwrap();
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("payouts:m_4471").unwrap();
+    let mine = source.advance_to(&resource, token(33)).await.unwrap();
+    let fence = Fence::new(&resource, mine, &source);
+    let mut tx = schema.pool.begin().await.unwrap();
+    let err = payouts
+        .write_in(&mut *tx, &fence, &key(P1), &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
+    drop(tx);
+    assert!(
+        source.current(&resource).await.unwrap() >= Some(token(40)),
+        "the source was raised past the fence found"
+    );
+    // Under a source that did issue 40, the same refusal is a newer holder.
+    let err = payouts
+        .write_in(
+            &schema.pool,
+            &Fence::new(&resource, mine, &source),
+            &key(P1),
+            &lifecycle.claim(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+    schema.drop_schema().await;
+}
