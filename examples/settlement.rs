@@ -6,12 +6,20 @@
 //! cargo run --example settlement                    # fences on: nothing sent twice
 //! cargo run --example settlement -- --no-fence      # every write presents the same token
 //! cargo run --example settlement -- --no-fence --gateway-ignores-keys
+//! RUST_LOG=fencing=info cargo run --example settlement   # and the library's events
 //! ```
 
 use fencing_test_support::settlement::{self, GatewayMode, SettlementConfig};
 use fencing_testkit::Fencing;
 
 fn main() {
+    // The library's events (docs/operating.md), on stderr: RUST_LOG=fencing=info or =debug.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let mut fencing = Fencing::On;
     let mut gateway = GatewayMode::Idempotent;
     for arg in std::env::args().skip(1) {

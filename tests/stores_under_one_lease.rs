@@ -22,29 +22,12 @@ fn key(text: &str) -> RecordKey {
 }
 
 fn dynamodb() -> aws_sdk_dynamodb::Client {
-    aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .endpoint_url(services::aws_endpoint())
-            .region(aws::region())
-            .credentials_provider(aws::credentials())
-            .http_client(aws::http_client())
-            .build(),
-    )
+    aws::dynamodb_client(aws_sdk_dynamodb::Config::builder())
 }
 
 #[cfg(feature = "s3")]
 fn s3() -> aws_sdk_s3::Client {
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::Config::builder()
-            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .endpoint_url(services::aws_endpoint())
-            .region(aws::region())
-            .credentials_provider(aws::credentials())
-            .http_client(aws::http_client())
-            .force_path_style(true)
-            .build(),
-    )
+    aws::s3_client(aws_sdk_s3::Config::builder())
 }
 
 /// The refunds table in a schema of this test's own.

@@ -68,6 +68,12 @@ fn options() -> std::result::Result<Options, String> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let options = options().unwrap_or_else(|why| {
         eprintln!("{why}");
         std::process::exit(2)

@@ -11,6 +11,7 @@ use crate::lease::Lease;
 use crate::name::{RecordKey, ResourceName, State};
 use crate::retry::{RetryPolicy, acquire};
 use crate::store::{FencedStore, FencedWrite, Written};
+use crate::telemetry;
 use crate::token::FencingToken;
 use crate::ttl::Ttl;
 
@@ -342,15 +343,16 @@ impl FencedBatch {
             .guard
             .take()
             .expect("the guard is only taken by finish or drop");
+        let (resource, token) = (guard.resource().clone(), guard.token());
         let released = self.lease.release(guard).await;
-        if let Some((store, record)) = self.aborted_by() {
-            return Err(Error::BatchAborted { store, record });
-        }
-        match released {
-            Ok(()) => Ok(Finished::Released),
-            Err(Error::LeaseLost { .. }) => Ok(Finished::LeaseAlreadyExpired),
-            Err(err) => Err(err),
-        }
+        let finished = match (self.aborted_by(), released) {
+            (Some((store, record)), _) => Err(Error::BatchAborted { store, record }),
+            (None, Ok(())) => Ok(Finished::Released),
+            (None, Err(Error::LeaseLost { .. })) => Ok(Finished::LeaseAlreadyExpired),
+            (None, Err(err)) => Err(err),
+        };
+        telemetry::batch_finished(&resource, token, finished.as_ref().copied());
+        finished
     }
 
     /// The fence every write of this batch presents. Writes made through it directly are not
@@ -381,13 +383,18 @@ impl FencedBatch {
         if let Err(err) = &result {
             match SkippedRecord::of(err) {
                 Some(skipped) if self.policy == MismatchPolicy::Skip => {
+                    telemetry::batch_skipped(self.token(), &skipped);
                     lock(&self.skipped).push(skipped);
                     return result;
                 }
                 _ => {}
             }
             if let Some((store, record)) = err.rejected_at() {
-                lock(&self.aborted).get_or_insert_with(|| (store.to_owned(), record.clone()));
+                let mut aborted = lock(&self.aborted);
+                if aborted.is_none() {
+                    telemetry::batch_aborted(self.guard().resource(), self.token(), store, record);
+                    *aborted = Some((store.to_owned(), record.clone()));
+                }
             }
         }
         result

@@ -8,6 +8,7 @@ use crate::fence::Fence;
 use crate::input::{InputKind, InvalidInput};
 use crate::name::{RecordKey, State};
 use crate::store::{FencedStore, FencedWrite, Record, Written};
+use crate::telemetry;
 
 /// Something outside every fenced store, made safe by an idempotency key: a payment
 /// gateway, an email sender, a webhook.
@@ -214,19 +215,20 @@ impl<'a> Fence<'a> {
         };
         let was_in_flight = claimed.previous_state.as_ref() == Some(lifecycle.in_flight());
         let recovered = if was_in_flight {
-            effect.lookup(key).await.map_err(effect_err)?
+            telemetry::takeover(store.name(), key, self.token(), claimed.previous_fence);
+            let found = effect.lookup(key).await.map_err(effect_err)?;
+            telemetry::effect_looked_up(key, found.is_some());
+            found
         } else {
             None
         };
         let (receipt, was_recovered) = match recovered {
             Some(receipt) => (receipt, true),
-            None => (
-                effect
-                    .perform(key, &claimed.record)
-                    .await
-                    .map_err(effect_err)?,
-                false,
-            ),
+            None => {
+                let performed = effect.perform(key, &claimed.record).await;
+                telemetry::effect_performed(key, performed.as_ref().map(drop));
+                (performed.map_err(effect_err)?, false)
+            }
         };
         confirm(&receipt).await?;
         Ok(if was_recovered {

@@ -1,9 +1,12 @@
 //! A token in hand: fenced writes that tell a stale holder from a counter that went backwards.
 
+use std::time::Instant;
+
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::name::{RecordKey, ResourceName};
-use crate::store::{FencedStore, FencedWrite, Written};
+use crate::store::{FenceCheck, FencedStore, FencedWrite, Written};
+use crate::telemetry;
 use crate::token::FencingToken;
 use crate::token_source::TokenSource;
 
@@ -82,11 +85,53 @@ impl<'a> Fence<'a> {
         key: &RecordKey,
         write: &FencedWrite,
     ) -> Result<Written> {
+        self.observed(
+            store.name(),
+            key,
+            write.check(),
+            self.write_unobserved(store, key, write),
+        )
+        .await
+    }
+
+    /// Runs `attempt`, a fenced write of `key` in the store named `store` with this fence's
+    /// token made some other way (in the caller's transaction, say), and reports its outcome
+    /// as [`Self::write`] does: a `tracing` event, and the `metrics` counters and latency when
+    /// that feature is on. Returns the outcome unchanged.
+    pub async fn observed<T>(
+        &self,
+        store: &str,
+        key: &RecordKey,
+        check: FenceCheck,
+        attempt: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let result = attempt.await;
+        telemetry::write_ended(
+            store,
+            key,
+            self.token,
+            check,
+            result.as_ref().map(drop),
+            started.elapsed(),
+        );
+        result
+    }
+
+    async fn write_unobserved<S: FencedStore + ?Sized>(
+        &self,
+        store: &S,
+        key: &RecordKey,
+        write: &FencedWrite,
+    ) -> Result<Written> {
         let mut retries = 0;
         loop {
             match store.write(key, self.token, write).await {
                 Ok(written) => return Ok(written),
-                Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => retries += 1,
+                Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
+                    retries += 1;
+                    telemetry::ambiguous_retry(store.name(), key, self.token, retries);
+                }
                 Err(err) if write.refusal_may_be_own(&err, retries > 0) => {
                     return self.own_earlier_attempt(store, key, write, err).await;
                 }
@@ -138,7 +183,8 @@ impl<'a> Fence<'a> {
         };
         match self.source.current(self.resource).await {
             Ok(highest_issued) if is_regression(found_fence, highest_issued) => {
-                let _ = self.source.advance_to(self.resource, found_fence).await;
+                let advanced = self.source.advance_to(self.resource, found_fence).await;
+                telemetry::token_advanced(self.resource, found_fence, advanced.as_ref().map(drop));
                 Error::TokenRegression {
                     store,
                     record,

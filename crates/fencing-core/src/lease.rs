@@ -2,12 +2,14 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::name::ResourceName;
+use crate::token::FencingToken;
 use crate::token_source::TokenSource;
 use crate::ttl::Ttl;
 
@@ -37,8 +39,26 @@ pub trait Lease: Send + Sync + Debug {
     /// Releases the guard's lease, if its owner still holds it.
     async fn release(&self, guard: LeaseGuard) -> Result<()>;
 
+    /// Who holds `resource` now, as the lease's store says: `None` when nobody does (never
+    /// held, released, or expired). For operators and tools; never a safety check (the
+    /// answer can be stale the moment it arrives; the fence is what is safe).
+    async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>>;
+
     /// The counter this lease draws its tokens from, for regression checks and seeding.
     fn token_source(&self) -> &dyn TokenSource;
+}
+
+/// A live lease as its store reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseStatus {
+    /// The holder's owner id.
+    pub owner: String,
+    /// The holder's token, where the store keeps it with the lease; otherwise the highest
+    /// token issued for the resource (the Redis lease), which is the holder's unless a counter
+    /// was raised since.
+    pub token: Option<FencingToken>,
+    /// How long until the lease expires, by the store's clock where it judges expiry.
+    pub time_left: Duration,
 }
 
 macro_rules! forward_lease {
@@ -57,6 +77,9 @@ macro_rules! forward_lease {
             }
             async fn release(&self, guard: LeaseGuard) -> Result<()> {
                 (**self).release(guard).await
+            }
+            async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
+                (**self).status(resource).await
             }
             fn token_source(&self) -> &dyn TokenSource {
                 (**self).token_source()

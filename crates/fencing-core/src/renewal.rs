@@ -8,6 +8,7 @@ use tokio::task::JoinHandle;
 
 use crate::guard::LeaseGuard;
 use crate::lease::Lease;
+use crate::telemetry;
 
 /// A background task that extends a lease every `every`, by the guard's TTL, until an
 /// extension fails; then it stops and marks the lease lost, so the batch can stop early.
@@ -37,7 +38,13 @@ impl LeaseRenewal {
                     tokio::time::sleep(every).await;
                     let mut renewed = lock(&guard).clone();
                     let ttl = renewed.ttl();
-                    if lease.extend(&mut renewed, ttl).await.is_err() {
+                    let extended = lease.extend(&mut renewed, ttl).await;
+                    telemetry::renewal(
+                        renewed.resource(),
+                        renewed.token(),
+                        extended.as_ref().map(drop),
+                    );
+                    if extended.is_err() {
                         lost.store(true, Ordering::SeqCst);
                         return;
                     }

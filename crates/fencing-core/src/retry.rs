@@ -7,6 +7,7 @@ use crate::guard::LeaseGuard;
 use crate::input::{InputKind, InvalidInput};
 use crate::lease::Lease;
 use crate::name::ResourceName;
+use crate::telemetry;
 use crate::ttl::Ttl;
 
 /// How [`acquire`] retries a lease held by another owner: exponential backoff, bounded.
@@ -89,7 +90,9 @@ pub async fn acquire<L: Lease + ?Sized>(
     retry: &RetryPolicy,
 ) -> Result<LeaseGuard> {
     for attempt in 1..=retry.attempts {
-        if let Some(guard) = lease.try_acquire(resource, ttl).await? {
+        let granted = lease.try_acquire(resource, ttl).await?;
+        telemetry::acquisition(resource, granted.as_ref().map(LeaseGuard::token));
+        if let Some(guard) = granted {
             return Ok(guard);
         }
         if attempt < retry.attempts {

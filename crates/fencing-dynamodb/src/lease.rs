@@ -1,13 +1,13 @@
 //! A lease item whose acquisition and fencing token take one `UpdateItem`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{
-    Clock, Error, InvalidInput, Lease, LeaseGuard, OwnerId, ResourceName, Result, TokenSource,
-    TokioClock, Ttl,
+    Clock, Error, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
+    TokenSource, TokioClock, Ttl,
 };
 
 use crate::expression::number;
@@ -139,6 +139,27 @@ impl Lease for DynamoLease {
 
     async fn release(&self, guard: LeaseGuard) -> Result<()> {
         self.as_owner(&guard, "REMOVE #owner, #expires", None).await
+    }
+
+    async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
+        let item = self.tokens.item(resource).await?;
+        let Some(item) = item.as_ref() else {
+            return Ok(None);
+        };
+        let owner = item.get(OWNER).and_then(|o| o.as_s().ok());
+        let expires = item
+            .get(EXPIRES)
+            .and_then(|e| e.as_n().ok())
+            .and_then(|ms| ms.parse::<u64>().ok());
+        let now = now_ms();
+        match (owner, expires) {
+            (Some(owner), Some(expires)) if expires > now => Ok(Some(LeaseStatus {
+                owner: owner.clone(),
+                token: self.tokens.counter_in(Some(item))?,
+                time_left: Duration::from_millis(expires - now),
+            })),
+            _ => Ok(None),
+        }
     }
 
     fn token_source(&self) -> &dyn TokenSource {

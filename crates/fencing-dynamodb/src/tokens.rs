@@ -104,6 +104,21 @@ impl DynamoTokenSource {
         })
     }
 
+    /// The item of `resource` (its counter, and its lease where a lease shares the table), read
+    /// consistently.
+    pub(crate) async fn item(&self, resource: &ResourceName) -> Result<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(resource_key(resource)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(e, &self.name, RequestEffect::ReadOnly))?;
+        Ok(out.item)
+    }
+
     /// The counter of an item returned by a request.
     pub(crate) fn counter_in(&self, item: Option<&Item>) -> Result<Option<FencingToken>> {
         token_from("counter", item.and_then(|item| item.get(TOKEN)))
@@ -151,16 +166,7 @@ impl TokenSource for DynamoTokenSource {
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(resource_key(resource)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| classify(e, &self.name, RequestEffect::ReadOnly))?;
-        self.counter_in(out.item())
+        self.counter_in(self.item(resource).await?.as_ref())
     }
 
     async fn advance_to(

@@ -6,7 +6,9 @@
 //!
 //! Each round times every variant once, in rotating order, over the same 1,200 rows on one
 //! connection; the medians of the rounds are reported with their ratio to the unfenced
-//! baseline. Nothing here asserts a time: the figures go to docs/benchmarks.md.
+//! baseline. Nothing here asserts a time: the figures go to docs/benchmarks.md. With
+//! `--features fencing-core/metrics` the instrumented variants also record counters (to no
+//! recorder, as in an application that installed none).
 
 use std::time::{Duration, Instant};
 
@@ -69,6 +71,14 @@ async fn main() {
         ])
         .await;
     bench::report(&settlements, ROWS, "row");
+    println!();
+    let observed = bench
+        .compare(&[
+            "Fence::write (claim), no subscriber",
+            "Fence::write (claim), every event formatted to a discarding subscriber",
+        ])
+        .await;
+    bench::report(&observed, ROWS, "row");
 
     sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
         .execute(&pool)
@@ -95,6 +105,19 @@ impl Bench {
             start.elapsed()
         })
         .await
+    }
+
+    /// A claim of every row through a `Fence` (so with its events and, with the `metrics`
+    /// feature, its counters).
+    async fn fenced_claims(&self, token: FencingToken) {
+        let source = MemoryTokenSource::new();
+        let resource = ResourceName::new("settle:m_4471").unwrap();
+        source.advance_to(&resource, token).await.unwrap();
+        let fence = Fence::new(&resource, token, &source);
+        let claim = self.lifecycle.claim();
+        for k in &self.keys {
+            fence.write(&self.store, k, &claim).await.unwrap();
+        }
     }
 
     async fn reset(&self) {
@@ -147,6 +170,15 @@ impl Bench {
                 for k in &self.keys {
                     self.store.write(k, token, &claim).await.unwrap();
                 }
+            }
+            "Fence::write (claim), no subscriber" => self.fenced_claims(token).await,
+            "Fence::write (claim), every event formatted to a discarding subscriber" => {
+                let discard = tracing_subscriber::fmt()
+                    .with_max_level(tracing::Level::TRACE)
+                    .with_writer(std::io::sink)
+                    .finish();
+                let _default = tracing::subscriber::set_default(discard);
+                self.fenced_claims(token).await;
             }
             "settlement, row-by-row claims" => {
                 for k in &self.keys {

@@ -1,10 +1,12 @@
 //! A lease on a table, judged by the database's clock, with its token drawn in the same
 //! statement.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use fencing_core::{
-    Clock, Error, FencingToken, Lease, LeaseGuard, OwnerId, RequestEffect, ResourceName, Result,
-    TokenSource, TokioClock, Ttl,
+    Clock, Error, FencingToken, Lease, LeaseGuard, LeaseStatus, OwnerId, RequestEffect,
+    ResourceName, Result, TokenSource, TokioClock, Ttl,
 };
 use sqlx::{AssertSqlSafe, Row};
 
@@ -23,6 +25,7 @@ pub struct PgLease {
     acquire: String,
     extend: String,
     release: String,
+    status: String,
 }
 
 impl PgLease {
@@ -51,6 +54,10 @@ impl PgLease {
             ),
             release: format!(
                 "DELETE FROM {table} WHERE resource = $1 AND owner = $2 AND expires_at > now()"
+            ),
+            status: format!(
+                "SELECT owner, token, (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::int8 \
+                 FROM {table} WHERE resource = $1 AND expires_at > now()"
             ),
             acquire,
             table,
@@ -151,6 +158,31 @@ impl Lease for PgLease {
             return Err(guard.lost());
         }
         Ok(())
+    }
+
+    async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
+        let row = sqlx::query(AssertSqlSafe(self.status.as_str()))
+            .bind(resource.as_str())
+            .fetch_optional(self.tokens.pool())
+            .await
+            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let decoded = || -> Result<_, PgFailure> {
+            let token: i64 = row.try_get(1)?;
+            let token = FencingToken::from_i64(token)
+                .map_err(|e| PgFailure::Corrupt(format!("lease token {token}: {e}")))?;
+            let millis: i64 = row.try_get(2)?;
+            Ok(LeaseStatus {
+                owner: row.try_get(0)?,
+                token: Some(token),
+                time_left: Duration::from_millis(millis.max(0) as u64),
+            })
+        };
+        decoded()
+            .map(Some)
+            .map_err(|e| self.failed(e, RequestEffect::ReadOnly))
     }
 
     fn token_source(&self) -> &dyn TokenSource {

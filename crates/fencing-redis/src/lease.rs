@@ -2,11 +2,12 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::{
-    Clock, FenceFloor, Lease, LeaseGuard, OwnerId, RequestEffect, ResourceName, Result,
-    TokenSource, TokioClock, Ttl,
+    Clock, FenceFloor, Lease, LeaseGuard, LeaseStatus, OwnerId, RequestEffect, ResourceName,
+    Result, TokenSource, TokioClock, Ttl,
 };
 use redis::Script;
 use redis::aio::ConnectionLike;
@@ -131,6 +132,28 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> 
             return Err(guard.lost());
         }
         Ok(())
+    }
+
+    async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
+        let client = self.tokens.client();
+        let lock = client.keys().lock_key(resource)?;
+        let (owner, millis_left): (Option<String>, i64) = client
+            .run(
+                &client.scripts().status,
+                resource,
+                &[&lock],
+                &[],
+                RequestEffect::ReadOnly,
+            )
+            .await?;
+        let Some(owner) = owner.filter(|_| millis_left > 0) else {
+            return Ok(None);
+        };
+        Ok(Some(LeaseStatus {
+            owner,
+            token: self.tokens.current(resource).await?,
+            time_left: Duration::from_millis(millis_left as u64),
+        }))
     }
 
     fn token_source(&self) -> &dyn TokenSource {

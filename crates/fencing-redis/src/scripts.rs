@@ -98,6 +98,12 @@ end
 return 0
 "#;
 
+/// KEYS: lease. The holder and the milliseconds left, in one read (nil and a negative number
+/// when nobody holds it).
+const STATUS: &str = r#"
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
+"#;
+
 /// Every script, compiled (hashed) once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -107,6 +113,7 @@ pub(crate) struct Scripts {
     pub(crate) advance: Script,
     pub(crate) extend: Script,
     pub(crate) release: Script,
+    pub(crate) status: Script,
 }
 
 impl Scripts {
@@ -119,6 +126,7 @@ impl Scripts {
             advance: with_counter(ADVANCE),
             extend: Script::new(EXTEND),
             release: Script::new(RELEASE),
+            status: Script::new(STATUS),
         }
     }
 }

@@ -32,6 +32,35 @@ pub fn region() -> Region {
     Region::new("us-east-1")
 }
 
+/// A DynamoDB client on the emulator as a user builds one (their endpoint, credentials and
+/// HTTP stack), from `config`, which may add interceptors.
+pub fn dynamodb_client(config: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::Client {
+    aws_sdk_dynamodb::Client::from_conf(
+        config
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .endpoint_url(crate::services::aws_endpoint())
+            .region(region())
+            .credentials_provider(credentials())
+            .http_client(http_client())
+            .build(),
+    )
+}
+
+/// An S3 client on the emulator, path-style (the emulator has no virtual hosts), from
+/// `config`, which may add interceptors.
+pub fn s3_client(config: aws_sdk_s3::config::Builder) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        config
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .endpoint_url(crate::services::aws_endpoint())
+            .region(region())
+            .credentials_provider(credentials())
+            .http_client(http_client())
+            .force_path_style(true)
+            .build(),
+    )
+}
+
 /// An interceptor that loses the answer of the next requests it is armed for, after the
 /// service handled them, through the SDK's own hook: what a connection reset after the server
 /// applied the request looks like to the caller. Clones share their counters.

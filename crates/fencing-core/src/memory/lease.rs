@@ -8,14 +8,16 @@ use super::{MemoryTokenSource, lock};
 use crate::clock::{Clock, TokioClock};
 use crate::error::Result;
 use crate::guard::{LeaseGuard, OwnerId};
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseStatus};
 use crate::name::ResourceName;
+use crate::token::FencingToken;
 use crate::token_source::TokenSource;
 use crate::ttl::Ttl;
 
 #[derive(Debug)]
 struct Holder {
     owner: OwnerId,
+    token: FencingToken,
     expires_at: Instant,
 }
 
@@ -78,6 +80,7 @@ impl Lease for MemoryLease {
                         resource.clone(),
                         Holder {
                             owner: owner.clone(),
+                            token,
                             expires_at: now + ttl.duration(),
                         },
                     );
@@ -119,6 +122,18 @@ impl Lease for MemoryLease {
             }
             _ => Err(guard.lost()),
         }
+    }
+
+    async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
+        let now = self.clock.now();
+        Ok(lock(&self.holders)
+            .get(resource)
+            .filter(|h| h.expires_at > now)
+            .map(|h| LeaseStatus {
+                owner: h.owner.to_string(),
+                token: Some(h.token),
+                time_left: h.expires_at - now,
+            }))
     }
 
     fn token_source(&self) -> &dyn TokenSource {

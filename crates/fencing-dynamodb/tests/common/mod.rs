@@ -3,9 +3,8 @@
 #![allow(dead_code)]
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::BehaviorVersion;
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
-use fencing_test_support::{aws, services};
+use fencing_test_support::aws;
 use fencing_testkit::conformance::Capabilities;
 use fencing_testkit::unique_name;
 
@@ -16,14 +15,7 @@ pub(crate) fn client() -> Client {
 
 /// The same client, built from `config` (which may add interceptors).
 pub(crate) fn client_with(config: aws_sdk_dynamodb::config::Builder) -> Client {
-    let config = config
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(services::aws_endpoint())
-        .region(aws::region())
-        .credentials_provider(aws::credentials())
-        .http_client(aws::http_client())
-        .build();
-    Client::from_conf(config)
+    aws::dynamodb_client(config)
 }
 
 /// The emulator does not serialise concurrent requests: the suite's races go through

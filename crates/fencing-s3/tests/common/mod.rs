@@ -3,9 +3,8 @@
 #![allow(dead_code)]
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::BehaviorVersion;
 use fencing_s3::{S3Bucket, S3Store};
-use fencing_test_support::{aws, services};
+use fencing_test_support::aws;
 use fencing_testkit::conformance::Capabilities;
 use fencing_testkit::unique_name;
 
@@ -16,16 +15,7 @@ pub(crate) fn client() -> Client {
 
 /// The same client, built from `config` (which may add interceptors).
 pub(crate) fn client_with(config: aws_sdk_s3::config::Builder) -> Client {
-    Client::from_conf(
-        config
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(services::aws_endpoint())
-            .region(aws::region())
-            .credentials_provider(aws::credentials())
-            .http_client(aws::http_client())
-            .force_path_style(true)
-            .build(),
-    )
+    aws::s3_client(config)
 }
 
 /// The emulator does not serialise concurrent requests, and answers in milliseconds.

@@ -20,6 +20,30 @@ pub async fn lease_suite<L: Lease + 'static>(lease: Arc<L>, caps: Capabilities) 
     local_deadline_is_conservative(&*lease, caps).await;
     acquire_retries_until_expiry(&*lease, caps).await;
     hostile_resource_names_are_distinct(&*lease, caps).await;
+    status_names_the_live_holder_only(&*lease, caps).await;
+}
+
+/// `status` names the holder and its token while the lease is live, and nobody once it is
+/// released or expired.
+pub async fn status_names_the_live_holder_only<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
+    let r = resource("lease-status");
+    assert_eq!(lease.status(&r).await.unwrap(), None, "never held");
+    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    let status = lease.status(&r).await.unwrap().expect("held");
+    assert_eq!(status.owner, guard.owner().as_str());
+    assert_eq!(status.token, Some(guard.token()));
+    assert!(
+        status.time_left <= caps.short_ttl.duration() && !status.time_left.is_zero(),
+        "time left {:?} of a {:?} lease",
+        status.time_left,
+        caps.short_ttl.duration()
+    );
+    lease.release(guard).await.unwrap();
+    assert_eq!(lease.status(&r).await.unwrap(), None, "released");
+    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    tokio::time::sleep(caps.past_expiry()).await;
+    assert_eq!(lease.status(&r).await.unwrap(), None, "expired");
+    drop(guard);
 }
 
 /// Asserts that `r` is held: another acquisition is refused.

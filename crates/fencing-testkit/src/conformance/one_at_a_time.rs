@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use fencing_core::{
-    FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, Record, RecordKey, ResourceName,
-    Result, TokenSource, Ttl, Written,
+    FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, LeaseStatus, Record, RecordKey,
+    ResourceName, Result, TokenSource, Ttl, Written,
 };
 use tokio::sync::Mutex;
 
@@ -63,6 +63,11 @@ impl<L: Lease> Lease for OneAtATime<L> {
     async fn release(&self, guard: LeaseGuard) -> Result<()> {
         let _turn = self.turn.lock().await;
         self.inner.release(guard).await
+    }
+
+    async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
+        let _turn = self.turn.lock().await;
+        self.inner.status(resource).await
     }
 
     fn token_source(&self) -> &dyn TokenSource {

@@ -1,0 +1,191 @@
+//! Where the stores are: flags, with the usual environment variables as their defaults.
+
+use std::sync::Arc;
+
+use clap::Args;
+use fencing_core::{Lease, TokenSource};
+use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
+use fencing_postgres::{PgLease, PgTokenSource, QualifiedName};
+use fencing_redis::{RedisLease, RedisTokenSource};
+use redis::aio::MultiplexedConnection;
+use sqlx::PgPool;
+
+use crate::Backend;
+use crate::output::Failure;
+
+/// How to reach each store. AWS credentials come from `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` only, never from a flag.
+#[derive(Debug, Args)]
+pub(crate) struct Settings {
+    /// PostgreSQL to talk to.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+    /// Redis to talk to.
+    #[arg(long, env = "REDIS_URL", global = true, hide_env_values = true)]
+    redis_url: Option<String>,
+    /// The AWS endpoint (an emulator, a VPC endpoint); the public one for the region if unset.
+    #[arg(long, env = "AWS_ENDPOINT_URL", global = true)]
+    aws_endpoint: Option<String>,
+    /// The AWS region.
+    #[arg(long, env = "AWS_REGION", global = true, default_value = "us-east-1")]
+    aws_region: String,
+    /// The PostgreSQL table of leases (`PgLease`), as SCHEMA.TABLE.
+    #[arg(long, global = true, default_value = "public.fencing_leases")]
+    pg_lease_table: String,
+    /// The PostgreSQL table of counters (`PgTokenSource`), as SCHEMA.TABLE.
+    #[arg(long, global = true, default_value = "public.fencing_tokens")]
+    pg_token_table: String,
+    /// The DynamoDB table of leases and counters (`DynamoLease`, `DynamoTokenSource`).
+    #[arg(long, global = true, default_value = "fencing-leases")]
+    dynamodb_table: String,
+    /// The PostgreSQL table (SCHEMA.TABLE) of the epochs behind Redis tokens
+    /// (`RedisLease::new`); without it, Redis counters are read and raised as they are.
+    #[arg(long, global = true)]
+    redis_epochs: Option<String>,
+}
+
+/// `SCHEMA.TABLE`.
+pub(crate) fn qualified(text: &str) -> Result<QualifiedName, Failure> {
+    let (schema, table) = text.split_once('.').ok_or_else(|| {
+        Failure::usage(format!(
+            "{text:?} is not SCHEMA.TABLE: write it as public.{text}"
+        ))
+    })?;
+    Ok(QualifiedName::new(schema, table)?)
+}
+
+/// The configuration builder of the SDK crate `$sdk`, with the settings' region, endpoint,
+/// credentials and HTTP stack (the two SDKs' builders share no type).
+macro_rules! aws_config {
+    ($sdk:ident, $settings:expr) => {{
+        use $sdk::config::{BehaviorVersion, Builder, Region};
+        let settings: &Settings = $settings;
+        let mut config = Builder::new()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(settings.aws_region.clone()))
+            .credentials_provider(settings.aws_credentials()?)
+            .http_client(Settings::http_client());
+        if let Some(endpoint) = &settings.aws_endpoint {
+            config = config.endpoint_url(endpoint);
+        }
+        config
+    }};
+}
+
+impl Settings {
+    pub(crate) async fn pg_pool(&self) -> Result<PgPool, Failure> {
+        let url = self.database_url.as_deref().ok_or_else(|| {
+            Failure::usage("no PostgreSQL to talk to: set DATABASE_URL or pass --database-url")
+        })?;
+        PgPool::connect(url).await.map_err(|e| {
+            Failure::service(format!(
+                "cannot reach PostgreSQL ({e}): check DATABASE_URL and that the server is up"
+            ))
+        })
+    }
+
+    pub(crate) async fn redis(&self) -> Result<MultiplexedConnection, Failure> {
+        let url = self.redis_url.as_deref().ok_or_else(|| {
+            Failure::usage("no Redis to talk to: set REDIS_URL or pass --redis-url")
+        })?;
+        let unreachable = |e: redis::RedisError| {
+            Failure::service(format!(
+                "cannot reach Redis ({e}): check REDIS_URL and that the server is up"
+            ))
+        };
+        redis::Client::open(url)
+            .map_err(unreachable)?
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(unreachable)
+    }
+
+    fn aws_credentials(&self) -> Result<aws_credential_types::Credentials, Failure> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+            (Some(id), Some(secret)) => Ok(aws_credential_types::Credentials::new(
+                id,
+                secret,
+                var("AWS_SESSION_TOKEN"),
+                None,
+                "environment",
+            )),
+            _ => Err(Failure::usage(
+                "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            )),
+        }
+    }
+
+    fn http_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+        aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::Ring))
+            .build_https()
+    }
+
+    pub(crate) fn dynamodb(&self) -> Result<aws_sdk_dynamodb::Client, Failure> {
+        let config = aws_config!(aws_sdk_dynamodb, self);
+        Ok(aws_sdk_dynamodb::Client::from_conf(config.build()))
+    }
+
+    pub(crate) fn s3(&self) -> Result<aws_sdk_s3::Client, Failure> {
+        let mut config = aws_config!(aws_sdk_s3, self);
+        if self.aws_endpoint.is_some() {
+            // An emulator or a VPC endpoint has no virtual hosts.
+            config = config.force_path_style(true);
+        }
+        Ok(aws_sdk_s3::Client::from_conf(config.build()))
+    }
+
+    async fn pg_tokens(&self) -> Result<PgTokenSource, Failure> {
+        Ok(PgTokenSource::new(
+            self.pg_pool().await?,
+            qualified(&self.pg_token_table)?,
+        ))
+    }
+
+    async fn redis_tokens(&self) -> Result<RedisTokenSource<MultiplexedConnection>, Failure> {
+        let conn = self.redis().await?;
+        Ok(match &self.redis_epochs {
+            Some(table) => {
+                let epochs = PgTokenSource::new(self.pg_pool().await?, qualified(table)?);
+                RedisTokenSource::new(conn, Arc::new(epochs))
+            }
+            None => RedisTokenSource::may_reissue_tokens(conn),
+        })
+    }
+
+    pub(crate) async fn lease(&self, backend: Backend) -> Result<Box<dyn Lease>, Failure> {
+        Ok(match backend {
+            Backend::Redis => {
+                let conn = self.redis().await?;
+                match &self.redis_epochs {
+                    Some(table) => {
+                        let epochs = PgTokenSource::new(self.pg_pool().await?, qualified(table)?);
+                        Box::new(RedisLease::new(conn, Arc::new(epochs)))
+                    }
+                    None => Box::new(RedisLease::may_reissue_tokens(conn)),
+                }
+            }
+            Backend::Postgres => Box::new(PgLease::new(
+                qualified(&self.pg_lease_table)?,
+                self.pg_tokens().await?,
+            )),
+            Backend::Dynamodb => Box::new(DynamoLease::new(
+                self.dynamodb()?,
+                self.dynamodb_table.clone(),
+            )?),
+        })
+    }
+
+    pub(crate) async fn tokens(&self, backend: Backend) -> Result<Box<dyn TokenSource>, Failure> {
+        Ok(match backend {
+            Backend::Redis => Box::new(self.redis_tokens().await?),
+            Backend::Postgres => Box::new(self.pg_tokens().await?),
+            Backend::Dynamodb => Box::new(DynamoTokenSource::new(
+                self.dynamodb()?,
+                self.dynamodb_table.clone(),
+            )?),
+        })
+    }
+}

@@ -1,0 +1,167 @@
+//! `fencing`: the operator's command for a deployment of the `fencing` library.
+//!
+//! ```text
+//! fencing lease status settle:m_4471 --lease redis
+//! fencing token current settle:m_4471 --tokens postgres
+//! fencing token advance settle:m_4471 --tokens postgres --to 40
+//! fencing seed settle:m_4471 --tokens postgres --from postgres:public.refund --from dynamodb:ledger
+//! fencing probe postgres:public.refund dynamodb:ledger s3:receipts/m_4471/
+//! ```
+//!
+//! Exit codes: 0 done (a probe: every store refused the stale token); 1 a probe found a store
+//! that did not behave as a fenced store; 2 bad usage; 3 a store or service failed or was
+//! unreachable. Every error is one sentence saying what to do; `--json` prints one JSON object
+//! per command on stdout instead of a table.
+
+mod commands;
+mod connect;
+mod output;
+mod spec;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::connect::Settings;
+use crate::output::Failure;
+
+/// Operate a `fencing` deployment: who holds a lease, where a counter stands, the repair after
+/// a lost counter, and a self-test that every store refuses a stale token.
+#[derive(Debug, Parser)]
+#[command(name = "fencing", version, about)]
+struct Cli {
+    /// Print one JSON object instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(flatten)]
+    settings: Settings,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Leases.
+    Lease {
+        #[command(subcommand)]
+        command: LeaseCommand,
+    },
+    /// Token counters.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Raise a counter above the highest fence found in the given stores (the repair after a
+    /// counter was lost or restored from an old snapshot).
+    Seed {
+        /// The resource whose counter to raise, e.g. settle:m_4471.
+        resource: String,
+        /// Where the counter lives.
+        #[arg(long, value_enum)]
+        tokens: Backend,
+        /// A store whose fences to read (repeat): postgres:SCHEMA.TABLE[:fence=COLUMN],
+        /// dynamodb:TABLE[:fence=ATTRIBUTE], s3:BUCKET[/PREFIX].
+        #[arg(long = "from", required = true)]
+        from: Vec<String>,
+    },
+    /// Check that each store refuses a stale token: on a probe record, write with token N,
+    /// then check that N-1 is refused and N+1 accepted.
+    Probe {
+        /// The stores to check: postgres:SCHEMA.TABLE[:key=COLUMN,fence=COLUMN,state=COLUMN],
+        /// dynamodb:TABLE[:key=ATTRIBUTE,fence=ATTRIBUTE], s3:BUCKET[/PREFIX].
+        #[arg(required = true)]
+        stores: Vec<String>,
+        /// The key of the probe record each store gets (created if missing, left in place).
+        #[arg(long, default_value = "fencing-probe")]
+        key: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LeaseCommand {
+    /// Who holds a lease, with which token, for how much longer.
+    Status {
+        /// The resource, e.g. settle:m_4471.
+        resource: String,
+        /// The kind of lease.
+        #[arg(long, value_enum)]
+        lease: Backend,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// The highest token issued for a resource.
+    Current {
+        /// The resource, e.g. settle:m_4471.
+        resource: String,
+        /// Where the counter lives.
+        #[arg(long, value_enum)]
+        tokens: Backend,
+    },
+    /// Raise a counter to at least N (never lowers it).
+    Advance {
+        /// The resource, e.g. settle:m_4471.
+        resource: String,
+        /// Where the counter lives.
+        #[arg(long, value_enum)]
+        tokens: Backend,
+        /// The value to raise it to.
+        #[arg(long)]
+        to: u64,
+    },
+}
+
+/// Where a lease or a counter lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// Redis (REDIS_URL).
+    Redis,
+    /// PostgreSQL (DATABASE_URL).
+    Postgres,
+    /// DynamoDB (the AWS environment variables).
+    Dynamodb,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            return output::fail(cli.json, &Failure::service(format!("cannot start: {err}")));
+        }
+    };
+    let done = runtime.block_on(async {
+        match cli.command {
+            Command::Lease {
+                command: LeaseCommand::Status { resource, lease },
+            } => commands::lease_status(&cli.settings, &resource, lease).await,
+            Command::Token {
+                command: TokenCommand::Current { resource, tokens },
+            } => commands::token_current(&cli.settings, &resource, tokens).await,
+            Command::Token {
+                command:
+                    TokenCommand::Advance {
+                        resource,
+                        tokens,
+                        to,
+                    },
+            } => commands::token_advance(&cli.settings, &resource, tokens, to).await,
+            Command::Seed {
+                resource,
+                tokens,
+                from,
+            } => commands::seed(&cli.settings, &resource, tokens, &from).await,
+            Command::Probe { stores, key } => commands::probe(&cli.settings, &stores, &key).await,
+        }
+    });
+    match done {
+        Ok(report) => output::print(cli.json, &report),
+        Err(failure) => output::fail(cli.json, &failure),
+    }
+}

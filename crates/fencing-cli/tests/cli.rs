@@ -1,0 +1,375 @@
+//! The `fencing` binary run as a process against the real services, as an operator runs it.
+
+use std::sync::Arc;
+
+use assert_cmd::Command;
+use fencing_core::{FencedStore, FencedWrite, FencingToken, Lease, RecordKey, ResourceName, Ttl};
+use fencing_postgres::{PgLease, PgStore, PgTable, PgTokenSource, QualifiedName};
+use fencing_redis::RedisLease;
+use fencing_test_support::services;
+use fencing_testkit::unique_name;
+use serde_json::Value;
+use sqlx::{AssertSqlSafe, PgPool};
+
+/// The binary with the services' URLs and nothing else from the environment of the tests.
+fn fencing() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fencing"));
+    command
+        .env_clear()
+        .env("DATABASE_URL", services::postgres_url())
+        .env("REDIS_URL", services::redis_url())
+        .env("AWS_ENDPOINT_URL", services::aws_endpoint())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test");
+    command
+}
+
+/// Runs it, expecting `code`, and returns stdout.
+fn run(command: &mut Command, code: i32) -> String {
+    let output = command.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout + &stderr
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+struct Schema {
+    pool: PgPool,
+    name: String,
+}
+
+impl Schema {
+    async fn new() -> Self {
+        let pool = PgPool::connect(&services::postgres_url()).await.unwrap();
+        let name = unique_name("cli").replace('-', "_");
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA \"{}\"", name)))
+            .execute(&pool)
+            .await
+            .unwrap();
+        Schema { pool, name }
+    }
+
+    fn table(&self, table: &str) -> String {
+        format!("{}.{table}", self.name)
+    }
+
+    /// The counter table `tokens` of this schema, created.
+    async fn tokens(&self) -> PgTokenSource {
+        let tokens = PgTokenSource::new(
+            self.pool.clone(),
+            QualifiedName::new(&self.name, "tokens").unwrap(),
+        );
+        tokens.create_if_missing().await.unwrap();
+        tokens
+    }
+
+    async fn execute(&self, sql: String) {
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&self.pool)
+            .await
+            .unwrap();
+    }
+
+    async fn drop(self) {
+        self.execute(format!("DROP SCHEMA \"{}\" CASCADE", self.name))
+            .await;
+    }
+}
+
+fn token(n: u64) -> FencingToken {
+    FencingToken::new(n).unwrap()
+}
+
+#[tokio::test]
+async fn token_current_and_advance_never_lower_a_postgres_counter() {
+    let schema = Schema::new().await;
+    schema.tokens().await;
+    let table = schema.table("tokens");
+    let resource = unique_name("settle:m_4471");
+    let advance = |to: &str| {
+        let mut command = fencing();
+        command.args([
+            "token",
+            "advance",
+            &resource,
+            "--tokens",
+            "postgres",
+            "--pg-token-table",
+            &table,
+            "--to",
+            to,
+        ]);
+        command
+    };
+    let out = run(&mut advance("40"), 0);
+    assert!(out.contains("raised from none issued to 40"), "{out}");
+    let out = run(&mut advance("30"), 0);
+    assert!(out.contains("already at 40"), "{out}");
+    let out = run(
+        fencing().args([
+            "token",
+            "current",
+            &resource,
+            "--tokens",
+            "postgres",
+            "--pg-token-table",
+            &table,
+            "--json",
+        ]),
+        0,
+    );
+    assert_eq!(json(&out)["current"], 40);
+    let out = run(&mut advance("0"), 2);
+    assert!(out.contains("token"), "{out}");
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn lease_status_names_the_holder_of_every_kind_of_lease() {
+    let redis = redis::Client::open(services::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let schema = Schema::new().await;
+    let pg_lease = PgLease::new(
+        QualifiedName::new(&schema.name, "leases").unwrap(),
+        PgTokenSource::new(
+            schema.pool.clone(),
+            QualifiedName::new(&schema.name, "tokens").unwrap(),
+        ),
+    );
+    pg_lease.create_if_missing().await.unwrap();
+    let dynamo_table = unique_name("leases");
+    let dynamo_lease =
+        fencing_dynamodb::DynamoLease::new(aws_dynamodb(), dynamo_table.clone()).unwrap();
+    dynamo_lease.create_table().await.unwrap();
+    let leases: [(&str, Arc<dyn Lease>); 3] = [
+        ("redis", Arc::new(RedisLease::may_reissue_tokens(redis))),
+        ("postgres", Arc::new(pg_lease)),
+        ("dynamodb", Arc::new(dynamo_lease)),
+    ];
+    for (kind, lease) in leases {
+        let resource = unique_name("settle:m_4471");
+        let status_as = |json: bool| {
+            let mut command = fencing();
+            command.args([
+                "lease",
+                "status",
+                &resource,
+                "--lease",
+                kind,
+                "--pg-lease-table",
+                &schema.table("leases"),
+                "--pg-token-table",
+                &schema.table("tokens"),
+                "--dynamodb-table",
+                &dynamo_table,
+            ]);
+            if json {
+                command.arg("--json");
+            }
+            command
+        };
+        let status = || status_as(true);
+        assert_eq!(json(&run(&mut status(), 0))["held"], false, "{kind}");
+        let r = ResourceName::new(resource.clone()).unwrap();
+        let guard = lease
+            .try_acquire(&r, Ttl::from_secs(30).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let held = json(&run(&mut status(), 0));
+        assert_eq!(held["held"], true, "{kind}");
+        assert_eq!(held["owner"], guard.owner().as_str(), "{kind}");
+        assert_eq!(held["token"], guard.token().get(), "{kind}");
+        let left = held["time_left_ms"].as_u64().unwrap();
+        assert!(left > 20_000 && left <= 30_000, "{kind}: {left}");
+        let human = run(&mut status_as(false), 0);
+        assert!(
+            human.contains("held") && human.contains(guard.owner().as_str()),
+            "{human}"
+        );
+        lease.release(guard).await.unwrap();
+        assert_eq!(json(&run(&mut status(), 0))["held"], false, "{kind}");
+    }
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn seed_raises_a_counter_above_the_highest_fence_in_every_store_given() {
+    let schema = Schema::new().await;
+    let tokens = schema.tokens().await;
+    for (name, fence) in [("refund", 77), ("ledger", 12)] {
+        let table = PgTable::new(&schema.name, name).unwrap();
+        table.create_if_missing(&schema.pool).await.unwrap();
+        PgStore::new(schema.pool.clone(), table)
+            .write(
+                &RecordKey::new("r_815").unwrap(),
+                token(fence),
+                &FencedWrite::claim(),
+            )
+            .await
+            .unwrap();
+    }
+    let resource = unique_name("settle:m_4471");
+    let seed = || {
+        let mut command = fencing();
+        command.args([
+            "seed",
+            &resource,
+            "--tokens",
+            "postgres",
+            "--pg-token-table",
+            &schema.table("tokens"),
+            "--from",
+            &format!("postgres:{}", schema.table("refund")),
+            "--from",
+            &format!("postgres:{}", schema.table("ledger")),
+        ]);
+        command
+    };
+    let out = run(&mut seed(), 0);
+    assert!(out.contains("refund: highest fence 77"), "{out}");
+    assert!(out.contains("ledger: highest fence 12"), "{out}");
+    assert!(out.contains("raised from none issued to 77"), "{out}");
+    let again = json(&run(seed().arg("--json"), 0));
+    assert_eq!(
+        (again["before"].clone(), again["after"].clone()),
+        (77.into(), 77.into())
+    );
+    let r = ResourceName::new(resource.clone()).unwrap();
+    use fencing_core::TokenSource;
+    assert_eq!(tokens.current(&r).await.unwrap(), Some(token(77)));
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn probe_passes_fenced_stores_and_names_one_without_a_fence_or_that_skips_it() {
+    let schema = Schema::new().await;
+    let good = PgTable::new(&schema.name, "good").unwrap();
+    good.create_if_missing(&schema.pool).await.unwrap();
+    // A table whose fence column was dropped after it was fitted.
+    schema
+        .execute(format!(
+            "CREATE TABLE \"{0}\".dropped (id text PRIMARY KEY, state text); \
+             CREATE TABLE \"{0}\".reset (id text PRIMARY KEY, fence bigint NOT NULL DEFAULT 0, state text); \
+             CREATE FUNCTION \"{0}\".reset_fence() RETURNS trigger LANGUAGE plpgsql AS \
+               $$ BEGIN NEW.fence := 0; RETURN NEW; END $$; \
+             CREATE TRIGGER reset BEFORE INSERT OR UPDATE ON \"{0}\".reset \
+               FOR EACH ROW EXECUTE FUNCTION \"{0}\".reset_fence()",
+            schema.name
+        ))
+        .await;
+    let dynamo = fencing_dynamodb::DynamoTable::new(unique_name("probe")).unwrap();
+    dynamo.create(&aws_dynamodb()).await.unwrap();
+    let bucket = unique_name("probe");
+    aws_s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+
+    let passing = [
+        format!("postgres:{}", schema.table("good")),
+        format!("dynamodb:{}", dynamo.name()),
+        format!("s3:{bucket}/probes/"),
+    ];
+    for _ in 0..2 {
+        let out = run(fencing().arg("probe").args(&passing), 0);
+        assert_eq!(out.matches("ok ").count(), 3, "{out}");
+    }
+
+    let out = run(
+        fencing()
+            .args(["probe", "--json"])
+            .arg(format!("postgres:{}", schema.table("good")))
+            .arg(format!("postgres:{}", schema.table("dropped")))
+            .arg(format!("postgres:{}", schema.table("reset"))),
+        1,
+    );
+    let report = json(&out);
+    assert_eq!(report["passed"], false);
+    let stores = report["stores"].as_array().unwrap();
+    assert_eq!(stores[0]["passed"], true);
+    assert_eq!(stores[1]["passed"], false);
+    assert!(
+        stores[1]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no fence column"),
+        "{out}"
+    );
+    assert_eq!(stores[2]["passed"], false);
+    assert!(
+        stores[2]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ACCEPTED stale token"),
+        "{out}"
+    );
+    schema.drop().await;
+}
+
+#[test]
+fn errors_are_sentences_that_say_what_to_do_with_their_exit_codes() {
+    let out = run(
+        fencing().env_remove("DATABASE_URL").args([
+            "token",
+            "current",
+            "settle:m_4471",
+            "--tokens",
+            "postgres",
+        ]),
+        2,
+    );
+    assert!(
+        out.contains("set DATABASE_URL or pass --database-url"),
+        "{out}"
+    );
+    let out = run(
+        fencing().env("REDIS_URL", "redis://127.0.0.1:1/").args([
+            "lease",
+            "status",
+            "settle:m_4471",
+            "--lease",
+            "redis",
+        ]),
+        3,
+    );
+    assert!(out.contains("cannot reach Redis"), "{out}");
+    let out = run(
+        fencing().args([
+            "lease",
+            "status",
+            "settle:\u{200B}m_4471",
+            "--lease",
+            "redis",
+        ]),
+        2,
+    );
+    assert!(out.contains("invalid"), "{out}");
+    let out = run(fencing().args(["probe", "mysql:db.t"]), 1);
+    assert!(out.contains("unknown kind of store"), "{out}");
+    run(fencing().args(["lease", "status"]), 2);
+}
+
+fn aws_dynamodb() -> aws_sdk_dynamodb::Client {
+    fencing_test_support::aws::dynamodb_client(aws_sdk_dynamodb::Config::builder())
+}
+
+fn aws_s3() -> aws_sdk_s3::Client {
+    fencing_test_support::aws::s3_client(aws_sdk_s3::Config::builder())
+}
