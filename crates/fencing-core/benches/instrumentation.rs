@@ -63,7 +63,11 @@ async fn main() {
     }
     println!(
         "in-memory store, {WRITES} claims, {ROUNDS} rounds, metrics feature {}\n",
-        if cfg!(feature = "metrics") { "on" } else { "off" }
+        if cfg!(feature = "metrics") {
+            "on"
+        } else {
+            "off"
+        }
     );
     println!("| variant | median per write | ratio to first |");
     println!("| --- | ---: | ---: |");

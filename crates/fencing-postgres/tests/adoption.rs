@@ -374,3 +374,39 @@ async fn a_write_in_the_callers_transaction_tells_a_regression_from_a_newer_hold
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
     schema.drop_schema().await;
 }
+
+#[tokio::test]
+async fn a_value_its_column_cannot_hold_fails_the_whole_statement_and_writes_nothing() {
+    let schema = Schema::new().await;
+    let payouts = payouts(&schema).await;
+    let lifecycle = payout_lifecycle();
+    payouts
+        .write(&key(P1), token(7), &lifecycle.claim())
+        .await
+        .unwrap();
+    let confirm = PgWrite::new(lifecycle.confirm())
+        .set("gateway_ref", "re_1")
+        .unwrap()
+        .set("amount_cents", "seventy")
+        .unwrap();
+    let err = payouts
+        .write_with(payouts.pool(), &key(P1), token(7), &confirm)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let row = sqlx::query(AssertSqlSafe(format!(
+        "SELECT status, gateway_ref IS NULL, amount_cents FROM \"{}\".payouts WHERE id = '{P1}'",
+        schema.name
+    )))
+    .fetch_one(&schema.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        row.get::<String, _>(0),
+        "sending",
+        "the confirm did not apply"
+    );
+    assert!(row.get::<bool, _>(1), "nor did the other column");
+    assert_eq!(row.get::<i64, _>(2), 7025);
+    schema.drop_schema().await;
+}

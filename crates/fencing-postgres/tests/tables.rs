@@ -291,6 +291,8 @@ async fn names_postgres_accepts_quoted_work_and_hostile_ones_stay_names() {
         "billing-v2",
         "LedgerEntries",
         "refund\"; DROP TABLE bystander; --",
+        "o'brien\\x",
+        "a$fencing0$b",
     ] {
         let table = PgTable::new(&schema.name, name)
             .unwrap()
