@@ -26,6 +26,8 @@ fn a_takeover_and_a_stale_refusal_are_told_with_their_fields_and_never_the_paylo
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
+        // Plain text whatever features the workspace's other crates turn on.
+        .with_ansi(false)
         .with_writer({
             let captured = captured.clone();
             move || captured.clone()

@@ -236,7 +236,7 @@ impl PgStore {
 
     /// [`Self::write_with`] under `fence`'s token, with a refusal explained as
     /// [`Fence::explain`] does (a counter that went backwards is a regression, not a newer
-    /// holder). For writes inside the caller's transaction, e.g. through
+    /// holder), and the outcome reported as [`Fence::observed`] does. For writes inside the caller's transaction, e.g. through
     /// [`fencing_core::FencedBatch::with_fence`]; an ambiguous outcome is returned, not retried,
     /// since the transaction it was part of is gone.
     pub async fn write_in<'c, A: Acquire<'c, Database = Postgres>>(
@@ -246,10 +246,16 @@ impl PgStore {
         key: &RecordKey,
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
-        match self.write_with(conn, key, fence.token(), write).await {
-            Err(err) => Err(fence.explain(err).await),
-            written => written,
-        }
+        let write = write.into();
+        let attempt = async {
+            match self.write_with(conn, key, fence.token(), &write).await {
+                Err(err) => Err(fence.explain(err).await),
+                written => written,
+            }
+        };
+        fence
+            .observed(&self.name, key, write.write().check(), attempt)
+            .await
     }
 
     /// Applies one fenced write to many rows in one transaction on the caller's connection
