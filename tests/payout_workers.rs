@@ -86,8 +86,16 @@ async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once(
                 })
         }
     });
-    // B starts while A holds the lease, waits for it to expire, and takes over.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // B starts once A is stalled holding the lease (its 10th transfer is made), waits for the
+    // lease to expire, and takes over.
+    let started = std::time::Instant::now();
+    while gateway.journal().transfers.len() < 10 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "A never reached its 10th gateway call"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let lease = redis_lease(&pool, &schema).await;
     let b = worker::run(&pool, &schema, lease, &merchant, ttl, &gateway)
         .await

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::{FenceFloor, FencingToken, InvalidInput, RequestEffect, ResourceName, Result};
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{PgPool, Row};
 
 use crate::decode::fence_from_db;
-use crate::error::PgFailure;
 use crate::ident::Ident;
+use crate::session::Session;
 use crate::table::PgTable;
 
 /// Reports `MAX(fence)` over a [`PgTable`], or only over the rows one lease protects
@@ -21,6 +21,7 @@ pub struct PgFenceFloor {
     store: String,
     sql: String,
     filter: Option<Filter>,
+    session: Session,
 }
 
 #[derive(Clone)]
@@ -50,7 +51,15 @@ impl PgFenceFloor {
                 table.name()
             ),
             filter: None,
+            session: Session::default(),
         }
+    }
+
+    /// The same floor for a pooler in transaction mode (PgBouncer's `pool_mode =
+    /// transaction`): no named prepared statement, each read inside a transaction.
+    pub fn for_transaction_pooling(mut self) -> Self {
+        self.session = Session::transaction_pooling();
+        self
     }
 
     /// The highest fence among rows whose `column` equals `value`, whatever the resource.
@@ -91,19 +100,19 @@ impl PgFenceFloor {
 #[async_trait]
 impl FenceFloor for PgFenceFloor {
     async fn max_fence(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        let query = sqlx::query(AssertSqlSafe(self.sql.as_str()));
+        let query = self.session.query(self.sql.as_str());
         let query = match &self.filter {
             Some(Filter::Fixed(value)) => query.bind(value.clone()),
             Some(Filter::PerResource(value_of)) => query.bind(value_of(resource)),
             None => query,
         };
-        let decoded = async {
-            let row = query.fetch_one(&self.pool).await?;
-            let max: Option<i64> = row.try_get(0)?;
-            max.map_or(Ok(None), fence_from_db)
-        };
-        decoded
+        self.session
+            .on_one_connection(&self.pool, RequestEffect::ReadOnly, async |conn| {
+                let row = query.fetch_one(conn).await?;
+                let max: Option<i64> = row.try_get(0)?;
+                max.map_or(Ok(None), fence_from_db)
+            })
             .await
-            .map_err(|e: PgFailure| e.into_error(&self.store, RequestEffect::ReadOnly))
+            .map_err(|(failure, effect)| failure.into_error(&self.store, effect))
     }
 }

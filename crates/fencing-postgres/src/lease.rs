@@ -8,7 +8,7 @@ use fencing_core::{
     Clock, Error, FencingToken, Lease, LeaseGuard, LeaseStatus, OwnerId, RequestEffect,
     ResourceName, Result, TokenSource, TokioClock, Ttl,
 };
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::{PgConnection, Row};
 
 use crate::ddl::run_ddl;
 use crate::error::PgFailure;
@@ -86,18 +86,35 @@ impl PgLease {
         guard: &LeaseGuard,
         ttl: Option<Ttl>,
     ) -> Result<bool> {
-        let query = sqlx::query(AssertSqlSafe(sql))
+        let query = self
+            .tokens
+            .session()
+            .query(sql)
             .bind(guard.resource().as_str())
             .bind(guard.owner().as_str());
         let query = match ttl {
             Some(ttl) => query.bind(ttl.as_millis() as i64),
             None => query,
         };
-        let done = query
-            .execute(self.tokens.pool())
-            .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
+        let done = self
+            .on_one_connection(RequestEffect::Writes, async |conn| {
+                Ok(query.execute(conn).await?)
+            })
+            .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Runs `op` on one connection of the token source's pool, as its session talks.
+    async fn on_one_connection<T>(
+        &self,
+        effect: RequestEffect,
+        op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, PgFailure>,
+    ) -> Result<T> {
+        self.tokens
+            .session()
+            .on_one_connection(self.tokens.pool(), effect, op)
+            .await
+            .map_err(|(failure, effect)| self.failed(failure, effect))
     }
 }
 
@@ -106,13 +123,18 @@ impl Lease for PgLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
         let owner = OwnerId::random();
         let requested_at = TokioClock.now();
-        let row = sqlx::query(AssertSqlSafe(self.acquire.as_str()))
+        let query = self
+            .tokens
+            .session()
+            .query(self.acquire.as_str())
             .bind(resource.as_str())
             .bind(owner.as_str())
-            .bind(ttl.as_millis() as i64)
-            .fetch_one(self.tokens.pool())
-            .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
+            .bind(ttl.as_millis() as i64);
+        let row = self
+            .on_one_connection(RequestEffect::Writes, async |conn| {
+                Ok(query.fetch_one(conn).await?)
+            })
+            .await?;
         let decoded = || -> Result<_, PgFailure> {
             Ok((
                 row.try_get::<bool, _>(0)?,
@@ -161,11 +183,16 @@ impl Lease for PgLease {
     }
 
     async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
-        let row = sqlx::query(AssertSqlSafe(self.status.as_str()))
-            .bind(resource.as_str())
-            .fetch_optional(self.tokens.pool())
-            .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
+        let query = self
+            .tokens
+            .session()
+            .query(self.status.as_str())
+            .bind(resource.as_str());
+        let row = self
+            .on_one_connection(RequestEffect::ReadOnly, async |conn| {
+                Ok(query.fetch_optional(conn).await?)
+            })
+            .await?;
         let Some(row) = row else {
             return Ok(None);
         };

@@ -24,6 +24,7 @@ mod key;
 mod lease;
 mod query;
 mod schema;
+mod session;
 mod statements;
 mod store;
 mod table;

@@ -10,13 +10,14 @@ use fencing_core::{
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
-use sqlx::{Acquire, AssertSqlSafe, PgConnection, PgPool, Postgres, Row};
+use sqlx::{Acquire, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::OnceCell;
 
 use crate::columns::{ColumnValue, PgWrite};
 use crate::decode::{fence_from_db, record_from, state_from_db};
 use crate::error::PgFailure;
 use crate::schema::{INSPECT, Schema, Unfit};
+use crate::session::Session;
 use crate::statements::{ExtraColumn, binds};
 use crate::table::PgTable;
 
@@ -36,7 +37,7 @@ pub struct PgStore {
     table: PgTable,
     name: Arc<str>,
     schema: Arc<OnceCell<Schema>>,
-    transaction_pooling: bool,
+    session: Session,
 }
 
 /// What [`PgStore::write_many`] did.
@@ -70,7 +71,7 @@ impl PgStore {
             table,
             name,
             schema: Arc::default(),
-            transaction_pooling: false,
+            session: Session::default(),
         }
     }
 
@@ -87,7 +88,7 @@ impl PgStore {
     /// statement is created, and every request runs inside a transaction (a savepoint inside
     /// the caller's), so its unnamed statement lives and dies on one server connection.
     pub fn for_transaction_pooling(mut self) -> Self {
-        self.transaction_pooling = true;
+        self.session = Session::transaction_pooling();
         self
     }
 
@@ -126,9 +127,7 @@ impl PgStore {
             .await
     }
 
-    /// Runs `op` on one connection from `conn`: as it is, or, for transaction pooling, in a
-    /// transaction that commits when `op` succeeds (a failed commit is reported as a failure
-    /// of a request with `effect`).
+    /// [`Session::on_one_connection`], its failures as this store's errors.
     async fn on_one_connection<'c, A, T>(
         &self,
         conn: A,
@@ -138,27 +137,14 @@ impl PgStore {
     where
         A: Acquire<'c, Database = Postgres>,
     {
-        if self.transaction_pooling {
-            let mut tx = conn
-                .begin()
-                .await
-                .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-            let value = op(&mut tx).await.map_err(|e| self.failed(e, effect))?;
-            tx.commit()
-                .await
-                .map_err(|e| self.failed(e.into(), effect))?;
-            Ok(value)
-        } else {
-            let mut conn = conn
-                .acquire()
-                .await
-                .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-            op(&mut conn).await.map_err(|e| self.failed(e, effect))
-        }
+        self.session
+            .on_one_connection(conn, effect, op)
+            .await
+            .map_err(|(failure, effect)| self.failed(failure, effect))
     }
 
     fn query(&self, sql: impl Into<String>) -> Query<'static, Postgres, PgArguments> {
-        sqlx::query(AssertSqlSafe(sql.into())).persistent(!self.transaction_pooling)
+        self.session.query(sql)
     }
 
     /// Reads one record on the caller's connection or transaction.

@@ -2,11 +2,12 @@
 
 use async_trait::async_trait;
 use fencing_core::{Error, FencingToken, RequestEffect, ResourceName, Result, TokenSource};
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{PgPool, Row};
 
 use crate::ddl::run_ddl;
 use crate::error::PgFailure;
 use crate::ident::QualifiedName;
+use crate::session::Session;
 
 /// Tokens from a table of counters, `(resource TEXT PRIMARY KEY, value BIGINT)`: each `next` is
 /// one `INSERT … ON CONFLICT DO UPDATE SET value = value + 1 RETURNING value`. Unlike a Redis
@@ -19,6 +20,7 @@ pub struct PgTokenSource {
     next: String,
     current: String,
     advance: String,
+    session: Session,
 }
 
 impl PgTokenSource {
@@ -41,7 +43,20 @@ impl PgTokenSource {
             next,
             table,
             pool,
+            session: Session::default(),
         }
+    }
+
+    /// The same source for a pooler in transaction mode (PgBouncer's `pool_mode =
+    /// transaction`): no named prepared statement, each request inside a transaction. A
+    /// [`crate::PgLease`] on this source talks the same way.
+    pub fn for_transaction_pooling(mut self) -> Self {
+        self.session = Session::transaction_pooling();
+        self
+    }
+
+    pub(crate) fn session(&self) -> Session {
+        self.session
     }
 
     /// The counter table.
@@ -77,23 +92,23 @@ impl PgTokenSource {
         floor: Option<i64>,
         effect: RequestEffect,
     ) -> Result<Option<FencingToken>> {
-        let query = sqlx::query(AssertSqlSafe(sql)).bind(resource.as_str());
+        let query = self.session.query(sql).bind(resource.as_str());
         let query = match floor {
             Some(floor) => query.bind(floor),
             None => query,
         };
-        let decoded = async {
-            let Some(row) = query.fetch_optional(&self.pool).await? else {
-                return Ok(None);
-            };
-            let value: i64 = row.try_get(0)?;
-            FencingToken::from_i64(value)
-                .map(Some)
-                .map_err(|e| PgFailure::Corrupt(format!("counter value {value}: {e}")))
-        };
-        decoded
+        self.session
+            .on_one_connection(&self.pool, effect, async |conn| {
+                let Some(row) = query.fetch_optional(conn).await? else {
+                    return Ok(None);
+                };
+                let value: i64 = row.try_get(0)?;
+                FencingToken::from_i64(value)
+                    .map(Some)
+                    .map_err(|e| PgFailure::Corrupt(format!("counter value {value}: {e}")))
+            })
             .await
-            .map_err(|e: PgFailure| e.into_error(&self.store, effect))
+            .map_err(|(failure, effect)| failure.into_error(&self.store, effect))
     }
 }
 

@@ -5,10 +5,10 @@ mod common;
 
 use common::Schema;
 use fencing_core::{
-    Error, Fence, FencedStore, FencingToken, Lifecycle, MemoryTokenSource, RecordKey, ResourceName,
-    TokenSource,
+    Error, Fence, FencedStore, FencingToken, Lease, Lifecycle, MemoryTokenSource, RecordKey,
+    ResourceName, TokenSource,
 };
-use fencing_postgres::PgStore;
+use fencing_postgres::{PgFenceFloor, PgLease, PgStore, PgTokenSource, QualifiedName};
 use fencing_test_support::services::{self, PgBouncer};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -158,5 +158,57 @@ async fn server_connections_terminated_under_the_pooler_lose_no_write_and_double
             .all(|(f, s)| *f == 9 && s.as_deref() == Some("sent")),
         "{rows:?}"
     );
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn the_lease_token_source_and_floor_work_behind_transaction_pooling_too() {
+    let schema = Schema::new().await;
+    let (_bouncer, pool) = behind_pgbouncer().await;
+    let tokens = PgTokenSource::new(
+        pool.clone(),
+        QualifiedName::new(&schema.name, "tokens").unwrap(),
+    )
+    .for_transaction_pooling();
+    let lease = PgLease::new(QualifiedName::new(&schema.name, "leases").unwrap(), tokens);
+    lease.create_if_missing().await.unwrap();
+    let floor = PgFenceFloor::new(pool.clone(), &schema.table).for_transaction_pooling();
+    let store = PgStore::new(pool.clone(), schema.table.clone()).for_transaction_pooling();
+
+    // Four clients at once on one server connection, each taking its own resource's lease,
+    // writing under it, and handing it back.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..4 {
+        let (lease, store) = (lease.clone(), store.clone());
+        tasks.spawn(async move {
+            let resource = ResourceName::new(format!("settle:m_{i}")).unwrap();
+            let ttl = fencing_core::Ttl::from_secs(30).unwrap();
+            for _ in 0..5 {
+                let mut guard = lease.try_acquire(&resource, ttl).await?.expect("free");
+                lease.extend(&mut guard, ttl).await?;
+                let status = lease.status(&resource).await?.expect("held");
+                assert_eq!(status.token, Some(guard.token()));
+                store
+                    .write(
+                        &key(&format!("r_{i}")),
+                        guard.token(),
+                        &fencing_core::FencedWrite::claim(),
+                    )
+                    .await?;
+                lease.release(guard).await?;
+            }
+            Ok::<_, Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("no panic").unwrap();
+    }
+    let resource = ResourceName::new("settle:m_0").unwrap();
+    let issued = lease.token_source().current(&resource).await.unwrap();
+    assert_eq!(issued, Some(token(5)));
+    let highest = fencing_core::FenceFloor::max_fence(&floor, &resource)
+        .await
+        .unwrap();
+    assert_eq!(highest, Some(token(5)), "the four resources' rows reach 5");
     schema.drop_schema().await;
 }
