@@ -1,5 +1,7 @@
 //! The statements a store sends, built from the table's names and its key column's type.
 
+use std::borrow::Cow;
+
 use fencing_core::{FenceCheck, State, refused_char_ranges};
 
 use crate::columns::ColumnValue;
@@ -16,6 +18,18 @@ pub(crate) type ExtraColumn<'a> = (&'a Ident, &'a str, &'a ColumnValue);
 /// ([`binds`]), in order.
 #[derive(Debug)]
 pub(crate) struct Statements {
+    sql: Sql,
+    /// The statements of writes that set no other column, and of reads, built once.
+    read: String,
+    lock_many: String,
+    claim_one: String,
+    holder_only_one: String,
+    insert: String,
+}
+
+/// The names and key type every statement is built from.
+#[derive(Debug)]
+struct Sql {
     table: QualifiedName,
     key: Ident,
     fence: Ident,
@@ -31,16 +45,59 @@ pub(crate) fn binds(value: &ColumnValue) -> bool {
 
 impl Statements {
     pub(crate) fn new(table: &PgTable, key_type: KeyType) -> Self {
-        Statements {
+        let sql = Sql {
             table: table.name().clone(),
             key: table.key_column().clone(),
             fence: table.fence_column().clone(),
             state: table.state_column().clone(),
             payload: table.payload_column().cloned(),
             key_type,
+        };
+        Statements {
+            read: sql.read(),
+            lock_many: sql.lock_many(),
+            claim_one: sql.write_one(FenceCheck::Claim, &[]),
+            holder_only_one: sql.write_one(FenceCheck::HolderOnly, &[]),
+            insert: sql.insert(&[]),
+            sql,
         }
     }
 
+    /// See [`Sql::write_one`]; built once for a write that sets no other column.
+    pub(crate) fn write_one(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> Cow<'_, str> {
+        match (check, extras.is_empty()) {
+            (FenceCheck::Claim, true) => Cow::Borrowed(&self.claim_one),
+            (FenceCheck::HolderOnly, true) => Cow::Borrowed(&self.holder_only_one),
+            (_, false) => Cow::Owned(self.sql.write_one(check, extras)),
+        }
+    }
+
+    /// See [`Sql::insert`]; built once for a write that sets no other column.
+    pub(crate) fn insert(&self, extras: &[ExtraColumn<'_>]) -> Cow<'_, str> {
+        if extras.is_empty() {
+            Cow::Borrowed(&self.insert)
+        } else {
+            Cow::Owned(self.sql.insert(extras))
+        }
+    }
+
+    /// See [`Sql::write_many`] (one per batch, so built each time).
+    pub(crate) fn write_many(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
+        self.sql.write_many(check, extras)
+    }
+
+    /// See [`Sql::lock_many`].
+    pub(crate) fn lock_many(&self) -> &str {
+        &self.lock_many
+    }
+
+    /// See [`Sql::read`].
+    pub(crate) fn read(&self) -> &str {
+        &self.read
+    }
+}
+
+impl Sql {
     fn fence_value(&self) -> String {
         format!("COALESCE({}, 0)", self.fence)
     }
@@ -111,7 +168,7 @@ impl Statements {
     /// it met without a second round trip. The update applies only when exactly one row has
     /// the key, so a key column whose unique index was dropped can never let one write change
     /// several rows; the count comes back to say so.
-    pub(crate) fn write_one(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
+    fn write_one(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
         let (table, key, state) = (&self.table, &self.key, &self.state);
         let key_param = format!("= $1::{}", self.key_type.sql());
         let update = self.update(check, &key_param, extras);
@@ -130,7 +187,7 @@ impl Statements {
     }
 
     /// Creates a missing record (a claim without a state condition only: `$4` is NULL).
-    pub(crate) fn insert(&self, extras: &[ExtraColumn<'_>]) -> String {
+    fn insert(&self, extras: &[ExtraColumn<'_>]) -> String {
         let (table, key, fence, state) = (&self.table, &self.key, &self.fence, &self.state);
         let (payload_col, payload_val) =
             self.payload
@@ -158,7 +215,7 @@ impl Statements {
 
     /// Locks the rows of `$1` (keys as text) in key order, returning each with the key as
     /// given, its fence, state and payload.
-    pub(crate) fn lock_many(&self) -> String {
+    fn lock_many(&self) -> String {
         let (table, key, state) = (&self.table, &self.key, &self.state);
         let payload = self
             .payload
@@ -174,13 +231,13 @@ impl Statements {
     }
 
     /// The fenced update of every row of `$1` (keys as text), returning one row per change.
-    pub(crate) fn write_many(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
+    fn write_many(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
         let keys = format!("= ANY($1::{}[])", self.key_type.sql());
         format!("{} RETURNING 1", self.update(check, &keys, extras))
     }
 
     /// The record of `$1`: its fence, state and payload.
-    pub(crate) fn read(&self) -> String {
+    fn read(&self) -> String {
         format!(
             "SELECT {fence_value}, {state}, {payload_read} FROM {table} WHERE {key} = $1::{key_type}",
             fence_value = self.fence_value(),

@@ -7,7 +7,7 @@ mod common;
 use common::Schema;
 use fencing_core::{
     Claim, EffectOutcome, Error, Fence, FencedStore, FencedWrite, FencingToken, InputKind,
-    Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
+    Lifecycle, RecordKey, State, TokenSource,
 };
 use fencing_postgres::{ColumnValue, PgStore, PgTable, PgWrite};
 use fencing_testkit::faults::RecordingEffect;
@@ -299,9 +299,8 @@ async fn after_a_batch_claim_only_records_in_flight_before_it_are_looked_up() {
         .write(&key(P2), token(3), &lifecycle.claim())
         .await
         .unwrap();
-    let source = MemoryTokenSource::new();
-    let resource = ResourceName::new("payouts:m_4471").unwrap();
-    let mine = source.advance_to(&resource, token(33)).await.unwrap();
+    let (source, resource) = common::issued_up_to(33).await;
+    let mine = token(33);
     let fence = Fence::new(&resource, mine, &source);
     let claimed = payouts
         .write_many(&fence, &[key(P1), key(P2)], &lifecycle.claim())
@@ -346,9 +345,8 @@ async fn a_write_in_the_callers_transaction_tells_a_regression_from_a_newer_hold
         .write(&key(P1), token(40), &lifecycle.claim())
         .await
         .unwrap();
-    let source = MemoryTokenSource::new();
-    let resource = ResourceName::new("payouts:m_4471").unwrap();
-    let mine = source.advance_to(&resource, token(33)).await.unwrap();
+    let (source, resource) = common::issued_up_to(33).await;
+    let mine = token(33);
     let fence = Fence::new(&resource, mine, &source);
     let mut tx = schema.pool.begin().await.unwrap();
     let err = payouts

@@ -5,8 +5,7 @@ mod common;
 
 use common::Schema;
 use fencing_core::{
-    Error, Fence, FencedStore, FencingToken, Lease, Lifecycle, MemoryTokenSource, RecordKey,
-    ResourceName, TokenSource,
+    Error, Fence, FencedStore, FencingToken, Lease, Lifecycle, RecordKey, ResourceName,
 };
 use fencing_postgres::{PgFenceFloor, PgLease, PgStore, PgTokenSource, QualifiedName};
 use fencing_test_support::services::{self, PgBouncer};
@@ -87,13 +86,8 @@ async fn without_named_prepared_statements_fenced_writes_work_behind_transaction
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
-    let source = MemoryTokenSource::new();
-    let resource = ResourceName::new("settle:m_4471").unwrap();
-    let fence = Fence::new(
-        &resource,
-        source.advance_to(&resource, token(8)).await.unwrap(),
-        &source,
-    );
+    let (source, resource) = common::issued_up_to(8).await;
+    let fence = Fence::new(&resource, token(8), &source);
     let keys: Vec<_> = (0..40).map(|i| key(&format!("r_{i:03}"))).collect();
     let again = unnamed
         .write_many(&fence, &keys, &fencing_core::FencedWrite::claim())
@@ -110,13 +104,8 @@ async fn server_connections_terminated_under_the_pooler_lose_no_write_and_double
     let store = PgStore::new(pool.clone(), schema.table.clone()).for_transaction_pooling();
     let lifecycle = Lifecycle::default();
     let create = fencing_core::FencedWrite::claim().set_state(lifecycle.pending().clone());
-    let source = MemoryTokenSource::new();
-    let resource = ResourceName::new("settle:m_4471").unwrap();
-    let fence = Fence::new(
-        &resource,
-        source.advance_to(&resource, token(9)).await.unwrap(),
-        &source,
-    );
+    let (source, resource) = common::issued_up_to(9).await;
+    let fence = Fence::new(&resource, token(9), &source);
     let mut terminated = 0;
     for i in 0..12 {
         let k = key(&format!("r_{i:03}"));

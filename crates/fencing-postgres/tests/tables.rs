@@ -38,9 +38,8 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
     let sent = FencedWrite::claim().set_state(lifecycle.done().clone());
     store.write(&keys[3], token(2), &sent).await.unwrap();
 
-    let source = MemoryTokenSource::new();
-    let resource = ResourceName::new("settle:m_4471").unwrap();
-    let mine = source.advance_to(&resource, token(33)).await.unwrap();
+    let (source, resource) = common::issued_up_to(33).await;
+    let mine = token(33);
     let fence = Fence::new(&resource, mine, &source);
     let mut asked = keys.clone();
     asked.push(key("r_missing"));
