@@ -10,6 +10,11 @@
 //! ```
 
 use fencing_test_support::settlement::{self, GatewayMode, SettlementConfig};
+
+/// The settlement's amounts are counted in `u64` cents here and printed by the one formatter.
+fn euros(cents: u64) -> String {
+    settlement::euros(i64::try_from(cents).expect("a settlement's amount fits in i64"))
+}
 use fencing_testkit::Fencing;
 
 fn main() {
@@ -111,16 +116,4 @@ fn main() {
     } else {
         println!("\nBroken: {}.", violations.join("; "));
     }
-}
-
-fn euros(cents: u64) -> String {
-    let whole = (cents / 100).to_string();
-    let mut grouped = String::new();
-    for (i, digit) in whole.chars().enumerate() {
-        if i > 0 && (whole.len() - i).is_multiple_of(3) {
-            grouped.push(',');
-        }
-        grouped.push(digit);
-    }
-    format!("{grouped}.{:02} EUR", cents % 100)
 }

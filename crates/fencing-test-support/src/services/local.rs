@@ -24,10 +24,15 @@ impl Watched {
             log = log.display(),
             parent = std::process::id(),
         );
+        // No inherited output: a parent whose output is read to its end (a test running a
+        // program that started a server) would otherwise wait for this shell too, and the
+        // shell waits for that parent to be reaped.
         let shell = Command::new("sh")
             .arg("-c")
             .arg(script)
             .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot run sh: {e}"))?;
         Ok(Watched { shell })

@@ -302,3 +302,31 @@ impl SettlementReport {
         SettlementReport { events, audit }
     }
 }
+
+/// An amount as the settlement reports it: `84,300.00 EUR`.
+pub fn euros(cents: i64) -> String {
+    let sign = if cents < 0 { "-" } else { "" };
+    let cents = cents.unsigned_abs();
+    let whole = (cents / 100).to_string();
+    let mut grouped = String::new();
+    for (i, digit) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    format!("{sign}{grouped}.{:02} EUR", cents % 100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::euros;
+
+    #[test]
+    fn euros_are_grouped_by_thousands() {
+        assert_eq!(euros(8_430_000), "84,300.00 EUR");
+        assert_eq!(euros(7025), "70.25 EUR");
+        assert_eq!(euros(100_000_005), "1,000,000.05 EUR");
+        assert_eq!(euros(-7025), "-70.25 EUR");
+    }
+}

@@ -1,0 +1,440 @@
+//! The audit after a run, independent of the library: plain SQL on the refunds and their
+//! history, plain SDK calls on the ledger and on every version of every receipt, and the
+//! gateway's journal. It trusts nothing the workers reported.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use sqlx::{AssertSqlSafe, Row};
+
+pub use fencing_test_support::settlement::euros;
+
+use crate::gateway::{Outcome, read_journal};
+use crate::plan::{REFUND_CENTS, RunPlan};
+use crate::stores::{Clients, RunNames};
+
+/// A broken promise the audit found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which check.
+    pub check: Check,
+    /// The refund, where it is about one.
+    pub refund: Option<String>,
+    /// What was found.
+    pub detail: String,
+}
+
+/// The audit's checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Check {
+    /// Every refund created at the gateway exactly once, and nothing else created.
+    CreatedOnce,
+    /// Every refund sent and filed; the totals paid (gateway) and recorded (ledger) right.
+    Totals,
+    /// The refund confirmed by the holder that claimed it, with the gateway's reference.
+    ConfirmedByClaimer,
+    /// No record's fence ever went down (refund history, receipt versions).
+    FenceNeverDown,
+    /// Every sent refund has its ledger entry, with the right amount and reference.
+    LedgerEntry,
+    /// Every sent refund has its receipt, naming the gateway's reference.
+    Receipt,
+}
+
+impl Check {
+    /// Every check, in report order.
+    pub const ALL: [Check; 6] = [
+        Check::CreatedOnce,
+        Check::Totals,
+        Check::ConfirmedByClaimer,
+        Check::FenceNeverDown,
+        Check::LedgerEntry,
+        Check::Receipt,
+    ];
+
+    /// What it checks, in a few words.
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::CreatedOnce => "created once at the gateway",
+            Check::Totals => "all sent, totals paid and recorded",
+            Check::ConfirmedByClaimer => "confirmed by its claimer",
+            Check::FenceNeverDown => "fence never went down",
+            Check::LedgerEntry => "ledger entry",
+            Check::Receipt => "receipt",
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.refund {
+            Some(refund) => write!(f, "{}: {refund}: {}", self.check.name(), self.detail),
+            None => write!(f, "{}: {}", self.check.name(), self.detail),
+        }
+    }
+}
+
+/// What the audit found.
+#[derive(Clone, Debug, Default)]
+pub struct AuditReport {
+    /// Every violation.
+    pub violations: Vec<Violation>,
+    /// Refunds in state `sent`.
+    pub sent: usize,
+    /// Cents the gateway created refunds for.
+    pub paid_cents: i64,
+    /// Cents in the ledger.
+    pub recorded_cents: i64,
+    /// Creates the gateway answered from an earlier create (harmless, by idempotency key).
+    pub repeated_calls: usize,
+}
+
+type AuditError = Box<dyn std::error::Error + Send + Sync>;
+
+impl AuditReport {
+    fn violation(&mut self, check: Check, refund: Option<&str>, detail: impl Into<String>) {
+        self.violations.push(Violation {
+            check,
+            refund: refund.map(str::to_owned),
+            detail: detail.into(),
+        });
+    }
+}
+
+/// Audits run `names` of `plan` from its stores and the gateway's journal at `journal`.
+pub async fn audit(
+    names: &RunNames,
+    plan: &RunPlan,
+    clients: &Clients,
+    journal: &Path,
+) -> Result<AuditReport, AuditError> {
+    let mut auditor = Auditor {
+        report: AuditReport::default(),
+        names,
+        clients,
+        expected: (0..plan.sizing.refunds).map(RunPlan::refund_key).collect(),
+        references: HashMap::new(),
+    };
+    auditor.gateway(journal)?;
+    auditor.refunds().await?;
+    auditor.ledger().await?;
+    auditor.receipts().await?;
+    let Auditor {
+        mut report,
+        expected,
+        ..
+    } = auditor;
+    let total = plan.total_cents();
+    if report.sent != expected.len() {
+        let detail = format!("{} of {} refunds sent", report.sent, expected.len());
+        report.violation(Check::Totals, None, detail);
+    }
+    for (what, cents) in [
+        ("paid", report.paid_cents),
+        ("recorded", report.recorded_cents),
+    ] {
+        if cents != total {
+            let detail = format!("{} {what}, expected {}", euros(cents), euros(total));
+            report.violation(Check::Totals, None, detail);
+        }
+    }
+    Ok(report)
+}
+
+/// One audit under way: what it reads and what it found so far.
+struct Auditor<'a> {
+    report: AuditReport,
+    names: &'a RunNames,
+    clients: &'a Clients,
+    expected: Vec<String>,
+    /// The gateway's reference of every refund it created.
+    references: HashMap<String, String>,
+}
+
+impl Auditor<'_> {
+    fn gateway(&mut self, journal: &Path) -> Result<(), AuditError> {
+        let mut created: HashMap<String, Vec<(String, i64)>> = HashMap::new();
+        for entry in read_journal(journal)? {
+            match entry.outcome {
+                Outcome::Created => created.entry(entry.key).or_default().push((
+                    entry.reference.unwrap_or_default(),
+                    entry.amount_cents.unwrap_or_default(),
+                )),
+                Outcome::Replayed => self.report.repeated_calls += 1,
+                _ => {}
+            }
+        }
+
+        for key in &self.expected.clone() {
+            match created.remove(key).as_deref() {
+                Some([(reference, cents)]) => {
+                    self.report.paid_cents += cents;
+                    if *cents != REFUND_CENTS {
+                        self.report.violation(
+                            Check::CreatedOnce,
+                            Some(key),
+                            format!("created for {cents} cents"),
+                        );
+                    }
+                    self.references.insert(key.clone(), reference.clone());
+                }
+                None => self
+                    .report
+                    .violation(Check::CreatedOnce, Some(key), "never created"),
+                Some(many) => {
+                    self.report.paid_cents += many.iter().map(|(_, c)| c).sum::<i64>();
+                    self.report.violation(
+                        Check::CreatedOnce,
+                        Some(key),
+                        format!("created {} times", many.len()),
+                    );
+                }
+            }
+        }
+        for key in created.keys() {
+            self.report
+                .violation(Check::CreatedOnce, Some(key), "created, but no such refund");
+        }
+        Ok(())
+    }
+
+    async fn refunds(&mut self) -> Result<(), AuditError> {
+        let schema = self.names.schema();
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT id, state, filed, claimed_by, confirmed_by, gateway_ref FROM \"{schema}\".refunds"
+        )))
+        .fetch_all(&self.clients.pool)
+        .await?;
+        let mut by_key = HashMap::new();
+        for row in &rows {
+            by_key.insert(row.get::<String, _>("id"), row);
+        }
+        for key in &self.expected.clone() {
+            let Some(row) = by_key.get(key) else {
+                self.report
+                    .violation(Check::Totals, Some(key), "the refund row is gone");
+                continue;
+            };
+            let state: String = row.get("state");
+            if state != "sent" || !row.get::<bool, _>("filed") {
+                self.report.violation(
+                    Check::Totals,
+                    Some(key),
+                    format!("left {state}, filed {}", row.get::<bool, _>("filed")),
+                );
+            }
+            if state != "sent" {
+                continue;
+            }
+            self.report.sent += 1;
+            let claimed: Option<String> = row.get("claimed_by");
+            let confirmed: Option<String> = row.get("confirmed_by");
+            if claimed != confirmed {
+                self.report.violation(
+                    Check::ConfirmedByClaimer,
+                    Some(key),
+                    format!("claimed by {claimed:?}, confirmed by {confirmed:?}"),
+                );
+            }
+            let recorded: Option<String> = row.get("gateway_ref");
+            if recorded.as_ref() != self.references.get(key) {
+                self.report.violation(
+                    Check::ConfirmedByClaimer,
+                    Some(key),
+                    format!(
+                        "reference {recorded:?}, the gateway's {:?}",
+                        self.references.get(key)
+                    ),
+                );
+            }
+        }
+        let history = sqlx::query(AssertSqlSafe(format!(
+            "SELECT id, fence FROM \"{schema}\".refund_history WHERE fence IS NOT NULL ORDER BY id, seq"
+        )))
+        .fetch_all(&self.clients.pool)
+        .await?;
+        let mut highest: HashMap<String, i64> = HashMap::new();
+        for row in &history {
+            let (key, fence): (String, i64) = (row.get(0), row.get(1));
+            let before = highest.entry(key.clone()).or_insert(fence);
+            if fence < *before {
+                self.report.violation(
+                    Check::FenceNeverDown,
+                    Some(&key),
+                    format!("refund fence {before} then {fence}"),
+                );
+            }
+            *before = (*before).max(fence);
+        }
+        Ok(())
+    }
+
+    async fn ledger(&mut self) -> Result<(), AuditError> {
+        let mut entries: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        let mut pages = self
+            .clients
+            .dynamodb
+            .scan()
+            .table_name(self.names.ledger_table())
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            for item in page?.items() {
+                let Some(AttributeValue::S(key)) = item.get("id") else {
+                    self.report.violation(
+                        Check::LedgerEntry,
+                        None,
+                        format!("an item without an id: {item:?}"),
+                    );
+                    continue;
+                };
+                let entry = match item.get("payload") {
+                    Some(AttributeValue::B(bytes)) => serde_json::from_slice(bytes.as_ref()).ok(),
+                    _ => None,
+                };
+                match entry {
+                    Some(entry) => {
+                        entries.insert(key.clone(), entry);
+                    }
+                    None => {
+                        self.report
+                            .violation(Check::LedgerEntry, Some(key), "no readable entry")
+                    }
+                }
+            }
+        }
+        for key in &self.expected.clone() {
+            let Some(entry) = entries.remove(key) else {
+                self.report
+                    .violation(Check::LedgerEntry, Some(key), "missing");
+                continue;
+            };
+            let cents = entry["amount_cents"].as_i64().unwrap_or_default();
+            self.report.recorded_cents += cents;
+            if cents != REFUND_CENTS
+                || entry["reference"].as_str() != self.references.get(key).map(String::as_str)
+            {
+                self.report
+                    .violation(Check::LedgerEntry, Some(key), format!("entry {entry}"));
+            }
+        }
+        for key in entries.keys() {
+            self.report
+                .violation(Check::LedgerEntry, Some(key), "an entry for no such refund");
+        }
+        Ok(())
+    }
+
+    async fn receipts(&mut self) -> Result<(), AuditError> {
+        let bucket = self.names.receipts_bucket();
+        // Newest first within a key, as S3 lists versions.
+        let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let (mut key_marker, mut version_marker) = (None, None);
+        loop {
+            let page = self
+                .clients
+                .s3
+                .list_object_versions()
+                .bucket(&bucket)
+                .set_key_marker(key_marker.take())
+                .set_version_id_marker(version_marker.take())
+                .send()
+                .await?;
+            for version in page.versions() {
+                if let (Some(key), Some(id)) = (version.key(), version.version_id()) {
+                    versions
+                        .entry(key.to_owned())
+                        .or_default()
+                        .push(id.to_owned());
+                }
+            }
+            if page.is_truncated() != Some(true) {
+                break;
+            }
+            key_marker = page.next_key_marker().map(str::to_owned);
+            version_marker = page.next_version_id_marker().map(str::to_owned);
+        }
+        for key in &self.expected.clone() {
+            let Some(ids) = versions.remove(key) else {
+                self.report.violation(Check::Receipt, Some(key), "missing");
+                continue;
+            };
+            let mut newer_fence = u64::MAX;
+            for (age, id) in ids.iter().enumerate() {
+                let object = self
+                    .clients
+                    .s3
+                    .get_object()
+                    .bucket(&bucket)
+                    .key(key)
+                    .version_id(id)
+                    .send()
+                    .await?;
+                let body = object.body.collect().await?.into_bytes();
+                let Some((fence, payload)) = envelope(&body) else {
+                    self.report.violation(
+                        Check::Receipt,
+                        Some(key),
+                        format!("version {id} is not an envelope"),
+                    );
+                    continue;
+                };
+                if fence > newer_fence {
+                    self.report.violation(
+                        Check::FenceNeverDown,
+                        Some(key),
+                        format!("receipt fence {fence} then {newer_fence}"),
+                    );
+                }
+                newer_fence = fence;
+                if age == 0 {
+                    let text = String::from_utf8_lossy(payload);
+                    let reference = self.references.get(key).map(String::as_str).unwrap_or("?");
+                    if !text.contains(&format!("gateway reference {reference},")) {
+                        self.report.violation(
+                            Check::Receipt,
+                            Some(key),
+                            format!("receipt says {text:?}"),
+                        );
+                    }
+                }
+            }
+        }
+        for key in versions.keys() {
+            self.report
+                .violation(Check::Receipt, Some(key), "a receipt for no such refund");
+        }
+        Ok(())
+    }
+}
+
+/// The fence and payload of an envelope (`docs/envelope.md`, version 1), read by hand.
+fn envelope(body: &[u8]) -> Option<(u64, &[u8])> {
+    if body.len() < 39 || &body[..5] != b"FNCE\x01" {
+        return None;
+    }
+    let fence = u64::from_be_bytes(body[6..14].try_into().ok()?);
+    let state_len = body[30] as usize;
+    let payload = body.get(39 + state_len..)?;
+    Some((fence, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_envelope_is_read_by_hand_as_the_format_says() {
+        let record = fencing_core::Record {
+            key: fencing_core::RecordKey::new("r_0815").unwrap(),
+            fence: Some(fencing_core::FencingToken::new(34).unwrap()),
+            state: Some(fencing_core::State::new("sent").unwrap()),
+            payload: b"refund r_0815".to_vec(),
+        };
+        let body = fencing_core::envelope::encode(&record, fencing_core::WriteId::random());
+        assert_eq!(envelope(&body), Some((34, &b"refund r_0815"[..])));
+        assert_eq!(envelope(b"not an envelope at all, not at all, no"), None);
+    }
+}

@@ -1,0 +1,257 @@
+//! The payment gateway the workers send refunds to, as its own process: it creates a refund
+//! once per idempotency key (the refund id), answers lookups by key, and appends every call to
+//! a journal, one JSON object per line, which the audit reads afterwards.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::http::{self, Request};
+
+/// What a call did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A create that made a refund.
+    Created,
+    /// A create whose key was used before: the earlier refund is returned, nothing is made.
+    Replayed,
+    /// A create whose key was used before with another amount: refused.
+    Conflict,
+    /// A lookup that found the refund.
+    Found,
+    /// A lookup that found nothing.
+    Absent,
+}
+
+/// One line of the journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The call's position, from 1.
+    pub seq: u64,
+    /// The refund id, which is the idempotency key.
+    pub key: String,
+    /// What the call did.
+    pub outcome: Outcome,
+    /// The amount asked for (creates only).
+    pub amount_cents: Option<i64>,
+    /// The caller's lease holder id (creates only).
+    pub by: Option<String>,
+    /// The gateway's reference for the refund, when there is one.
+    pub reference: Option<String>,
+}
+
+/// The gateway's state and its journal.
+#[derive(Debug)]
+pub struct Gateway {
+    refunds: HashMap<String, (String, i64)>,
+    journal: File,
+    seq: u64,
+}
+
+impl Gateway {
+    /// A gateway with no refunds, appending to a new journal at `path`.
+    pub fn new(path: &Path) -> io::Result<Self> {
+        Ok(Gateway {
+            refunds: HashMap::new(),
+            journal: File::create(path)?,
+            seq: 0,
+        })
+    }
+
+    /// Answers one request: `POST /refunds/<key>` with body `amount_cents=<n>&by=<holder>`
+    /// creates (or replays) a refund; `GET /refunds/<key>` looks one up. Returns the status
+    /// and body; the call is in the journal, flushed, before the answer leaves.
+    pub fn handle(&mut self, request: &Request) -> io::Result<(u16, String)> {
+        let Some(key) = request
+            .path
+            .strip_prefix("/refunds/")
+            .filter(|k| valid_key(k))
+        else {
+            return Ok((404, format!("no such resource: {}", request.path)));
+        };
+        let key = key.to_owned();
+        match request.method.as_str() {
+            "GET" => {
+                let reference = self.refunds.get(&key).map(|(r, _)| r.clone());
+                let outcome = match reference {
+                    Some(_) => Outcome::Found,
+                    None => Outcome::Absent,
+                };
+                self.record(&key, outcome, None, None, reference.clone())?;
+                Ok(match reference {
+                    Some(reference) => (200, reference),
+                    None => (404, format!("no refund {key}")),
+                })
+            }
+            "POST" => {
+                let Some((amount, by)) = parse_create(&request.body) else {
+                    return Ok((400, "expected amount_cents=<n>&by=<holder>".to_owned()));
+                };
+                let (status, outcome, reference) = match self.refunds.get(&key) {
+                    Some((reference, cents)) if *cents == amount => {
+                        (200, Outcome::Replayed, reference.clone())
+                    }
+                    Some((reference, _)) => (409, Outcome::Conflict, reference.clone()),
+                    None => {
+                        let reference = format!("re_{:05}", self.refunds.len() + 1);
+                        self.refunds
+                            .insert(key.clone(), (reference.clone(), amount));
+                        (201, Outcome::Created, reference)
+                    }
+                };
+                self.record(
+                    &key,
+                    outcome,
+                    Some(amount),
+                    Some(by),
+                    Some(reference.clone()),
+                )?;
+                Ok((status, reference))
+            }
+            other => Ok((400, format!("method {other} is not served"))),
+        }
+    }
+
+    /// Serves `listener` until the process ends, one connection at a time (calls are short,
+    /// and one at a time keeps the journal in the order the calls took effect).
+    pub fn serve(mut self, listener: std::net::TcpListener) -> io::Result<()> {
+        for stream in listener.incoming() {
+            let stream = stream?;
+            let answer = match http::read_request(&stream) {
+                Ok(request) => self.handle(&request)?,
+                Err(err) => (400, err.to_string()),
+            };
+            // A caller that vanished (killed mid-call) is not the gateway's failure.
+            let _ = http::write_response(&stream, answer.0, &answer.1);
+        }
+        Ok(())
+    }
+
+    fn record(
+        &mut self,
+        key: &str,
+        outcome: Outcome,
+        amount_cents: Option<i64>,
+        by: Option<String>,
+        reference: Option<String>,
+    ) -> io::Result<()> {
+        self.seq += 1;
+        let entry = JournalEntry {
+            seq: self.seq,
+            key: key.to_owned(),
+            outcome,
+            amount_cents,
+            by,
+            reference,
+        };
+        let line = serde_json::to_string(&entry).map_err(io::Error::other)?;
+        writeln!(self.journal, "{line}")?;
+        self.journal.flush()
+    }
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 64
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn parse_create(body: &str) -> Option<(i64, String)> {
+    let mut amount = None;
+    let mut by = None;
+    for pair in body.split('&') {
+        match pair.split_once('=')? {
+            ("amount_cents", n) => amount = n.parse::<i64>().ok().filter(|n| *n > 0),
+            ("by", holder) if !holder.is_empty() => by = Some(holder.to_owned()),
+            _ => return None,
+        }
+    }
+    Some((amount?, by?))
+}
+
+/// Reads a journal back, line by line.
+pub fn read_journal(path: &Path) -> io::Result<Vec<JournalEntry>> {
+    let reader = BufReader::new(File::open(path)?);
+    reader
+        .lines()
+        .map(|line| {
+            serde_json::from_str(&line?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, path: &str, body: &str) -> Request {
+        Request {
+            method: method.into(),
+            path: path.into(),
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn a_key_creates_one_refund_and_every_call_is_journalled() {
+        let dir = std::env::temp_dir().join(fencing_testkit::unique_name("gateway"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("journal.jsonl");
+        let mut gateway = Gateway::new(&path).unwrap();
+        let create = request("POST", "/refunds/r_815", "amount_cents=7025&by=A");
+        assert_eq!(
+            gateway
+                .handle(&request("GET", "/refunds/r_815", ""))
+                .unwrap()
+                .0,
+            404
+        );
+        assert_eq!(gateway.handle(&create).unwrap(), (201, "re_00001".into()));
+        assert_eq!(gateway.handle(&create).unwrap(), (200, "re_00001".into()));
+        let other_amount = request("POST", "/refunds/r_815", "amount_cents=1&by=B");
+        assert_eq!(gateway.handle(&other_amount).unwrap().0, 409);
+        assert_eq!(
+            gateway
+                .handle(&request("GET", "/refunds/r_815", ""))
+                .unwrap(),
+            (200, "re_00001".into())
+        );
+        for bad in [
+            request("POST", "/refunds/r_1", "amount_cents=-5&by=A"),
+            request("POST", "/refunds/r_1", "amount_cents=5"),
+            request("POST", "/refunds/r_1", "amount_cents=5&by=A&x=1"),
+            request("DELETE", "/refunds/r_1", ""),
+        ] {
+            assert_eq!(gateway.handle(&bad).unwrap().0, 400, "{bad:?}");
+        }
+        assert_eq!(
+            gateway
+                .handle(&request("GET", "/refunds/../x", ""))
+                .unwrap()
+                .0,
+            404
+        );
+        let outcomes: Vec<Outcome> = read_journal(&path)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.outcome)
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Absent,
+                Outcome::Created,
+                Outcome::Replayed,
+                Outcome::Conflict,
+                Outcome::Found
+            ]
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,31 @@
+//! The refund settlement as separate processes under real faults, and the audit that judges
+//! each run from the stores themselves.
+//!
+//! Three programs: `gateway` (a payment gateway over HTTP, idempotent by refund id, which
+//! journals every call), `settle-worker` (the job: lease, claim, gateway call, confirm, ledger
+//! entry, receipt, each write fenced) and `campaign` (starts the services and processes of
+//! each run, injects the faults its seed schedules, audits, and writes `docs/reliability.md`).
+//! `docs/reliability.md` says how to run it and what it found.
+
+pub mod audit;
+pub mod gateway;
+pub mod http;
+pub mod plan;
+pub mod stores;
+pub mod unfenced;
+
+use std::time::Duration;
+
+/// Exits this process (code 70) once the process that started it is gone, so that an
+/// interrupted or killed campaign leaves no worker or gateway behind.
+pub fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(250));
+            if std::os::unix::process::parent_id() != parent {
+                std::process::exit(70);
+            }
+        }
+    });
+}

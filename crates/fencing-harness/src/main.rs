@@ -1,0 +1,41 @@
+//! `fencing-harness`: the settlement's programs in one executable, so that one build gives
+//! the campaign its workers and gateway. Each runs as its own process.
+
+mod programs;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The refund settlement as real processes under real faults.
+#[derive(Debug, Parser)]
+#[command(name = "fencing-harness")]
+struct Cli {
+    #[command(subcommand)]
+    program: Program,
+}
+
+#[derive(Debug, Subcommand)]
+enum Program {
+    /// Runs many settlements under faults, audits each, reports (see docs/reliability.md).
+    Campaign(programs::campaign::Args),
+    /// One settlement worker (started by the campaign).
+    Worker(programs::worker::Args),
+    /// The payment gateway simulator (started by the campaign).
+    Gateway(programs::gateway::Args),
+}
+
+fn main() -> ExitCode {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    };
+    match Cli::parse().program {
+        Program::Campaign(args) => runtime().block_on(programs::campaign::main(args)),
+        Program::Worker(args) => runtime().block_on(programs::worker::main(args)),
+        Program::Gateway(args) => programs::gateway::main(args),
+    }
+}

@@ -1,0 +1,264 @@
+//! What one run does, drawn from its seed: the lease kind, the size, and which faults strike
+//! when. The same seed gives the same plan, so any run can be replayed.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The lease (and token source) the workers of a run use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum LeaseKind {
+    /// `RedisLease`, its epochs in PostgreSQL.
+    Redis,
+    /// `PgLease`, tokens from a PostgreSQL counter.
+    Postgres,
+    /// `DynamoLease`, tokens from a DynamoDB counter.
+    Dynamodb,
+}
+
+impl LeaseKind {
+    /// Every kind, in the order seeds rotate through them.
+    pub const ALL: [LeaseKind; 3] = [LeaseKind::Redis, LeaseKind::Postgres, LeaseKind::Dynamodb];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            LeaseKind::Redis => "redis",
+            LeaseKind::Postgres => "postgres",
+            LeaseKind::Dynamodb => "dynamodb",
+        }
+    }
+}
+
+/// A fault the campaign injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// SIGSTOP the worker that wrote last, past the TTL, then SIGCONT it.
+    Stall,
+    /// SIGKILL a worker after its gateway call for a given refund, before the confirm.
+    KillAfterCall,
+    /// Restart Redis (nothing persisted): lease and counters are gone.
+    RedisRestart,
+    /// `pg_terminate_backend` every PostgreSQL connection of the run's workers.
+    PgTerminate,
+    /// `docker pause` a store's container past the TTL, then unpause it (containers mode).
+    ContainerPause,
+}
+
+impl FaultKind {
+    /// Every kind, in report order.
+    pub const ALL: [FaultKind; 5] = [
+        FaultKind::Stall,
+        FaultKind::KillAfterCall,
+        FaultKind::RedisRestart,
+        FaultKind::PgTerminate,
+        FaultKind::ContainerPause,
+    ];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Stall => "SIGSTOP past the TTL",
+            FaultKind::KillAfterCall => "SIGKILL between call and confirm",
+            FaultKind::RedisRestart => "Redis restart, nothing persisted",
+            FaultKind::PgTerminate => "pg_terminate_backend",
+            FaultKind::ContainerPause => "store container paused past the TTL",
+        }
+    }
+}
+
+/// A store whose container a [`FaultKind::ContainerPause`] freezes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PausedStore {
+    /// PostgreSQL: refunds (and, for those leases, leases and counters).
+    Postgres,
+    /// The AWS emulator: the DynamoDB ledger and the S3 receipts.
+    Aws,
+}
+
+/// One fault of a plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// What it does.
+    pub kind: FaultKind,
+    /// It strikes once this many refunds are filed (for [`FaultKind::KillAfterCall`]: the
+    /// refund, by index from 0, after whose gateway call the worker is killed).
+    pub at: usize,
+    /// How long a stall or pause lasts.
+    pub pause: Duration,
+    /// Which container a [`FaultKind::ContainerPause`] freezes.
+    pub store: PausedStore,
+}
+
+/// Sizes shared by every run of a campaign.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizing {
+    /// Refunds per run, each 70.25 EUR.
+    pub refunds: usize,
+    /// The lease TTL.
+    pub ttl: Duration,
+}
+
+/// The amount of every refund: 1,200 of them make the 84,300.00 EUR settlement.
+pub const REFUND_CENTS: i64 = 7025;
+
+/// One run, as its seed decides it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunPlan {
+    /// The seed everything below comes from.
+    pub seed: u64,
+    /// Whether writes carry the lease's token (`false`: every write presents one token).
+    pub fences: bool,
+    /// The lease the workers use: seeds rotate through [`LeaseKind::ALL`].
+    pub lease: LeaseKind,
+    /// Sizes.
+    pub sizing: Sizing,
+    /// The faults, in the order they strike.
+    pub faults: Vec<Fault>,
+}
+
+impl RunPlan {
+    /// The plan of `seed`. Every eligible fault kind strikes with probability one half, at
+    /// least one always; a Redis restart strikes in every run on the Redis lease (the only one
+    /// that uses Redis) and a container pause only where `containers` says the stores run in
+    /// containers. Runs without fences always include a stall: it is the fault a fence is for.
+    pub fn from_seed(seed: u64, fences: bool, sizing: Sizing, containers: bool) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let lease = LeaseKind::ALL[(seed % 3) as usize];
+        let n = sizing.refunds.max(10);
+        let mut faults = Vec::new();
+        for kind in FaultKind::ALL {
+            let eligible = match kind {
+                FaultKind::RedisRestart => lease == LeaseKind::Redis,
+                FaultKind::ContainerPause => containers,
+                _ => true,
+            };
+            let always = (kind == FaultKind::RedisRestart) || (kind == FaultKind::Stall && !fences);
+            let drawn = rng.random_bool(0.5);
+            if eligible && (always || drawn) {
+                let ttl_ms = sizing.ttl.as_millis() as u64;
+                faults.push(Fault {
+                    kind,
+                    at: rng.random_range(n / 10..=n / 2),
+                    pause: Duration::from_millis(ttl_ms + rng.random_range(ttl_ms / 2..=ttl_ms)),
+                    store: if rng.random_bool(0.5) {
+                        PausedStore::Postgres
+                    } else {
+                        PausedStore::Aws
+                    },
+                });
+            }
+        }
+        if faults.is_empty() {
+            let ttl_ms = sizing.ttl.as_millis() as u64;
+            faults.push(Fault {
+                kind: FaultKind::Stall,
+                at: rng.random_range(n / 10..=n / 2),
+                pause: Duration::from_millis(ttl_ms * 3 / 2),
+                store: PausedStore::Postgres,
+            });
+        }
+        faults.sort_by_key(|f| f.at);
+        RunPlan {
+            seed,
+            fences,
+            lease,
+            sizing,
+            faults,
+        }
+    }
+
+    /// The refund key at `index` (from 0): `r_0001`, `r_0002`, ...
+    pub fn refund_key(index: usize) -> String {
+        format!("r_{:04}", index + 1)
+    }
+
+    /// The total the run settles, in cents.
+    pub fn total_cents(&self) -> i64 {
+        self.sizing.refunds as i64 * REFUND_CENTS
+    }
+}
+
+impl fmt::Display for RunPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {} ({} lease, fences {}, {} refunds, TTL {} ms):",
+            self.seed,
+            self.lease.name(),
+            if self.fences { "on" } else { "off" },
+            self.sizing.refunds,
+            self.sizing.ttl.as_millis()
+        )?;
+        for fault in &self.faults {
+            match fault.kind {
+                FaultKind::KillAfterCall => write!(
+                    f,
+                    " [{} at {}]",
+                    fault.kind.name(),
+                    Self::refund_key(fault.at)
+                )?,
+                FaultKind::Stall | FaultKind::ContainerPause => write!(
+                    f,
+                    " [{} after {} filed, {} ms{}]",
+                    fault.kind.name(),
+                    fault.at,
+                    fault.pause.as_millis(),
+                    match (fault.kind, fault.store) {
+                        (FaultKind::ContainerPause, PausedStore::Postgres) => ", PostgreSQL",
+                        (FaultKind::ContainerPause, PausedStore::Aws) => ", the AWS emulator",
+                        _ => "",
+                    }
+                )?,
+                _ => write!(f, " [{} after {} filed]", fault.kind.name(), fault.at)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizing() -> Sizing {
+        Sizing {
+            refunds: 100,
+            ttl: Duration::from_millis(1000),
+        }
+    }
+
+    #[test]
+    fn a_seed_gives_one_plan() {
+        for seed in 0..50 {
+            let plan = RunPlan::from_seed(seed, true, sizing(), false);
+            assert_eq!(plan, RunPlan::from_seed(seed, true, sizing(), false));
+            assert!(!plan.faults.is_empty());
+            assert!(plan.faults.iter().all(|f| (10..=50).contains(&f.at)));
+            assert!(plan.faults.iter().all(|f| f.pause > sizing().ttl));
+            assert_eq!(
+                plan.faults
+                    .iter()
+                    .any(|f| f.kind == FaultKind::RedisRestart),
+                plan.lease == LeaseKind::Redis
+            );
+            assert!(
+                plan.faults
+                    .iter()
+                    .all(|f| f.kind != FaultKind::ContainerPause)
+            );
+        }
+    }
+
+    #[test]
+    fn runs_without_fences_always_stall_and_seeds_rotate_the_lease() {
+        for seed in 0..30 {
+            let plan = RunPlan::from_seed(seed, false, sizing(), true);
+            assert!(plan.faults.iter().any(|f| f.kind == FaultKind::Stall));
+            assert_eq!(plan.lease, LeaseKind::ALL[(seed % 3) as usize]);
+        }
+        assert_eq!(RunPlan::refund_key(814), "r_0815");
+    }
+}

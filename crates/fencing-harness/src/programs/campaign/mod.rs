@@ -1,0 +1,233 @@
+//! `fencing-harness campaign`: runs the settlement many times as real processes under real faults, audits
+//! every run from the stores, and prints (and optionally writes) the results.
+//!
+//! Exit codes: 0 when every run with fences on passed its audit and, if there were runs with
+//! fences off, at least one of them showed violations; 1 otherwise; 2 when the services
+//! could not be set up; 130 when interrupted.
+
+mod report;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fencing_harness::plan::{RunPlan, Sizing};
+use fencing_test_support::services::{self, RedisServer, ServiceMode, TestContainer};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use run::{RunResult, Services};
+
+/// Runs the refund settlement under real faults and audits every run.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Runs with fences on.
+    #[arg(long, default_value_t = 50)]
+    fenced: u64,
+    /// Runs with fences off (the control).
+    #[arg(long, default_value_t = 10)]
+    unfenced: u64,
+    /// Refunds per run.
+    #[arg(long, default_value_t = 200)]
+    refunds: usize,
+    /// The lease TTL in milliseconds.
+    #[arg(long, default_value_t = 1500)]
+    ttl_ms: u64,
+    /// Runs with fences on at the settlement's full figures (1,200 refunds, 30 s TTL),
+    /// after the others.
+    #[arg(long, default_value_t = 1)]
+    full: u64,
+    /// The seed of the first run; run i has seed FIRST_SEED + i (fenced runs first).
+    #[arg(long, default_value_t = 1000)]
+    first_seed: u64,
+    /// Runs this one seed only (with --fences), instead of a campaign.
+    #[arg(long)]
+    replay: Option<u64>,
+    /// With --replay: whether the run has fences.
+    #[arg(long, default_value = "on")]
+    fences: String,
+    /// Writes the results as Markdown here (the full campaign writes docs/reliability.md).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Where each run keeps its logs (kept for runs that fail their audit).
+    #[arg(long, default_value = "target/harness")]
+    logs: PathBuf,
+    /// Keeps every run's logs, not only those of runs that failed.
+    #[arg(long)]
+    keep_logs: bool,
+}
+
+/// The seed's figures: 1,200 refunds (84,300.00 EUR), a 30 s TTL.
+const FULL: Sizing = Sizing {
+    refunds: 1200,
+    ttl: Duration::from_secs(30),
+};
+
+/// Runs the campaign (or one replayed run) and reports.
+pub(crate) async fn main(args: Args) -> ExitCode {
+    let sizing = Sizing {
+        refunds: args.refunds,
+        ttl: Duration::from_millis(args.ttl_ms),
+    };
+    if args.refunds == 0 || args.refunds > 9999 || args.ttl_ms < 200 {
+        eprintln!("campaign: --refunds must be 1..=9999 and --ttl-ms at least 200");
+        return ExitCode::from(2);
+    }
+    let containers = ServiceMode::from_env() == ServiceMode::Containers;
+    let plans: Vec<RunPlan> = match args.replay {
+        Some(seed) => vec![RunPlan::from_seed(
+            seed,
+            args.fences != "off",
+            sizing,
+            containers,
+        )],
+        None => (0..args.fenced)
+            .map(|i| RunPlan::from_seed(args.first_seed + i, true, sizing, containers))
+            .chain((0..args.unfenced).map(|i| {
+                RunPlan::from_seed(args.first_seed + args.fenced + i, false, sizing, containers)
+            }))
+            .chain((0..args.full).map(|i| {
+                let seed = args.first_seed + args.fenced + args.unfenced + i;
+                RunPlan::from_seed(seed, true, FULL, containers)
+            }))
+            .collect(),
+    };
+    let mut services = match tokio::task::block_in_place(|| start_services(containers)) {
+        Ok(services) => services,
+        Err(why) => {
+            eprintln!("campaign: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let current = Arc::new(Mutex::new(String::from("before the first run")));
+    let started = Instant::now();
+    let campaign = run_all(&plans, &mut services, &args, current.clone());
+    let results = tokio::select! {
+        results = campaign => results,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!(
+                "\ncampaign: interrupted during {}; its workers, gateway and servers are being stopped",
+                current.lock().expect("never poisoned")
+            );
+            return ExitCode::from(130);
+        }
+    };
+    let wall = started.elapsed();
+    println!("\n{}", report::summary(&results));
+    println!("wall time {:.0} s", wall.as_secs_f64());
+    if let Some(path) = &args.report {
+        let command = std::env::args()
+            .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let command = command.replacen(
+            &std::env::args().next().unwrap_or_default(),
+            "cargo run -p fencing-harness --",
+            1,
+        );
+        if let Err(err) = std::fs::write(path, report::document(&results, &command, wall)) {
+            eprintln!("campaign: cannot write {}: {err}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("results written to {}", path.display());
+    }
+    let fenced_clean = results
+        .iter()
+        .filter(|r| r.plan.fences)
+        .all(|r| r.audit.violations.is_empty() && r.incidents.is_empty());
+    let unfenced: Vec<_> = results.iter().filter(|r| !r.plan.fences).collect();
+    let control_caught = unfenced.is_empty()
+        || args.replay.is_some()
+        || unfenced.iter().any(|r| !r.audit.violations.is_empty());
+    if fenced_clean && control_caught && results.len() == plans.len() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+async fn run_all(
+    plans: &[RunPlan],
+    services: &mut Services,
+    args: &Args,
+    current: Arc<Mutex<String>>,
+) -> Vec<RunResult> {
+    let bar = ProgressBar::new(plans.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
+            .expect("a valid template"),
+    );
+    let mut results = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        *current.lock().expect("never poisoned") =
+            format!("run {} of {} ({plan})", i + 1, plans.len());
+        say(&bar, format!("run {}: {plan}", i + 1));
+        bar.set_message(format!("seed {}", plan.seed));
+        let dir = args.logs.join(format!(
+            "seed-{}-{}",
+            plan.seed,
+            if plan.fences { "on" } else { "off" }
+        ));
+        match run::run(plan, services, &dir).await {
+            Ok(result) => {
+                say(&bar, format!("  {}", report::run_line(&result)));
+                for violation in result.audit.violations.iter().take(3) {
+                    say(&bar, format!("    {violation}"));
+                }
+                if result.audit.violations.is_empty()
+                    && result.incidents.is_empty()
+                    && !args.keep_logs
+                {
+                    let _ = std::fs::remove_dir_all(&result.dir);
+                } else {
+                    say(
+                        &bar,
+                        format!(
+                            "    logs kept in {} (run {})",
+                            result.dir.display(),
+                            result.id
+                        ),
+                    );
+                }
+                results.push(result);
+            }
+            Err(err) => {
+                say(
+                    &bar,
+                    format!("  run {} (seed {}) could not run: {err}", i + 1, plan.seed),
+                );
+                break;
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    results
+}
+
+/// Prints above the bar, or plainly where there is no terminal to draw it on.
+fn say(bar: &ProgressBar, line: String) {
+    bar.suspend(|| println!("{line}"));
+}
+
+/// PostgreSQL and the AWS emulator as the tests find them (in containers of the campaign's
+/// own in containers mode, so that it can pause them), and a Redis of the campaign's own.
+fn start_services(containers: bool) -> Result<Services, String> {
+    let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let redis = RedisServer::start(&[]);
+    let (database_url, aws_endpoint, containers) = if containers {
+        let postgres = TestContainer::postgres()?;
+        let moto = TestContainer::moto()?;
+        (postgres.url(), moto.url(), Some((postgres, moto)))
+    } else {
+        (services::postgres_url(), services::aws_endpoint(), None)
+    };
+    Ok(Services {
+        database_url,
+        aws_endpoint,
+        redis,
+        containers,
+        program,
+    })
+}

@@ -1,0 +1,324 @@
+//! One run: its stores, its gateway and workers as processes, its faults, its audit.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fencing_harness::audit::{self, AuditReport};
+use fencing_harness::plan::{FaultKind, PausedStore, RunPlan};
+use fencing_harness::stores::{self, Clients, RunNames};
+use fencing_test_support::services::{RedisServer, TestContainer};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// Where the services of a campaign are.
+pub(crate) struct Services {
+    pub(crate) database_url: String,
+    pub(crate) aws_endpoint: String,
+    /// Redis of the campaign's own, so that it can be restarted.
+    pub(crate) redis: RedisServer,
+    /// The containers of PostgreSQL and the AWS emulator, in containers mode.
+    pub(crate) containers: Option<(TestContainer, TestContainer)>,
+    /// This executable, whose `worker` and `gateway` commands the runs start.
+    pub(crate) program: PathBuf,
+}
+
+/// What one run came to.
+#[derive(Debug)]
+pub(crate) struct RunResult {
+    pub(crate) plan: RunPlan,
+    pub(crate) id: String,
+    pub(crate) injected: BTreeMap<FaultKind, usize>,
+    pub(crate) audit: AuditReport,
+    pub(crate) wall: Duration,
+    /// Problems of the run itself (a worker that failed, a run past its deadline).
+    pub(crate) incidents: Vec<String>,
+    pub(crate) dir: PathBuf,
+}
+
+enum Event {
+    Line(String, String),
+    Exited(String, Option<i32>),
+}
+
+struct Worker {
+    pid: u32,
+    killed: bool,
+}
+
+type RunError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs `plan`, keeping its logs in `dir`.
+pub(crate) async fn run(
+    plan: &RunPlan,
+    services: &mut Services,
+    dir: &Path,
+) -> Result<RunResult, RunError> {
+    let started = Instant::now();
+    std::fs::create_dir_all(dir)?;
+    let names = RunNames::fresh(plan.seed);
+    let clients = Clients::connect(
+        &services.database_url,
+        "harness_campaign",
+        &services.aws_endpoint,
+    )
+    .await?;
+    stores::create(&names, &clients, plan, true).await?;
+
+    let journal = dir.join("journal.jsonl");
+    let (gateway, gateway_addr) = start_gateway(&services.program, &journal).await?;
+    let (events, mut inbox) = mpsc::unbounded_channel();
+    let kill_target = plan
+        .faults
+        .iter()
+        .find(|f| f.kind == FaultKind::KillAfterCall)
+        .map(|f| RunPlan::refund_key(f.at));
+    let mut spawner = Spawner {
+        services,
+        plan,
+        names: &names,
+        gateway: gateway_addr,
+        dir,
+        events,
+        next: 0,
+    };
+    let mut workers: HashMap<String, Worker> = HashMap::new();
+    for _ in 0..2 {
+        let (name, worker) = spawner.spawn(kill_target.as_deref())?;
+        workers.insert(name, worker);
+    }
+
+    let mut injected: BTreeMap<FaultKind, usize> = BTreeMap::new();
+    let mut incidents = Vec::new();
+    let mut pending: Vec<_> = plan
+        .faults
+        .iter()
+        .filter(|f| f.kind != FaultKind::KillAfterCall)
+        .cloned()
+        .collect();
+    let mut filed = 0usize;
+    let mut last_writer: Option<String> = None;
+    let mut log = std::fs::File::create(dir.join("events.log"))?;
+    let deadline = started + run_budget(plan);
+    while !workers.is_empty() {
+        let event = match tokio::time::timeout_at(deadline.into(), inbox.recv()).await {
+            Ok(Some(event)) => event,
+            Ok(None) => break,
+            Err(_) => {
+                incidents.push(format!(
+                    "past its deadline of {} s with {filed} filed: workers killed",
+                    run_budget(plan).as_secs()
+                ));
+                for worker in workers.values() {
+                    signal("KILL", worker.pid);
+                }
+                break;
+            }
+        };
+        match event {
+            Event::Line(name, line) => {
+                use std::io::Write;
+                writeln!(log, "{:>7} {name}: {line}", started.elapsed().as_millis())?;
+                if line.starts_with("filed ") {
+                    filed += 1;
+                    last_writer = Some(name.clone());
+                }
+                if let Some(key) = line.strip_prefix("called ")
+                    && Some(key) == kill_target.as_deref()
+                    && let Some(worker) = workers.get_mut(&name)
+                    && !worker.killed
+                {
+                    // The worker stops itself right after this line; kill it there.
+                    wait_until_stopped(worker.pid).await;
+                    signal("KILL", worker.pid);
+                    worker.killed = true;
+                    *injected.entry(FaultKind::KillAfterCall).or_default() += 1;
+                    let (name, worker) = spawner.spawn(None)?;
+                    workers.insert(name, worker);
+                }
+            }
+            Event::Exited(name, code) => {
+                if let Some(worker) = workers.remove(&name)
+                    && !worker.killed
+                    && code != Some(0)
+                {
+                    incidents.push(format!("worker {name} exited with {code:?}"));
+                }
+            }
+        }
+        while let Some(fault) = pending.first().filter(|f| filed >= f.at).cloned() {
+            pending.remove(0);
+            let target = last_writer
+                .as_ref()
+                .and_then(|name| workers.get(name))
+                .or_else(|| workers.values().next())
+                .map(|w| w.pid);
+            let applied = match fault.kind {
+                FaultKind::Stall => match target {
+                    Some(pid) => {
+                        signal("STOP", pid);
+                        tokio::spawn(async move {
+                            tokio::time::sleep(fault.pause).await;
+                            signal("CONT", pid);
+                        });
+                        true
+                    }
+                    None => false,
+                },
+                FaultKind::RedisRestart => {
+                    tokio::task::block_in_place(|| spawner.services.redis.restart());
+                    true
+                }
+                FaultKind::PgTerminate => terminate_backends(&clients, &names).await? > 0,
+                FaultKind::ContainerPause => match &spawner.services.containers {
+                    Some((postgres, aws)) => {
+                        let container = match fault.store {
+                            PausedStore::Postgres => postgres,
+                            PausedStore::Aws => aws,
+                        };
+                        tokio::task::block_in_place(|| container.pause());
+                        tokio::time::sleep(fault.pause).await;
+                        tokio::task::block_in_place(|| container.unpause());
+                        true
+                    }
+                    None => false,
+                },
+                FaultKind::KillAfterCall => false,
+            };
+            if applied {
+                *injected.entry(fault.kind).or_default() += 1;
+            }
+        }
+    }
+    drop(gateway);
+    let audit = audit::audit(&names, plan, &clients, &journal).await?;
+    if audit.violations.is_empty() && incidents.is_empty() {
+        stores::drop_schema(&names, &clients.pool).await?;
+    }
+    Ok(RunResult {
+        plan: plan.clone(),
+        id: names.id().to_owned(),
+        injected,
+        audit,
+        wall: started.elapsed(),
+        incidents,
+        dir: dir.to_owned(),
+    })
+}
+
+/// Generous: a healthy run takes a fraction of it.
+fn run_budget(plan: &RunPlan) -> Duration {
+    let pauses: Duration = plan.faults.iter().map(|f| f.pause).sum();
+    Duration::from_millis(plan.sizing.refunds as u64 * 150)
+        + pauses
+        + plan.sizing.ttl * 10
+        + Duration::from_secs(60)
+}
+
+struct Spawner<'a> {
+    services: &'a mut Services,
+    plan: &'a RunPlan,
+    names: &'a RunNames,
+    gateway: String,
+    dir: &'a Path,
+    events: mpsc::UnboundedSender<Event>,
+    next: u8,
+}
+
+impl Spawner<'_> {
+    /// Starts the next worker (A, B, C, ...), its output turned into events.
+    fn spawn(&mut self, stop_after_call: Option<&str>) -> Result<(String, Worker), RunError> {
+        let name = char::from(b'A' + self.next % 26).to_string();
+        self.next += 1;
+        let mut command = Command::new(&self.services.program);
+        command
+            .arg("worker")
+            .args(["--name", &name, "--run", self.names.id()])
+            .args(["--lease", self.plan.lease.name()])
+            .args(["--ttl-ms", &self.plan.sizing.ttl.as_millis().to_string()])
+            .args(["--fences", if self.plan.fences { "on" } else { "off" }])
+            .args(["--database-url", &self.services.database_url])
+            .args(["--redis-url", &self.services.redis.url()])
+            .args(["--aws-endpoint", &self.services.aws_endpoint])
+            .args(["--gateway", &self.gateway])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(
+                self.dir.join(format!("{name}.stderr")),
+            )?)
+            .kill_on_drop(true);
+        if let Some(key) = stop_after_call {
+            command.args(["--stop-after-call", key]);
+        }
+        let mut child: Child = command.spawn()?;
+        let pid = child.id().ok_or("a worker that exited at once")?;
+        let stdout = child.stdout.take().ok_or("no worker stdout")?;
+        let events = self.events.clone();
+        let worker_name = name.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = events.send(Event::Line(worker_name.clone(), line));
+            }
+            let code = child.wait().await.ok().and_then(|s| s.code());
+            let _ = events.send(Event::Exited(worker_name, code));
+        });
+        Ok((name, Worker { pid, killed: false }))
+    }
+}
+
+async fn start_gateway(program: &Path, journal: &Path) -> Result<(Child, String), RunError> {
+    let mut child = Command::new(program)
+        .args(["gateway", "--journal"])
+        .arg(journal)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no gateway stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .map_err(|_| "the gateway did not start within 10 s")??
+        .ok_or("the gateway exited before listening")?;
+    let addr = line
+        .strip_prefix("listening ")
+        .ok_or_else(|| format!("the gateway said {line:?}"))?
+        .to_owned();
+    Ok((child, addr))
+}
+
+/// Sends SIGSTOP, SIGCONT or SIGKILL; a process that is gone already is no error.
+fn signal(name: &str, pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status();
+}
+
+/// Waits (up to 2 s) until `pid` is stopped, as `/proc/<pid>/stat` shows.
+async fn wait_until_stopped(pid: u32) {
+    for _ in 0..200 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the parenthesised command name.
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next());
+        if matches!(state, Some("T" | "t") | None) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn terminate_backends(clients: &Clients, names: &RunNames) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name LIKE $1",
+    )
+    .bind(format!("harness_{}_%", names.id()))
+    .fetch_one(&clients.pool)
+    .await
+}

@@ -1,0 +1,5 @@
+//! The programs of the executable, one module each.
+
+pub(crate) mod campaign;
+pub(crate) mod gateway;
+pub(crate) mod worker;

@@ -1,0 +1,204 @@
+//! `fencing-harness worker`: the refund settlement as one process. It takes the merchant's lease,
+//! claims each refund in PostgreSQL, sends it to the gateway (the refund id as idempotency
+//! key), confirms it, posts its ledger entry in DynamoDB and its receipt in S3, and marks it
+//! filed; every one of those writes carries the lease's fencing token. It exits when every
+//! refund is filed.
+//!
+//! It reports on standard output, one line per step (`acquired`, `claimed <id>`, `called
+//! <id>`, `filed <id>`, `ended`, `done`), which is what the campaign watches to time its
+//! faults. It does not consult its lease renewal before writing: that check narrows the
+//! window without closing it, and the harness measures what the fences do alone.
+
+mod settle;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing_core::{FencedBatch, FencedStore, Lease, LeaseRenewal, MismatchPolicy, RecordKey, Ttl};
+use fencing_harness::plan::LeaseKind;
+use fencing_harness::stores::{self, Clients, RunNames, RunStores};
+use fencing_harness::unfenced::OneTokenLease;
+
+/// Settles merchant m_4471's refunds of one harness run.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// This worker's name in the run (its PostgreSQL application name ends with it).
+    #[arg(long)]
+    name: String,
+    /// The run whose stores to settle (the campaign created them).
+    #[arg(long)]
+    run: String,
+    /// The lease to take.
+    #[arg(long, value_enum)]
+    lease: LeaseKind,
+    /// The lease TTL in milliseconds; the lease is renewed every third of it.
+    #[arg(long)]
+    ttl_ms: u64,
+    /// `off`: every write presents one token (the control; never in production).
+    #[arg(long, value_enum, default_value = "on")]
+    fences: Fences,
+    /// PostgreSQL.
+    #[arg(long)]
+    database_url: String,
+    /// Redis (the Redis lease only).
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// The S3 and DynamoDB endpoint.
+    #[arg(long)]
+    aws_endpoint: String,
+    /// The gateway, as HOST:PORT.
+    #[arg(long)]
+    gateway: String,
+    /// Stop this process (SIGSTOP) right after the gateway answers for this refund, before
+    /// the confirm: the campaign then kills it there.
+    #[arg(long)]
+    stop_after_call: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Fences {
+    On,
+    Off,
+}
+
+/// Exit code when a store or the lease is not fit to run on: nothing was written.
+const UNFIT: u8 = 2;
+
+/// Runs the worker until every refund is filed.
+pub(crate) async fn main(args: Args) -> ExitCode {
+    fencing_harness::exit_with_parent();
+    let names = RunNames::new(&args.run);
+    let application_name = format!("harness_{}_{}", names.id(), args.name);
+    let clients =
+        match Clients::connect(&args.database_url, &application_name, &args.aws_endpoint).await {
+            Ok(clients) => clients,
+            Err(err) => return unfit(format!("cannot connect to PostgreSQL: {err}")),
+        };
+    let run_stores = match RunStores::new(&names, &clients) {
+        Ok(stores) => stores,
+        Err(err) => return unfit(err.to_string()),
+    };
+    let redis = match args.lease {
+        LeaseKind::Redis => match redis_connection(args.redis_url.as_deref()).await {
+            Ok(redis) => Some(redis),
+            Err(why) => return unfit(why),
+        },
+        _ => None,
+    };
+    if let Err(why) = preflight(&run_stores).await {
+        return unfit(why);
+    }
+    let lease = match stores::lease(args.lease, &names, &clients, redis) {
+        Ok(lease) => lease,
+        Err(err) => return unfit(err.to_string()),
+    };
+    let lease: Arc<dyn Lease> = match args.fences {
+        Fences::On => lease,
+        Fences::Off => Arc::new(OneTokenLease::new(lease)),
+    };
+    let ttl = match Ttl::from_millis(args.ttl_ms) {
+        Ok(ttl) => ttl,
+        Err(err) => return unfit(err.to_string()),
+    };
+    let settlement = settle::Settlement {
+        pool: clients.pool.clone(),
+        stores: run_stores.clone(),
+        gateway: args.gateway.clone(),
+        stop_after_call: args.stop_after_call.clone(),
+    };
+    let resource = names.resource();
+    let mut acquisitions = 0u32;
+    loop {
+        match settlement.unfiled().await {
+            Ok(0) => {
+                println!("done");
+                return ExitCode::SUCCESS;
+            }
+            Ok(_) => {}
+            Err(err) => {
+                println!("failed listing: {err}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        }
+        let guard = match lease.try_acquire(&resource, ttl).await {
+            Ok(Some(guard)) => guard,
+            Ok(None) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(err) => {
+                println!("failed acquiring: {err}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        acquisitions += 1;
+        let holder = format!("{}#{acquisitions}", args.name);
+        println!("acquired {holder} token {}", guard.token());
+        let renewal = LeaseRenewal::start(lease.clone(), guard.clone(), ttl.duration() / 3);
+        let batch_stores: [Arc<dyn FencedStore>; 3] = [
+            run_stores.refunds.clone(),
+            run_stores.ledger.clone(),
+            run_stores.receipts.clone(),
+        ];
+        let batch = match FencedBatch::new(lease.clone(), guard, batch_stores) {
+            Ok(batch) => batch.with_mismatch_policy(MismatchPolicy::Skip),
+            Err(err) => return unfit(err.to_string()),
+        };
+        let settled = settlement.settle(&batch, &holder).await;
+        renewal.stop();
+        let finished = batch.finish().await;
+        match (settled, finished) {
+            (Ok(filed), Ok(finished)) => println!("ended {holder}: {filed} filed, {finished:?}"),
+            (Err(err), _) | (Ok(_), Err(err)) => println!("ended {holder}: {err}"),
+        }
+    }
+}
+
+/// Checks every store before anything is written: the refunds table has the columns the
+/// fence needs (the library inspects it on first use), the ledger table and the receipts
+/// bucket exist.
+async fn preflight(stores: &RunStores) -> Result<(), String> {
+    let probe = RecordKey::new("preflight").expect("a valid key");
+    let checks: [&dyn FencedStore; 3] = [&*stores.refunds, &*stores.ledger, &*stores.receipts];
+    for store in checks {
+        store
+            .read(&probe)
+            .await
+            .map_err(|err| format!("store {} is not fit for fenced writes: {err}", store.name()))?;
+    }
+    Ok(())
+}
+
+/// A connection that reconnects after a Redis restart, once Redis is known to run scripts
+/// (the lease is one).
+async fn redis_connection(url: Option<&str>) -> Result<redis::aio::ConnectionManager, String> {
+    let url = url.ok_or("the Redis lease needs --redis-url")?;
+    let client = redis::Client::open(url).map_err(|e| format!("Redis URL {url:?}: {e}"))?;
+    let mut conn = redis::aio::ConnectionManager::new(client)
+        .await
+        .map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
+    let answer: Result<i64, _> = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(0)
+        .query_async(&mut conn)
+        .await;
+    match answer {
+        Ok(1) => Ok(conn),
+        Ok(other) => Err(format!(
+            "Redis at {url} ran a script wrongly (answered {other})"
+        )),
+        Err(err) => Err(format!(
+            "Redis at {url} refuses scripts ({err}): the Redis lease takes its lock and token \
+             in one Lua script; allow EVAL and EVALSHA for this user (ACL +@scripting) or use \
+             another lease"
+        )),
+    }
+}
+
+fn unfit(why: String) -> ExitCode {
+    eprintln!("fencing-harness worker: {why}; nothing was written");
+    ExitCode::from(UNFIT)
+}

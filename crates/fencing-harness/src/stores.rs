@@ -1,0 +1,318 @@
+//! Where one run keeps its data, and how each side reaches it: the campaign creates the
+//! stores (as a migration would), the workers build the library's stores over them.
+//!
+//! A run's refunds live in the PostgreSQL schema named after the run, with a history table
+//! filled by a trigger (so the audit sees every accepted write, not only the last); its
+//! ledger is a DynamoDB table; its receipts an S3 bucket with versioning on (so the audit sees
+//! every version of every receipt).
+
+use std::sync::Arc;
+
+use fencing_core::{Lease, Result, TokenSource};
+use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
+use fencing_postgres::{PgLease, PgStore, PgTable, PgTokenSource, QualifiedName};
+use fencing_redis::RedisLease;
+use fencing_s3::{S3Bucket, S3Store};
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::plan::{LeaseKind, REFUND_CENTS, RunPlan};
+
+/// The merchant every run settles.
+pub const MERCHANT: &str = "m_4471";
+
+/// The names of one run's tables, bucket and lease, from its id (lowercase letters, digits
+/// and `_`, as PostgreSQL, DynamoDB and S3 all accept once `_` becomes `-` for S3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunNames {
+    id: String,
+}
+
+impl RunNames {
+    /// The names of run `id`.
+    ///
+    /// # Panics
+    ///
+    /// On an id with anything but lowercase ASCII letters, digits and `_`, or longer than 40.
+    pub fn new(id: &str) -> Self {
+        assert!(
+            !id.is_empty()
+                && id.len() <= 40
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+            "a run id is lowercase letters, digits and _: {id:?}"
+        );
+        RunNames { id: id.to_owned() }
+    }
+
+    /// A fresh id for a run of `seed`.
+    pub fn fresh(seed: u64) -> Self {
+        let unique = fencing_testkit::unique_name("");
+        let suffix: String = unique
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .rev()
+            .take(6)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        Self::new(&format!("settle_{seed}_{suffix}"))
+    }
+
+    /// The id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The PostgreSQL schema of the refunds (and of the PostgreSQL leases and counters).
+    pub fn schema(&self) -> &str {
+        &self.id
+    }
+
+    /// The DynamoDB ledger table.
+    pub fn ledger_table(&self) -> String {
+        format!("{}-ledger", self.id)
+    }
+
+    /// The DynamoDB table of leases and counters (the DynamoDB lease kind).
+    pub fn dynamo_lease_table(&self) -> String {
+        format!("{}-leases", self.id)
+    }
+
+    /// The S3 bucket of receipts.
+    pub fn receipts_bucket(&self) -> String {
+        self.id.replace('_', "-")
+    }
+
+    /// The lease's resource: the merchant's settlement.
+    pub fn resource(&self) -> fencing_core::ResourceName {
+        fencing_core::ResourceName::new(format!("settle:{MERCHANT}")).expect("a valid name")
+    }
+
+    fn qualified(&self, table: &str) -> QualifiedName {
+        QualifiedName::new(&self.id, table).expect("run ids are valid identifiers")
+    }
+}
+
+/// The clients of one process: its own pool and its own AWS clients.
+#[derive(Clone, Debug)]
+pub struct Clients {
+    /// PostgreSQL.
+    pub pool: PgPool,
+    /// DynamoDB.
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    /// S3.
+    pub s3: aws_sdk_s3::Client,
+}
+
+impl Clients {
+    /// Connects to PostgreSQL at `database_url` under `application_name` (which is how the
+    /// campaign finds a worker's connections to terminate) and builds AWS clients for
+    /// `aws_endpoint`.
+    pub async fn connect(
+        database_url: &str,
+        application_name: &str,
+        aws_endpoint: &str,
+    ) -> std::result::Result<Self, sqlx::Error> {
+        let options: sqlx::postgres::PgConnectOptions = database_url.parse()?;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect_with(options.application_name(application_name))
+            .await?;
+        Ok(Clients {
+            pool,
+            dynamodb: dynamodb_client(aws_endpoint),
+            s3: s3_client(aws_endpoint),
+        })
+    }
+}
+
+/// A DynamoDB client for `endpoint` with the emulator's credentials.
+pub fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
+    use fencing_test_support::aws;
+    aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(aws::region())
+            .credentials_provider(aws::credentials())
+            .http_client(aws::http_client())
+            .build(),
+    )
+}
+
+/// An S3 client for `endpoint`, path-style, with the emulator's credentials.
+pub fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
+    use fencing_test_support::aws;
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(aws::region())
+            .credentials_provider(aws::credentials())
+            .http_client(aws::http_client())
+            .force_path_style(true)
+            .build(),
+    )
+}
+
+/// The refunds table as the team wrote it, with a fence column, and the trigger that keeps
+/// its history.
+fn refunds_ddl(schema: &str, with_fence: bool) -> String {
+    let fence = if with_fence {
+        "fence bigint NOT NULL DEFAULT 0 CHECK (fence >= 0),"
+    } else {
+        ""
+    };
+    format!(
+        "CREATE SCHEMA \"{schema}\";
+         CREATE TABLE \"{schema}\".refunds (
+             id text PRIMARY KEY, merchant text NOT NULL, amount_cents bigint NOT NULL,
+             state text NOT NULL DEFAULT 'pending', {fence}
+             claimed_by text, confirmed_by text, gateway_ref text,
+             filed boolean NOT NULL DEFAULT false);
+         CREATE TABLE \"{schema}\".refund_history (
+             seq bigserial PRIMARY KEY, id text NOT NULL, fence bigint, state text NOT NULL,
+             claimed_by text, confirmed_by text, filed boolean NOT NULL,
+             at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE FUNCTION \"{schema}\".keep_history() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO \"{schema}\".refund_history (id, fence, state, claimed_by, confirmed_by, filed)
+             VALUES (NEW.id, {fence_value}, NEW.state, NEW.claimed_by, NEW.confirmed_by, NEW.filed);
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER keep_history AFTER INSERT OR UPDATE ON \"{schema}\".refunds
+             FOR EACH ROW EXECUTE FUNCTION \"{schema}\".keep_history();",
+        fence_value = if with_fence { "NEW.fence" } else { "NULL" },
+    )
+}
+
+/// Creates a run's stores: `refunds` pending refunds of 70.25 EUR in PostgreSQL, the ledger
+/// table, the receipts bucket (versioned), and the lease's own tables. `with_fence: false`
+/// leaves the fence column out, as a team that forgot its migration would.
+pub async fn create(
+    names: &RunNames,
+    clients: &Clients,
+    plan: &RunPlan,
+    with_fence: bool,
+) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    sqlx::raw_sql(AssertSqlSafe(refunds_ddl(names.schema(), with_fence)))
+        .execute(&clients.pool)
+        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO \"{}\".refunds (id, merchant, amount_cents) \
+         SELECT 'r_' || lpad(n::text, 4, '0'), $1, $2 FROM generate_series(1, $3) AS n",
+        names.schema()
+    )))
+    .bind(MERCHANT)
+    .bind(REFUND_CENTS)
+    .bind(plan.sizing.refunds as i64)
+    .execute(&clients.pool)
+    .await?;
+    DynamoTable::new(names.ledger_table())?
+        .create(&clients.dynamodb)
+        .await?;
+    let bucket = names.receipts_bucket();
+    clients.s3.create_bucket().bucket(&bucket).send().await?;
+    clients
+        .s3
+        .put_bucket_versioning()
+        .bucket(&bucket)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await?;
+    let epochs = PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
+    epochs.create_if_missing().await?;
+    match plan.lease {
+        LeaseKind::Redis => {}
+        LeaseKind::Postgres => {
+            PgLease::new(names.qualified("leases"), epochs)
+                .create_if_missing()
+                .await?
+        }
+        LeaseKind::Dynamodb => {
+            DynamoLease::new(clients.dynamodb.clone(), names.dynamo_lease_table())?
+                .create_table()
+                .await?
+        }
+    }
+    Ok(())
+}
+
+/// Drops a run's PostgreSQL schema (the emulator's tables and buckets go with the emulator).
+pub async fn drop_schema(names: &RunNames, pool: &PgPool) -> std::result::Result<(), sqlx::Error> {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+        names.schema()
+    )))
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+/// The library's stores over a run's data, as a worker uses them.
+#[derive(Clone, Debug)]
+pub struct RunStores {
+    /// Refunds in PostgreSQL: key `id`, state `state`, fence `fence`.
+    pub refunds: Arc<PgStore>,
+    /// The ledger in DynamoDB.
+    pub ledger: Arc<DynamoStore>,
+    /// Receipts in S3.
+    pub receipts: Arc<S3Store>,
+}
+
+impl RunStores {
+    /// The stores of run `names` through `clients`.
+    pub fn new(names: &RunNames, clients: &Clients) -> Result<Self> {
+        Ok(RunStores {
+            refunds: Arc::new(
+                PgStore::new(
+                    clients.pool.clone(),
+                    PgTable::new(names.schema(), "refunds")?,
+                )
+                .named("refunds")?,
+            ),
+            ledger: Arc::new(
+                DynamoStore::new(
+                    clients.dynamodb.clone(),
+                    DynamoTable::new(names.ledger_table())?,
+                )
+                .named("ledger")?,
+            ),
+            receipts: Arc::new(
+                S3Store::new(
+                    clients.s3.clone(),
+                    S3Bucket::new(names.receipts_bucket(), "")?,
+                )
+                .named("receipts")?,
+            ),
+        })
+    }
+}
+
+/// The lease of `kind` for run `names`. The Redis lease takes its epochs from PostgreSQL, so
+/// a Redis restart never reissues a token.
+pub fn lease(
+    kind: LeaseKind,
+    names: &RunNames,
+    clients: &Clients,
+    redis: Option<redis::aio::ConnectionManager>,
+) -> Result<Arc<dyn Lease>> {
+    let epochs = PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
+    Ok(match kind {
+        LeaseKind::Redis => {
+            let redis = redis.expect("the Redis lease needs a Redis connection");
+            let epochs: Arc<dyn TokenSource> = Arc::new(epochs);
+            Arc::new(RedisLease::new(redis, epochs))
+        }
+        LeaseKind::Postgres => Arc::new(PgLease::new(names.qualified("leases"), epochs)),
+        LeaseKind::Dynamodb => Arc::new(DynamoLease::new(
+            clients.dynamodb.clone(),
+            names.dynamo_lease_table(),
+        )?),
+    })
+}

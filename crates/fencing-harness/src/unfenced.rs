@@ -1,0 +1,111 @@
+//! The control: a lease whose every acquisition presents the same token, so the stores'
+//! fences admit every write. Mutual exclusion is then only the lease's TTL, and the audit must
+//! find what that lets through. Never a thing to deploy.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use fencing_core::{
+    FencingToken, Lease, LeaseGuard, LeaseStatus, ResourceName, Result, TokenSource, Ttl,
+};
+
+/// Wraps a real lease: acquisition, extension and release go to it, but the guards it hands
+/// out carry token 1.
+#[derive(Debug)]
+pub struct OneTokenLease {
+    inner: Arc<dyn Lease>,
+    /// The real guard of every live acquisition, by owner id.
+    real: Mutex<HashMap<String, LeaseGuard>>,
+}
+
+impl OneTokenLease {
+    /// `inner`, its tokens replaced by one.
+    pub fn new(inner: Arc<dyn Lease>) -> Self {
+        OneTokenLease {
+            inner,
+            real: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn real_guard(&self, guard: &LeaseGuard) -> Result<LeaseGuard> {
+        self.real
+            .lock()
+            .expect("never poisoned")
+            .get(guard.owner().as_str())
+            .cloned()
+            .ok_or_else(|| guard.lost())
+    }
+}
+
+#[async_trait]
+impl Lease for OneTokenLease {
+    async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
+        let requested_at = Instant::now();
+        let Some(real) = self.inner.try_acquire(resource, ttl).await? else {
+            return Ok(None);
+        };
+        let owner = real.owner().clone();
+        self.real
+            .lock()
+            .expect("never poisoned")
+            .insert(owner.as_str().to_owned(), real);
+        Ok(Some(LeaseGuard::new(
+            resource.clone(),
+            owner,
+            FencingToken::MIN,
+            ttl,
+            requested_at,
+        )))
+    }
+
+    async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
+        let requested_at = Instant::now();
+        let mut real = self.real_guard(guard)?;
+        self.inner.extend(&mut real, ttl).await?;
+        self.real
+            .lock()
+            .expect("never poisoned")
+            .insert(guard.owner().as_str().to_owned(), real);
+        guard.extended(ttl, requested_at);
+        Ok(())
+    }
+
+    async fn release(&self, guard: LeaseGuard) -> Result<()> {
+        let real = self.real_guard(&guard)?;
+        self.real
+            .lock()
+            .expect("never poisoned")
+            .remove(guard.owner().as_str());
+        self.inner.release(real).await
+    }
+
+    async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
+        self.inner.status(resource).await
+    }
+
+    fn token_source(&self) -> &dyn TokenSource {
+        self.inner.token_source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fencing_core::MemoryLease;
+
+    #[tokio::test]
+    async fn every_acquisition_carries_token_one_and_the_real_lease_still_excludes() {
+        let lease = OneTokenLease::new(Arc::new(MemoryLease::new()));
+        let resource = ResourceName::new("settle:m_4471").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let mut first = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+        assert_eq!(first.token(), FencingToken::MIN);
+        assert!(lease.try_acquire(&resource, ttl).await.unwrap().is_none());
+        lease.extend(&mut first, ttl).await.unwrap();
+        lease.release(first).await.unwrap();
+        let second = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+        assert_eq!(second.token(), FencingToken::MIN);
+    }
+}

@@ -1,0 +1,255 @@
+//! The harness as CI runs it: a short campaign that injects every fault kind, then the rough
+//! edges (a store without a fence column, a Redis that refuses scripts, an interrupted
+//! campaign). Each test starts the harness as processes, as a user would.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fencing_harness::plan::{FaultKind, LeaseKind, RunPlan, Sizing};
+use fencing_harness::stores::{self, Clients, RunNames};
+use fencing_test_support::services::{self, RedisServer, ServiceMode};
+use sqlx::{AssertSqlSafe, Row};
+
+const HARNESS: &str = env!("CARGO_BIN_EXE_fencing-harness");
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn logs_dir(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(fencing_testkit::unique_name(name))
+}
+
+/// The first seed from which `runs` fenced plans together inject every kind this mode can.
+fn seed_covering_every_fault(runs: u64, sizing: Sizing, containers: bool) -> u64 {
+    let wanted: BTreeSet<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| containers || *k != FaultKind::ContainerPause)
+        .collect();
+    (0..10_000)
+        .find(|first| {
+            let kinds: BTreeSet<FaultKind> = (*first..first + runs)
+                .flat_map(|seed| RunPlan::from_seed(seed, true, sizing, containers).faults)
+                .map(|f| f.kind)
+                .collect();
+            kinds == wanted
+        })
+        .expect("some seed covers every fault")
+}
+
+#[test]
+fn a_short_campaign_injects_every_fault_and_finds_violations_only_without_fences() {
+    let containers = ServiceMode::from_env() == ServiceMode::Containers;
+    let sizing = Sizing {
+        refunds: 120,
+        ttl: Duration::from_millis(800),
+    };
+    let first = seed_covering_every_fault(4, sizing, containers);
+    let logs = logs_dir("short-campaign");
+    let output = Command::new(HARNESS)
+        .args([
+            "campaign",
+            "--fenced",
+            "4",
+            "--unfenced",
+            "2",
+            "--full",
+            "0",
+        ])
+        .args(["--refunds", "120", "--ttl-ms", "800"])
+        .args(["--first-seed", &first.to_string()])
+        .arg("--logs")
+        .arg(&logs)
+        .output()
+        .unwrap();
+    let out = text(&output);
+    println!("{out}");
+    // Success means: every fenced run passed its audit, and the control found violations.
+    assert!(output.status.success(), "{out}");
+    for kind in FaultKind::ALL {
+        if kind == FaultKind::ContainerPause && !containers {
+            continue;
+        }
+        let row = out
+            .lines()
+            .find(|line| line.starts_with(&format!("| {} |", kind.name())))
+            .unwrap_or_else(|| panic!("no row for {kind:?} in\n{out}"));
+        assert!(
+            !row.contains(&format!("| {} | 0 (0) |", kind.name())),
+            "{kind:?} never injected with fences on: {row}"
+        );
+    }
+    let control = out
+        .lines()
+        .find(|line| line.starts_with("| off (control) |"))
+        .expect("a control row");
+    assert!(!control.contains("| 0 | 0 |"), "{control}");
+    let _ = std::fs::remove_dir_all(logs);
+}
+
+/// Creates a run's stores (without the fence column when told) and returns its clients.
+fn run_stores(names: &RunNames, lease: LeaseKind, with_fence: bool) -> Clients {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let clients = Clients::connect(
+            &services::postgres_url(),
+            "harness_test",
+            &services::aws_endpoint(),
+        )
+        .await
+        .unwrap();
+        let plan = RunPlan {
+            lease,
+            ..RunPlan::from_seed(
+                1,
+                true,
+                Sizing {
+                    refunds: 20,
+                    ttl: Duration::from_secs(1),
+                },
+                false,
+            )
+        };
+        stores::create(names, &clients, &plan, with_fence)
+            .await
+            .unwrap();
+        clients
+    })
+}
+
+/// Every row of the refunds' history: (id, state), one per write the table accepted.
+fn history(names: &RunNames) -> Vec<(String, String)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let pool = sqlx::PgPool::connect(&services::postgres_url())
+            .await
+            .unwrap();
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT id, state FROM \"{}\".refund_history ORDER BY seq",
+            names.schema()
+        )))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let rows = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        stores::drop_schema(names, &pool).await.unwrap();
+        rows
+    })
+}
+
+fn worker(names: &RunNames, lease: LeaseKind, redis_url: &str) -> Output {
+    Command::new(HARNESS)
+        .args(["worker", "--name", "A", "--run", names.id()])
+        .args(["--lease", lease.name(), "--ttl-ms", "1000"])
+        .args(["--database-url", &services::postgres_url()])
+        .args(["--redis-url", redis_url])
+        .args(["--aws-endpoint", &services::aws_endpoint()])
+        // Nothing listens on the discard port: a worker that got as far as calling would fail.
+        .args(["--gateway", "127.0.0.1:9"])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_worker_on_a_table_without_a_fence_column_fails_fast_and_writes_nothing() {
+    let names = RunNames::fresh(7);
+    run_stores(&names, LeaseKind::Postgres, false);
+    let output = worker(&names, LeaseKind::Postgres, "redis://127.0.0.1:1/");
+    let out = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{out}");
+    assert!(out.contains("fence"), "{out}");
+    assert!(out.contains("nothing was written"), "{out}");
+    let history = history(&names);
+    assert_eq!(history.len(), 20, "only the 20 inserts: {history:?}");
+    assert!(history.iter().all(|(_, state)| state == "pending"));
+}
+
+#[test]
+fn a_redis_that_refuses_scripts_stops_the_worker_before_it_writes() {
+    let redis = RedisServer::start(&[
+        "--rename-command",
+        "EVAL",
+        "",
+        "--rename-command",
+        "EVALSHA",
+        "",
+    ]);
+    let names = RunNames::fresh(8);
+    run_stores(&names, LeaseKind::Redis, true);
+    let output = worker(&names, LeaseKind::Redis, &redis.url());
+    let out = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{out}");
+    assert!(out.contains("refuses scripts"), "{out}");
+    assert!(out.contains("nothing was written"), "{out}");
+    assert_eq!(history(&names).len(), 20, "only the inserts");
+}
+
+#[test]
+fn an_interrupted_campaign_says_which_run_and_leaves_no_process_behind() {
+    let logs = logs_dir("interrupted");
+    let campaign = Command::new(HARNESS)
+        .args([
+            "campaign",
+            "--fenced",
+            "3",
+            "--unfenced",
+            "0",
+            "--full",
+            "0",
+        ])
+        .args([
+            "--refunds",
+            "400",
+            "--ttl-ms",
+            "1000",
+            "--first-seed",
+            "91000",
+        ])
+        .arg("--logs")
+        .arg(&logs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the first run's workers are settling.
+    let events = logs.join("seed-91000-on").join("events.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&events).map_or(true, |e| !e.contains("filed")) {
+        assert!(
+            Instant::now() < deadline,
+            "the first run never filed a refund"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Command::new("kill")
+        .args(["-INT", &campaign.id().to_string()])
+        .status()
+        .unwrap();
+    let output = campaign.wait_with_output().unwrap();
+    let out = text(&output);
+    assert_eq!(output.status.code(), Some(130), "{out}");
+    assert!(out.contains("interrupted during run 1 of 3"), "{out}");
+    assert!(out.contains("seed 91000"), "{out}");
+    std::thread::sleep(Duration::from_secs(1));
+    let left = Command::new("pgrep")
+        .args(["-f", "settle_91000_"])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "processes left behind: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+    let _ = std::fs::remove_dir_all(logs);
+}
