@@ -101,6 +101,12 @@ pub struct Sizing {
     pub ttl: Duration,
 }
 
+/// The worked example's figures: 1,200 refunds (84,300.00 EUR), a 30 s TTL.
+pub const WORKED_EXAMPLE: Sizing = Sizing {
+    refunds: 1200,
+    ttl: Duration::from_secs(30),
+};
+
 /// The amount of every refund: 1,200 of them make the 84,300.00 EUR settlement.
 pub const REFUND_CENTS: i64 = 7025;
 
@@ -168,6 +174,23 @@ impl RunPlan {
             sizing,
             faults,
         }
+    }
+
+    /// The worked example at its full figures (1,200 refunds, a 30 s TTL): the plan of `seed`,
+    /// with the holder stalled once refund r_0815 is reached, for one and a half TTLs (its
+    /// renewal stops with it, so the lease passes to the other worker), whatever else the seed
+    /// adds.
+    pub fn worked_example(seed: u64, containers: bool) -> Self {
+        let mut plan = Self::from_seed(seed, true, WORKED_EXAMPLE, containers);
+        plan.faults.retain(|f| f.kind != FaultKind::Stall);
+        plan.faults.push(Fault {
+            kind: FaultKind::Stall,
+            at: 814,
+            pause: WORKED_EXAMPLE.ttl * 3 / 2,
+            store: PausedStore::Postgres,
+        });
+        plan.faults.sort_by_key(|f| f.at);
+        plan
     }
 
     /// The refund key at `index` (from 0): `r_0001`, `r_0002`, ...
@@ -260,5 +283,18 @@ mod tests {
             assert_eq!(plan.lease, LeaseKind::ALL[(seed % 3) as usize]);
         }
         assert_eq!(RunPlan::refund_key(814), "r_0815");
+        let example = RunPlan::worked_example(7, false);
+        assert_eq!(example.sizing, WORKED_EXAMPLE);
+        assert_eq!(example.total_cents(), 8_430_000);
+        let stalls: Vec<_> = example
+            .faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::Stall)
+            .collect();
+        assert_eq!(stalls.len(), 1);
+        assert_eq!(
+            (stalls[0].at, stalls[0].pause),
+            (814, Duration::from_secs(45))
+        );
     }
 }

@@ -34,8 +34,8 @@ pub(crate) struct Args {
     /// The lease TTL in milliseconds.
     #[arg(long, default_value_t = 1500)]
     ttl_ms: u64,
-    /// Runs with fences on at the settlement's full figures (1,200 refunds, 30 s TTL),
-    /// after the others.
+    /// Runs of the worked example at its full figures (1,200 refunds, a 30 s TTL, the holder
+    /// stalled at r_0815 past its TTL), with fences on, after the others.
     #[arg(long, default_value_t = 1)]
     full: u64,
     /// The seed of the first run; run i has seed FIRST_SEED + i (fenced runs first).
@@ -45,8 +45,11 @@ pub(crate) struct Args {
     #[arg(long)]
     replay: Option<u64>,
     /// With --replay: whether the run has fences.
-    #[arg(long, default_value = "on")]
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     fences: String,
+    /// With --replay: the run is one of the worked example's (--full).
+    #[arg(long)]
+    worked_example: bool,
     /// Writes the results as Markdown here (the full campaign writes docs/reliability.md).
     #[arg(long)]
     report: Option<PathBuf>,
@@ -57,12 +60,6 @@ pub(crate) struct Args {
     #[arg(long)]
     keep_logs: bool,
 }
-
-/// The seed's figures: 1,200 refunds (84,300.00 EUR), a 30 s TTL.
-const FULL: Sizing = Sizing {
-    refunds: 1200,
-    ttl: Duration::from_secs(30),
-};
 
 /// Runs the campaign (or one replayed run) and reports.
 pub(crate) async fn main(args: Args) -> ExitCode {
@@ -89,7 +86,7 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             }))
             .chain((0..args.full).map(|i| {
                 let seed = args.first_seed + args.fenced + args.unfenced + i;
-                RunPlan::from_seed(seed, true, FULL, containers)
+                RunPlan::worked_example(seed, containers)
             }))
             .collect(),
     };
