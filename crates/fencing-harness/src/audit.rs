@@ -37,6 +37,9 @@ pub enum Check {
     ConfirmedByClaimer,
     /// No record's fence ever went down (refund history, receipt versions).
     FenceNeverDown,
+    /// The refund, its ledger entry and its receipt were last written under one token: the
+    /// filer's (the ledger keeps no history, so this is what the audit can say of it).
+    OneFilerToken,
     /// Every sent refund has its ledger entry, with the right amount and reference.
     LedgerEntry,
     /// Every sent refund has its receipt, naming the gateway's reference.
@@ -45,11 +48,12 @@ pub enum Check {
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 6] = [
+    pub const ALL: [Check; 7] = [
         Check::CreatedOnce,
         Check::Totals,
         Check::ConfirmedByClaimer,
         Check::FenceNeverDown,
+        Check::OneFilerToken,
         Check::LedgerEntry,
         Check::Receipt,
     ];
@@ -61,6 +65,7 @@ impl Check {
             Check::Totals => "all sent, totals paid and recorded",
             Check::ConfirmedByClaimer => "confirmed by its claimer",
             Check::FenceNeverDown => "fence never went down",
+            Check::OneFilerToken => "one token across the stores",
             Check::LedgerEntry => "ledger entry",
             Check::Receipt => "receipt",
         }
@@ -116,6 +121,7 @@ pub async fn audit(
         clients,
         expected: (0..plan.sizing.refunds).map(RunPlan::refund_key).collect(),
         references: HashMap::new(),
+        refund_fences: HashMap::new(),
     };
     auditor.gateway(journal)?;
     auditor.refunds().await?;
@@ -151,6 +157,8 @@ struct Auditor<'a> {
     expected: Vec<String>,
     /// The gateway's reference of every refund it created.
     references: HashMap<String, String>,
+    /// Every refund's fence, as PostgreSQL holds it.
+    refund_fences: HashMap<String, i64>,
 }
 
 impl Auditor<'_> {
@@ -203,7 +211,7 @@ impl Auditor<'_> {
     async fn refunds(&mut self) -> Result<(), AuditError> {
         let schema = self.names.schema();
         let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id, state, filed, claimed_by, confirmed_by, gateway_ref FROM \"{schema}\".refunds"
+            "SELECT id, state, filed, fence, claimed_by, confirmed_by, gateway_ref FROM \"{schema}\".refunds"
         )))
         .fetch_all(&self.clients.pool)
         .await?;
@@ -229,6 +237,7 @@ impl Auditor<'_> {
                 continue;
             }
             self.report.sent += 1;
+            self.refund_fences.insert(key.clone(), row.get("fence"));
             let claimed: Option<String> = row.get("claimed_by");
             let confirmed: Option<String> = row.get("confirmed_by");
             if claimed != confirmed {
@@ -294,8 +303,13 @@ impl Auditor<'_> {
                     Some(AttributeValue::B(bytes)) => serde_json::from_slice(bytes.as_ref()).ok(),
                     _ => None,
                 };
+                let fence = match item.get("fence") {
+                    Some(AttributeValue::N(n)) => n.parse::<i64>().ok(),
+                    _ => None,
+                };
                 match entry {
                     Some(entry) => {
+                        self.compare_fence(key, "ledger entry", fence);
                         entries.insert(key.clone(), entry);
                     }
                     None => {
@@ -325,6 +339,17 @@ impl Auditor<'_> {
                 .violation(Check::LedgerEntry, Some(key), "an entry for no such refund");
         }
         Ok(())
+    }
+
+    /// Compares `what`'s fence with the sent refund's.
+    fn compare_fence(&mut self, key: &str, what: &str, fence: Option<i64>) {
+        if let Some(refund) = self.refund_fences.get(key).copied()
+            && fence != Some(refund)
+        {
+            let detail = format!("{what} fence {fence:?}, the refund's {refund}");
+            self.report
+                .violation(Check::OneFilerToken, Some(key), detail);
+        }
     }
 
     async fn receipts(&mut self) -> Result<(), AuditError> {
@@ -390,6 +415,7 @@ impl Auditor<'_> {
                 }
                 newer_fence = fence;
                 if age == 0 {
+                    self.compare_fence(key, "receipt", i64::try_from(fence).ok());
                     let text = String::from_utf8_lossy(payload);
                     let reference = self.references.get(key).map(String::as_str).unwrap_or("?");
                     if !text.contains(&format!("gateway reference {reference},")) {
