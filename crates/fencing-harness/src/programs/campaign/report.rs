@@ -197,8 +197,12 @@ from each envelope by hand), and the gateway's journal. It checks that every ref
 created exactly once at the gateway; that all were sent and filed, with the whole amount both
 paid (gateway) and recorded (ledger); that each refund was confirmed by the holder that
 claimed it, with the gateway's reference; that no fence ever went down, in the refunds'
-history or across receipt versions; and that every sent refund has its ledger entry and its
-receipt.
+history or across receipt versions; that each refund, its ledger entry and its receipt were
+last written under one token, the filer's (the ledger keeps no history of its own, so this is
+what the audit can say of it); and that every sent refund has its ledger entry and its
+receipt. Claims and confirms are recorded as the acquisition that wrote them (worker
+name and acquisition number, in columns of the refunds table), so the check holds with fences
+off too, where every token is the same.
 
 The control runs the same job with fences off: every write presents one token, so the stores
 admit everything and only the lease's TTL separates the workers. Each control run includes a
