@@ -118,12 +118,15 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
             .collect::<Vec<_>>()
             .join(" ");
-        let command = command.replacen(
-            &std::env::args().next().unwrap_or_default(),
-            "cargo run -p fencing-harness --",
-            1,
-        );
-        if let Err(err) = std::fs::write(path, report::document(&results, &command, wall)) {
+        let runner = if containers {
+            "FENCING_TEST_SERVICES=containers cargo run -p fencing-harness --"
+        } else {
+            "cargo run -p fencing-harness --"
+        };
+        let command = command.replacen(&std::env::args().next().unwrap_or_default(), runner, 1);
+        if let Err(err) =
+            std::fs::write(path, report::document(&results, &command, wall, containers))
+        {
             eprintln!("campaign: cannot write {}: {err}", path.display());
             return ExitCode::FAILURE;
         }

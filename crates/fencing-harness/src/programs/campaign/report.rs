@@ -148,11 +148,16 @@ pub(crate) fn run_line(result: &RunResult) -> String {
 }
 
 /// `docs/reliability.md`: how the campaign works, the command, and what it measured.
-pub(crate) fn document(results: &[RunResult], command: &str, wall: Duration) -> String {
+pub(crate) fn document(
+    results: &[RunResult],
+    command: &str,
+    wall: Duration,
+    containers: bool,
+) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "# Reliability: the settlement under real faults
+        "# Reliability: the settlement under real faults{}
 
 This page is written by the harness (`crates/fencing-harness`); every figure below was
 measured by the command at the end, on a 2-core machine, against PostgreSQL, Redis and the
@@ -173,7 +178,10 @@ EUR settlement) with separate processes:
   narrows the window without closing it): what keeps a stale worker out is the fences alone.
 
 The seed of a run decides its lease, its faults and when they strike; the campaign prints each
-run's plan, and `campaign --replay SEED` runs one again.
+run's plan, and `campaign --replay SEED` runs one again (with the campaign's `--refunds` and
+`--ttl-ms`; `--fences off` for a control run; `--worked-example` for the full-figures run).
+The plan is replayed exactly; where in a refund's steps a signal lands is the operating
+system's business, so the interleavings, unlike the plan, can differ.
 
 ## The faults
 
@@ -210,8 +218,22 @@ stall. The audit must find violations there, or it proves nothing.
 
 ## Results
 
-"
+",
+        if containers {
+            ", stores in containers"
+        } else {
+            ""
+        }
     );
+    out.push_str(if containers {
+        "PostgreSQL and the AWS emulator ran in containers (`FENCING_TEST_SERVICES=containers`,\n\
+         images from `containers/prepare.sh`), so a store's container could be paused too. The\n\
+         campaign on the machine's own services: [reliability.md](reliability.md).\n\n"
+    } else {
+        "PostgreSQL and the AWS emulator were the machine's own. The campaign with both in\n\
+         containers, where a store's container is also paused past the TTL:\n\
+         [reliability-containers.md](reliability-containers.md).\n\n"
+    });
     out.push_str(&summary(results));
     let _ = write!(
         out,

@@ -123,6 +123,9 @@ pub(crate) async fn run(
                 writeln!(log, "{:>7} {name}: {line}", started.elapsed().as_millis())?;
                 if line.starts_with("filed ") {
                     filed += 1;
+                }
+                // The holder, as far as the campaign can tell: the last to acquire or file.
+                if line.starts_with("filed ") || line.starts_with("acquired ") {
                     last_writer = Some(name.clone());
                 }
                 if let Some(key) = line.strip_prefix("called ")
@@ -134,6 +137,9 @@ pub(crate) async fn run(
                     wait_until_stopped(worker.pid).await;
                     signal("KILL", worker.pid);
                     worker.killed = true;
+                    if last_writer.as_ref() == Some(&name) {
+                        last_writer = None;
+                    }
                     *injected.entry(FaultKind::KillAfterCall).or_default() += 1;
                     let (name, worker) = spawner.spawn(None)?;
                     workers.insert(name, worker);
@@ -149,14 +155,19 @@ pub(crate) async fn run(
             }
         }
         while let Some(fault) = pending.first().filter(|f| filed >= f.at).cloned() {
-            pending.remove(0);
-            let target = last_writer
+            let holder = last_writer
                 .as_ref()
                 .and_then(|name| workers.get(name))
-                .or_else(|| workers.values().next())
+                .filter(|w| !w.killed)
                 .map(|w| w.pid);
+            // Stalling a worker that only waits for the lease proves nothing: a stall waits
+            // until the campaign knows the holder again.
+            if fault.kind == FaultKind::Stall && holder.is_none() {
+                break;
+            }
+            pending.remove(0);
             let applied = match fault.kind {
-                FaultKind::Stall => match target {
+                FaultKind::Stall => match holder {
                     Some(pid) => {
                         signal("STOP", pid);
                         tokio::spawn(async move {
