@@ -170,7 +170,7 @@ EUR settlement) with separate processes:
 
 * `gateway`, a payment gateway over HTTP that creates a refund once per idempotency key (the
   refund id) and journals every call;
-* two `settle-worker`s competing for the merchant's lease (Redis, PostgreSQL or DynamoDB,
+* two workers (`fencing-harness worker`) competing for the merchant's lease (Redis, PostgreSQL or DynamoDB,
   rotating with the seed). The holder claims each refund in PostgreSQL, calls the gateway,
   confirms the refund, posts its ledger entry in DynamoDB, puts its receipt in S3 and marks it
   filed; every one of those writes carries the lease's fencing token and is checked by the
@@ -185,8 +185,9 @@ system's business, so the interleavings, unlike the plan, can differ.
 
 ## The faults
 
-* **SIGSTOP past the TTL**: the worker that wrote last is stopped for 1.5 to 2 TTLs, then
-  continued; the other worker takes over meanwhile.
+* **SIGSTOP past the TTL**: the holder (the last worker to acquire the lease or file a
+  refund) is stopped for 1.5 to 2 TTLs, renewal and all, then continued; the other worker
+  takes over meanwhile.
 * **SIGKILL between call and confirm**: the worker stops itself right after the gateway
   answered for a chosen refund and is killed there; a new worker starts in its place, and the
   next holder finds the refund in flight and asks the gateway before sending anything.
@@ -208,13 +209,17 @@ claimed it, with the gateway's reference; that no fence ever went down, in the r
 history or across receipt versions; that each refund, its ledger entry and its receipt were
 last written under one token, the filer's (the ledger keeps no history of its own, so this is
 what the audit can say of it); and that every sent refund has its ledger entry and its
-receipt. Claims and confirms are recorded as the acquisition that wrote them (worker
-name and acquisition number, in columns of the refunds table), so the check holds with fences
-off too, where every token is the same.
+receipt. Claims and confirms are recorded as the acquisition that wrote them (worker name
+and acquisition number, in columns of the refunds table), so that check means the same with
+fences off, where every token is the same.
 
 The control runs the same job with fences off: every write presents one token, so the stores
 admit everything and only the lease's TTL separates the workers. Each control run includes a
 stall. The audit must find violations there, or it proves nothing.
+
+Runs are sized to fit a 2-core machine: 200 refunds and a 1.5 s TTL each (faults strike
+between the 10th and the 50th percent of the refunds), and one run of the worked example at
+its full figures: 1,200 refunds, a 30 s TTL, the holder stalled at r_0815 for 45 s.
 
 ## Results
 
