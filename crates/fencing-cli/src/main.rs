@@ -63,7 +63,7 @@ enum Command {
         tokens: Backend,
         /// A store whose fences to read (repeat): postgres:SCHEMA.TABLE[:fence=COLUMN],
         /// dynamodb:TABLE[:fence=ATTRIBUTE], s3:BUCKET[/PREFIX].
-        #[arg(long = "from", required = true)]
+        #[arg(long = "from", required = true, num_args = 1..)]
         from: Vec<String>,
     },
     /// Check that each store refuses a stale token: on a probe record, write with token N,

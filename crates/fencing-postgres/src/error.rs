@@ -42,9 +42,12 @@ impl PgFailure {
         if let sqlx::Error::Database(db) = &err
             && matches!(db.code().as_deref(), Some("42P01" | "42703" | "3F000"))
         {
+            // One mapping serves stores, counters and leases: name the fix for each.
             return definite(format!(
-                "{}: the fenced table or one of its columns does not exist \
-                 (PgTable::add_fence_column adds the fence column)",
+                "{}: a table or column this statement needs does not exist (the library's \
+                 counter and lease tables come from PgTokenSource::create_if_missing and \
+                 PgLease::create_if_missing; a fence column from PgTable::migration_sql or \
+                 PgTable::add_fence_column)",
                 db.message()
             ));
         }
