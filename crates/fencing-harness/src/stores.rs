@@ -13,6 +13,7 @@ use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
 use fencing_postgres::{PgLease, PgStore, PgTable, PgTokenSource, QualifiedName};
 use fencing_redis::RedisLease;
 use fencing_s3::{S3Bucket, S3Store};
+use fencing_test_support::aws;
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::plan::{LeaseKind, REFUND_CENTS, RunPlan};
@@ -121,39 +122,10 @@ impl Clients {
             .await?;
         Ok(Clients {
             pool,
-            dynamodb: dynamodb_client(aws_endpoint),
-            s3: s3_client(aws_endpoint),
+            dynamodb: aws::dynamodb_client_at(aws_endpoint, aws_sdk_dynamodb::Config::builder()),
+            s3: aws::s3_client_at(aws_endpoint, aws_sdk_s3::Config::builder()),
         })
     }
-}
-
-/// A DynamoDB client for `endpoint` with the emulator's credentials.
-pub fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
-    use fencing_test_support::aws;
-    aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .endpoint_url(endpoint)
-            .region(aws::region())
-            .credentials_provider(aws::credentials())
-            .http_client(aws::http_client())
-            .build(),
-    )
-}
-
-/// An S3 client for `endpoint`, path-style, with the emulator's credentials.
-pub fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
-    use fencing_test_support::aws;
-    aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::Config::builder()
-            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .endpoint_url(endpoint)
-            .region(aws::region())
-            .credentials_provider(aws::credentials())
-            .http_client(aws::http_client())
-            .force_path_style(true)
-            .build(),
-    )
 }
 
 /// The refunds table as the team wrote it, with a fence column, and the trigger that keeps
@@ -225,12 +197,13 @@ pub async fn create(
         )
         .send()
         .await?;
-    let epochs = PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
-    epochs.create_if_missing().await?;
+    // Counters in PostgreSQL: the Redis lease's epochs, or the PostgreSQL lease's tokens.
+    let counters = || PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
     match plan.lease {
-        LeaseKind::Redis => {}
+        LeaseKind::Redis => counters().create_if_missing().await?,
         LeaseKind::Postgres => {
-            PgLease::new(names.qualified("leases"), epochs)
+            counters().create_if_missing().await?;
+            PgLease::new(names.qualified("leases"), counters())
                 .create_if_missing()
                 .await?
         }
@@ -302,14 +275,14 @@ pub fn lease(
     clients: &Clients,
     redis: Option<redis::aio::ConnectionManager>,
 ) -> Result<Arc<dyn Lease>> {
-    let epochs = PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
+    let counters = || PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
     Ok(match kind {
         LeaseKind::Redis => {
             let redis = redis.expect("the Redis lease needs a Redis connection");
-            let epochs: Arc<dyn TokenSource> = Arc::new(epochs);
+            let epochs: Arc<dyn TokenSource> = Arc::new(counters());
             Arc::new(RedisLease::new(redis, epochs))
         }
-        LeaseKind::Postgres => Arc::new(PgLease::new(names.qualified("leases"), epochs)),
+        LeaseKind::Postgres => Arc::new(PgLease::new(names.qualified("leases"), counters())),
         LeaseKind::Dynamodb => Arc::new(DynamoLease::new(
             clients.dynamodb.clone(),
             names.dynamo_lease_table(),

@@ -35,10 +35,18 @@ pub fn region() -> Region {
 /// A DynamoDB client on the emulator as a user builds one (their endpoint, credentials and
 /// HTTP stack), from `config`, which may add interceptors.
 pub fn dynamodb_client(config: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::Client {
+    dynamodb_client_at(&crate::services::aws_endpoint(), config)
+}
+
+/// [`dynamodb_client`] on the emulator at `endpoint` (a process told where it is).
+pub fn dynamodb_client_at(
+    endpoint: &str,
+    config: aws_sdk_dynamodb::config::Builder,
+) -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::from_conf(
         config
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .endpoint_url(crate::services::aws_endpoint())
+            .endpoint_url(endpoint)
             .region(region())
             .credentials_provider(credentials())
             .http_client(http_client())
@@ -49,10 +57,15 @@ pub fn dynamodb_client(config: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dyn
 /// An S3 client on the emulator, path-style (the emulator has no virtual hosts), from
 /// `config`, which may add interceptors.
 pub fn s3_client(config: aws_sdk_s3::config::Builder) -> aws_sdk_s3::Client {
+    s3_client_at(&crate::services::aws_endpoint(), config)
+}
+
+/// [`s3_client`] on the emulator at `endpoint` (a process told where it is).
+pub fn s3_client_at(endpoint: &str, config: aws_sdk_s3::config::Builder) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(
         config
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .endpoint_url(crate::services::aws_endpoint())
+            .endpoint_url(endpoint)
             .region(region())
             .credentials_provider(credentials())
             .http_client(http_client())
