@@ -5,7 +5,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::name::{RecordKey, ResourceName};
-use crate::store::{FenceCheck, FencedStore, FencedWrite, Written};
+use crate::store::{FenceCheck, FencedStore, FencedWrite, RecordOutcomes, Written};
 use crate::telemetry;
 use crate::token::FencingToken;
 use crate::token_source::TokenSource;
@@ -85,37 +85,99 @@ impl<'a> Fence<'a> {
         key: &RecordKey,
         write: &FencedWrite,
     ) -> Result<Written> {
-        self.observed(
-            store.name(),
-            key,
-            write.check(),
-            self.write_unobserved(store, key, write),
-        )
-        .await
+        let started = Instant::now();
+        let result = self.write_unobserved(store, key, write).await;
+        self.observe(store.name(), &[key], write.check(), started, &result);
+        result
     }
 
-    /// Runs `attempt`, a fenced write of `key` in the store named `store` with this fence's
-    /// token made some other way (in the caller's transaction, say), and reports its outcome
-    /// as [`Self::write`] does: a `tracing` event, and the `metrics` counters and latency when
-    /// that feature is on. Returns the outcome unchanged.
-    pub async fn observed<T>(
+    /// Runs a fenced write under this fence's token that an adapter makes outside
+    /// [`Self::write`] (several records in one request, say), with the rules
+    /// [`Self::write`] applies to every write:
+    ///
+    /// * an ambiguous outcome is sent again with the same token, up to
+    ///   [`Self::ambiguous_retries`] times;
+    /// * a refusal is explained ([`Self::explain`]: a counter that went backwards is a
+    ///   [`Error::TokenRegression`], not a newer holder);
+    /// * the outcome is reported for each of `records`: a `tracing` event, and the `metrics`
+    ///   counters and latency when that feature is on.
+    ///
+    /// `attempt` sends the write once with [`Self::token`] and maps its answer to the core's
+    /// errors. Sending it again must be safe by itself (a claim accepts its own token; a
+    /// transaction carries a request token): unlike [`Self::write`], a refused retry is not
+    /// read back to be recognised as an earlier success.
+    pub async fn run_write<T: RecordOutcomes>(
         &self,
         store: &str,
-        key: &RecordKey,
+        records: &[&RecordKey],
+        check: FenceCheck,
+        mut attempt: impl AsyncFnMut() -> Result<T>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let mut retries = 0;
+        let result = loop {
+            match attempt().await {
+                Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
+                    retries += 1;
+                    if let Some(first) = records.first() {
+                        telemetry::ambiguous_retry(store, first, self.token, retries);
+                    }
+                }
+                Err(err) => break Err(self.explain(err).await),
+                done => break done,
+            }
+        };
+        self.observe(store, records, check, started, &result);
+        result
+    }
+
+    /// [`Self::run_write`] for a write that cannot be sent again: one made in the caller's
+    /// transaction, which is gone with a lost answer. An ambiguous outcome is returned as it
+    /// is; a refusal is explained and the outcome reported as [`Self::run_write`] does.
+    pub async fn run_write_once<T: RecordOutcomes>(
+        &self,
+        store: &str,
+        records: &[&RecordKey],
         check: FenceCheck,
         attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let started = Instant::now();
-        let result = attempt.await;
-        telemetry::write_ended(
-            store,
-            key,
-            self.token,
-            check,
-            result.as_ref().map(drop),
-            started.elapsed(),
-        );
+        let result = match attempt.await {
+            Err(err) => Err(self.explain(err).await),
+            done => done,
+        };
+        self.observe(store, records, check, started, &result);
         result
+    }
+
+    /// Reports how a write of `records` ended, once per record.
+    fn observe<T: RecordOutcomes>(
+        &self,
+        store: &str,
+        records: &[&RecordKey],
+        check: FenceCheck,
+        started: Instant,
+        result: &Result<T>,
+    ) {
+        let elapsed = started.elapsed();
+        let end = |record: &RecordKey, outcome| {
+            telemetry::write_ended(store, record, self.token, check, outcome, elapsed);
+        };
+        match result {
+            Ok(done) => {
+                for record in records {
+                    let refused = done
+                        .refusals()
+                        .iter()
+                        .find(|e| e.rejected_at().is_some_and(|(_, r)| r == *record));
+                    end(record, refused.map_or(Ok(()), Err));
+                }
+            }
+            Err(err) => match err.rejected_at() {
+                Some((_, refused)) => end(refused, Err(err)),
+                None => records.iter().for_each(|record| end(record, Err(err))),
+            },
+        }
     }
 
     async fn write_unobserved<S: FencedStore + ?Sized>(

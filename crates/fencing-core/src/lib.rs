@@ -57,7 +57,7 @@ pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource, MemoryVersionedSto
 pub use name::{RecordKey, ResourceName, State};
 pub use renewal::LeaseRenewal;
 pub use retry::{RetryPolicy, acquire};
-pub use store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
+pub use store::{FenceCheck, FencedStore, FencedWrite, Record, RecordOutcomes, Written};
 pub use token::FencingToken;
 pub use token_source::{FenceFloor, TokenSource, seed_from_floors};
 pub use ttl::Ttl;

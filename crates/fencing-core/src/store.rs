@@ -313,6 +313,23 @@ pub trait FencedStore: Send + Sync + Debug {
     ) -> Result<Written>;
 }
 
+/// What an accepted fenced write says about each record it was sent for, for the events and
+/// metrics of [`crate::Fence::run_write`]: the records the store refused while it applied the
+/// others (a write of many rows that skips the ones in another state). Empty for a write of
+/// one record, or of several applied all or nothing.
+pub trait RecordOutcomes {
+    /// The refusals among the records, each naming its record ([`Error::rejected_at`]).
+    fn refusals(&self) -> &[Error] {
+        &[]
+    }
+}
+
+impl RecordOutcomes for () {}
+
+impl RecordOutcomes for Written {}
+
+impl RecordOutcomes for Vec<Written> {}
+
 macro_rules! forward_store {
     ($($target:ty),*) => {$(
         #[async_trait]

@@ -24,6 +24,19 @@ impl DynamoFailure {
     }
 }
 
+/// A copy of the caller's client with the SDK's own retries off, made once per store, lease or
+/// token source. The SDK would re-send a write whose answer was lost and report the refusal
+/// its own first attempt causes (a claim finding its own fence, an acquisition finding its own
+/// owner); this crate settles a lost answer itself, knowing what the request meant.
+pub(crate) fn without_retries(client: &aws_sdk_dynamodb::Client) -> aws_sdk_dynamodb::Client {
+    let config = client
+        .config()
+        .to_builder()
+        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
 /// The core error for a request to `store` that the SDK failed: which failures may have
 /// applied is `fencing_aws::answer_lost`; a missing table is named as such.
 pub(crate) fn classify<E>(

@@ -21,6 +21,23 @@ pub(crate) fn number(n: impl ToString) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
 
+/// What a write without a state condition requires the stored state to be.
+///
+/// The service can check a stored state's type and length but not its characters (no
+/// expression tests for control or format characters, and listing them all would pass the
+/// service's limit of 300 operators), so such a write is pinned to a state already read and
+/// found valid: first "no state" (a new record), then, if the service refused because the item
+/// has another state, the state its refusal returned. A write with a state condition needs no
+/// pin: `#state IN (…)` admits only valid states.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) enum StatePin {
+    /// The item has no state.
+    #[default]
+    Absent,
+    /// The item's state is this one.
+    Is(State),
+}
+
 /// One fenced `UpdateItem` on a record: condition, update, and the placeholders both use.
 #[derive(Debug, Default)]
 pub(crate) struct WriteExpression {
@@ -31,16 +48,18 @@ pub(crate) struct WriteExpression {
 }
 
 impl WriteExpression {
-    /// The expressions of `write` with `token` on `table`.
+    /// The expressions of `write` with `token` on `table`, pinned to `pin` where the write has
+    /// no state condition.
     ///
     /// The condition admits exactly what [`FencedWrite::decide`] admits, and refuses an item
     /// whose fence, state or payload this crate could not read back (a fence that is not a
-    /// Number or is negative, a state that is not a String of 1 to 64 bytes, a payload that is
+    /// Number from 0 to `i64::MAX`, a state that is not a valid [`State`], a payload that is
     /// not Binary), so nothing is ever written over a value that could not be read.
     pub(crate) fn of(
         table: &DynamoTable,
         token: FencingToken,
         write: &FencedWrite,
+        pin: &StatePin,
     ) -> Result<Self, InvalidInput> {
         let mut expr = WriteExpression::default();
         for (placeholder, attribute) in [
@@ -54,10 +73,7 @@ impl WriteExpression {
         for (placeholder, value) in [
             (":token", number(token)),
             (":zero", number(0)),
-            (":one", number(1)),
-            (":max_state", number(State::MAX_BYTES)),
             (":type_n", AttributeValue::S("N".into())),
-            (":type_s", AttributeValue::S("S".into())),
             (":type_b", AttributeValue::S("B".into())),
         ] {
             expr.values.insert(placeholder.into(), value);
@@ -71,11 +87,17 @@ impl WriteExpression {
         };
         let mut condition = vec![
             fence_ok.to_owned(),
-            "(attribute_not_exists(#state) OR (attribute_type(#state, :type_s) \
-             AND size(#state) BETWEEN :one AND :max_state))"
-                .to_owned(),
             "(attribute_not_exists(#payload) OR attribute_type(#payload, :type_b))".to_owned(),
         ];
+        match (write.required_states(), pin) {
+            (Some(_), _) => {}
+            (None, StatePin::Absent) => condition.push("attribute_not_exists(#state)".to_owned()),
+            (None, StatePin::Is(state)) => {
+                expr.values
+                    .insert(":pinned_state".into(), AttributeValue::S(state.to_string()));
+                condition.push("#state = :pinned_state".to_owned());
+            }
+        }
         if let Some(required) = write.required_states() {
             if required.is_empty() || required.len() > MAX_STATES {
                 return Err(InvalidInput::new(
@@ -306,12 +328,14 @@ mod tests {
     fn only_the_placeholders_the_expressions_use_are_sent() {
         let table = DynamoTable::new("refunds").unwrap();
         let confirm = FencedWrite::holder_only().set_state(State::new("sent").unwrap());
-        let expr = WriteExpression::of(&table, FencingToken::MIN, &confirm).unwrap();
+        let expr =
+            WriteExpression::of(&table, FencingToken::MIN, &confirm, &StatePin::Absent).unwrap();
         assert!(!expr.names.contains_key("#key"), "{expr:?}");
         assert!(expr.values.contains_key(":new_state"));
         assert!(!expr.values.contains_key(":new_payload"));
         let claim = FencedWrite::claim().when_state_in([State::new("pending").unwrap()]);
-        let expr = WriteExpression::of(&table, FencingToken::MIN, &claim).unwrap();
+        let expr =
+            WriteExpression::of(&table, FencingToken::MIN, &claim, &StatePin::Absent).unwrap();
         assert!(expr.names.contains_key("#key") && expr.values.contains_key(":required0"));
         let used = placeholders_in(&[&expr.condition, expr.update.as_deref().unwrap()]);
         assert_eq!(used.len(), expr.names.len() + expr.values.len());
@@ -324,10 +348,11 @@ mod tests {
             .map(|i| State::new(format!("s{i}")).unwrap())
             .collect();
         let write = FencedWrite::claim().when_state_in(states);
-        let err = WriteExpression::of(&table, FencingToken::MIN, &write).unwrap_err();
+        let err =
+            WriteExpression::of(&table, FencingToken::MIN, &write, &StatePin::Absent).unwrap_err();
         assert_eq!(err.kind(), InputKind::State);
         let write = FencedWrite::claim().when_state_in([]);
-        assert!(WriteExpression::of(&table, FencingToken::MIN, &write).is_err());
+        assert!(WriteExpression::of(&table, FencingToken::MIN, &write, &StatePin::Absent).is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{FenceFloor, FencingToken, RequestEffect, ResourceName, Result};
 
 use crate::error::classify;
-use crate::item::token_from;
+use crate::item::{Fractions, token_from};
 use crate::table::DynamoTable;
 
 /// Reports the highest fence in a [`DynamoTable`], or among the items whose key starts with a
@@ -88,8 +88,12 @@ impl FenceFloor for DynamoFenceFloor {
                 .await
                 .map_err(|e| classify(e, &store, RequestEffect::ReadOnly))?;
             for item in page.items() {
-                let fence = token_from("fence", item.get(self.table.fence_attribute()))
-                    .map_err(|e| e.into_error(&store, RequestEffect::ReadOnly))?;
+                let fence = token_from(
+                    "fence",
+                    item.get(self.table.fence_attribute()),
+                    Fractions::RoundUp,
+                )
+                .map_err(|e| e.into_error(&store, RequestEffect::ReadOnly))?;
                 highest = highest.max(fence);
             }
             match page.last_evaluated_key() {

@@ -6,34 +6,43 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{
-    Clock, Error, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
-    TokenSource, TokioClock, Ttl,
+    Clock, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, RequestEffect, ResourceName,
+    Result, TokenSource, TokioClock, Ttl,
 };
 
+use crate::error::DynamoFailure;
 use crate::expression::number;
-use crate::tokens::DynamoTokenSource;
+use crate::item::{Item, Number};
+use crate::tokens::{AMBIGUOUS_RETRIES, COUNTER_ROUNDS, DynamoTokenSource, Failed, above};
 
 const OWNER: &str = "owner";
 const EXPIRES: &str = "expires_at_ms";
 
 /// Leases in a table of items `{resource, owner, expires_at_ms, token}`, one per resource.
 ///
-/// One `UpdateItem` acquires: it sets owner and expiry and `ADD`s the counter, on condition
-/// that no owner holds the lease or its expiry has passed, and returns the new token — lease
-/// and token in one round trip, like the Redis lease. Extend and release are conditioned on
-/// the owner. The counter is a [`DynamoTokenSource`] on the same items.
+/// One `UpdateItem` acquires: it sets owner and expiry and raises the counter by one, on
+/// condition that no owner holds the lease or its expiry has passed and that the counter still
+/// holds the value last seen — lease and token in one round trip, like the Redis lease (two
+/// when another process raised the counter since: the refusal returns its value). Extend and
+/// release are conditioned on the owner. The counter is a [`DynamoTokenSource`] on the same
+/// items, and like it never writes over a counter it cannot read.
 ///
 /// Expiry is judged on the writers' clocks (milliseconds since the Unix epoch), not by
 /// DynamoDB's TTL deletion, which can lag by days. A writer whose clock runs fast can take
 /// over early, one whose clock runs slow late; the fence makes an early takeover safe, since
 /// the old holder's writes meet the new holder's higher token.
+///
+/// The SDK's own retries are off: an acquisition whose answer was lost is sent again as it
+/// was, and one that finds its own owner on the item is granted (with the token it set), never
+/// reported busy.
 #[derive(Clone, Debug)]
 pub struct DynamoLease {
     tokens: DynamoTokenSource,
 }
 
 impl DynamoLease {
-    /// Leases in `table`, through `client` (create the table with [`Self::create_table`]).
+    /// Leases in `table`, through a copy of `client` with the SDK's retries off (create the
+    /// table with [`Self::create_table`]).
     pub fn new(client: Client, table: impl Into<String>) -> Result<Self, InvalidInput> {
         Ok(DynamoLease {
             tokens: DynamoTokenSource::new(client, table)?,
@@ -51,25 +60,67 @@ impl DynamoLease {
     }
 
     /// Extends or releases `guard`'s lease: `update` applies only while its owner holds it.
+    /// A lost answer is settled by sending it again; a release whose earlier attempt applied
+    /// finds the lease gone, which is what it asked for.
     async fn as_owner(&self, guard: &LeaseGuard, update: &str, ttl: Option<Ttl>) -> Result<()> {
-        let now = now_ms();
-        let mut request = self
-            .tokens
-            .update(guard.resource())
-            .update_expression(update)
-            .condition_expression("#owner = :owner AND #expires > :now")
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_names("#expires", EXPIRES)
-            .expression_attribute_values(":owner", AttributeValue::S(guard.owner().to_string()))
-            .expression_attribute_values(":now", number(now));
-        if let Some(ttl) = ttl {
-            request =
-                request.expression_attribute_values(":expires", number(now + ttl.as_millis()));
+        let mut lost = 0;
+        loop {
+            let now = now_ms();
+            let mut request = self
+                .tokens
+                .update(guard.resource())
+                .update_expression(update)
+                .condition_expression(
+                    "#owner = :owner AND attribute_type(#expires, :type_n) AND #expires > :now",
+                )
+                .expression_attribute_values(":type_n", AttributeValue::S("N".into()))
+                .expression_attribute_names("#owner", OWNER)
+                .expression_attribute_names("#expires", EXPIRES)
+                .expression_attribute_values(":owner", AttributeValue::S(guard.owner().to_string()))
+                .expression_attribute_values(":now", number(now));
+            if let Some(ttl) = ttl {
+                request =
+                    request.expression_attribute_values(":expires", number(now + ttl.as_millis()));
+            }
+            let err = match request.send().await {
+                Ok(_) => return Ok(()),
+                Err(err) => err,
+            };
+            match self.tokens.failed(err) {
+                Failed::Refused(_) if lost > 0 && ttl.is_none() => return Ok(()),
+                Failed::Refused(_) => return Err(guard.lost()),
+                Failed::Error(err) if err.is_ambiguous() && lost < AMBIGUOUS_RETRIES => lost += 1,
+                Failed::Error(err) => return Err(err),
+            }
         }
-        match request.send().await {
-            Ok(_) => Ok(()),
-            Err(err) => self.tokens.failed(err, |_| Err(guard.lost())),
-        }
+    }
+
+    /// Who holds the lease of an item at `now`, if anyone: its owner and expiry. An owner
+    /// without a readable expiry is corrupt (the lease could never be taken over).
+    fn holder(&self, item: Option<&Item>, now: u64) -> Result<Option<(String, u64)>> {
+        let Some(owner) = item.and_then(|item| item.get(OWNER)) else {
+            return Ok(None);
+        };
+        let corrupt = |what: String| {
+            DynamoFailure::Corrupt(what).into_error(self.tokens.name(), RequestEffect::ReadOnly)
+        };
+        let owner = owner
+            .as_s()
+            .map_err(|_| corrupt(format!("stored lease owner {owner:?} is not a String")))?;
+        let expires = item.and_then(|item| item.get(EXPIRES));
+        let expires = expires
+            .and_then(|e| e.as_n().ok())
+            .and_then(|text| Number::parse(text))
+            .map(|n| {
+                n.ceil()
+                    .unwrap_or(if n.is_negative() { 0 } else { u64::MAX })
+            })
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "the lease item of owner {owner:?} has no expiry that is a Number: {expires:?}"
+                ))
+            })?;
+        Ok((expires > now).then(|| (owner.clone(), expires)))
     }
 }
 
@@ -85,48 +136,90 @@ impl Lease for DynamoLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
         let owner = OwnerId::random();
         let requested_at = TokioClock.now();
-        let now = now_ms();
-        let sent = self
-            .tokens
-            .increment(
-                resource,
-                Some("#owner = :owner, #expires = :expires"),
-                Some("attribute_not_exists(#owner) OR #expires <= :now"),
-            )
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_names("#expires", EXPIRES)
-            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
-            .expression_attribute_values(":expires", number(now + ttl.as_millis()))
-            .expression_attribute_values(":now", number(now))
-            .send()
-            .await;
-        match sent {
-            Ok(out) => {
-                let token = self.tokens.issued(out.attributes())?;
-                Ok(Some(LeaseGuard::new(
-                    resource.clone(),
-                    owner,
-                    token,
-                    ttl,
-                    requested_at,
-                )))
-            }
-            Err(err) => self.tokens.failed(err, |found| {
-                let held = found
-                    .and_then(|item| item.get(EXPIRES))
-                    .and_then(|expires| expires.as_n().ok())
-                    .and_then(|ms| ms.parse::<u64>().ok())
-                    .is_some_and(|expires| expires > now)
-                    && found.is_some_and(|item| item.contains_key(OWNER));
-                let counter = self.tokens.counter_in(found)?;
-                if !held && counter == Some(fencing_core::FencingToken::MAX) {
-                    return Err(Error::TokenExhausted {
-                        resource: resource.clone(),
-                    });
+        let mut expected = self.tokens.last_seen(resource);
+        let mut lost = 0;
+        for _ in 0..COUNTER_ROUNDS {
+            let now = now_ms();
+            let to = match above(resource, expected) {
+                Ok(to) => to,
+                // Exhausted only if the lease is free: a holder's lease is busy first.
+                Err(exhausted) => {
+                    let item = self.tokens.item(resource).await?;
+                    return match self.holder(item.as_ref(), now)? {
+                        Some(_) => Ok(None),
+                        None => Err(exhausted),
+                    };
                 }
-                Ok(None)
-            }),
+            };
+            let sent = self
+                .tokens
+                .swap(
+                    resource,
+                    expected,
+                    to,
+                    Some("#owner = :owner, #expires = :expires"),
+                    Some(
+                        "attribute_not_exists(#owner) OR (attribute_type(#expires, :type_n) \
+                         AND #expires <= :now)",
+                    ),
+                )
+                .expression_attribute_values(":type_n", AttributeValue::S("N".into()))
+                .expression_attribute_names("#owner", OWNER)
+                .expression_attribute_names("#expires", EXPIRES)
+                .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+                .expression_attribute_values(":expires", number(now + ttl.as_millis()))
+                .expression_attribute_values(":now", number(now))
+                .send()
+                .await;
+            let err = match sent {
+                Ok(_) => {
+                    self.tokens.saw(resource, Some(to));
+                    return Ok(Some(LeaseGuard::new(
+                        resource.clone(),
+                        owner,
+                        to,
+                        ttl,
+                        requested_at,
+                    )));
+                }
+                Err(err) => err,
+            };
+            let found = match self.tokens.failed(err) {
+                Failed::Refused(found) => found,
+                // Sent again as it was: if the first one applied, the refusal shows this
+                // owner on the item.
+                Failed::Error(err) if err.is_ambiguous() && lost < AMBIGUOUS_RETRIES => {
+                    lost += 1;
+                    continue;
+                }
+                Failed::Error(err) => return Err(err),
+            };
+            match self.holder(found.as_ref(), now)? {
+                Some((holder, _)) if holder == owner.to_string() => {
+                    // An earlier attempt whose answer was lost applied, with this same `to`.
+                    self.tokens.saw(resource, Some(to));
+                    return Ok(Some(LeaseGuard::new(
+                        resource.clone(),
+                        owner,
+                        to,
+                        ttl,
+                        requested_at,
+                    )));
+                }
+                Some(_) => return Ok(None),
+                None => {}
+            }
+            let counter = self.tokens.counter_in(found.as_ref())?;
+            if counter == expected {
+                return Err(DynamoFailure::Inconsistent(
+                    "the lease item refused an acquisition its own state admits",
+                )
+                .into_error(self.tokens.name(), RequestEffect::Writes));
+            }
+            expected = counter;
+            self.tokens.saw(resource, expected);
         }
+        Err(self.tokens.kept_changing())
     }
 
     async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
@@ -143,23 +236,15 @@ impl Lease for DynamoLease {
 
     async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
         let item = self.tokens.item(resource).await?;
-        let Some(item) = item.as_ref() else {
+        let now = now_ms();
+        let Some((owner, expires)) = self.holder(item.as_ref(), now)? else {
             return Ok(None);
         };
-        let owner = item.get(OWNER).and_then(|o| o.as_s().ok());
-        let expires = item
-            .get(EXPIRES)
-            .and_then(|e| e.as_n().ok())
-            .and_then(|ms| ms.parse::<u64>().ok());
-        let now = now_ms();
-        match (owner, expires) {
-            (Some(owner), Some(expires)) if expires > now => Ok(Some(LeaseStatus {
-                owner: owner.clone(),
-                token: self.tokens.counter_in(Some(item))?,
-                time_left: Duration::from_millis(expires - now),
-            })),
-            _ => Ok(None),
-        }
+        Ok(Some(LeaseStatus {
+            owner,
+            token: self.tokens.counter_in(item.as_ref())?,
+            time_left: Duration::from_millis(expires - now),
+        }))
     }
 
     fn token_source(&self) -> &dyn TokenSource {

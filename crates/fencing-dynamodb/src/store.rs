@@ -5,7 +5,6 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -13,12 +12,12 @@ use aws_sdk_dynamodb::types::{
     ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use fencing_core::{
-    Error, Fence, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput, Record,
-    RecordKey, RequestEffect, Result, Written, check_store_name,
+    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
+    Record, RecordKey, RequestEffect, Result, Written, check_store_name,
 };
 
-use crate::error::{DynamoFailure, classify};
-use crate::expression::{WriteExpression, check_item_size};
+use crate::error::{DynamoFailure, classify, without_retries};
+use crate::expression::{StatePin, WriteExpression, check_item_size};
 use crate::item::{key_of, record_from};
 use crate::table::DynamoTable;
 
@@ -49,14 +48,8 @@ impl DynamoStore {
     /// credentials and HTTP stack).
     pub fn new(client: Client, table: DynamoTable) -> Self {
         let name = table.store_name();
-        // A copy of the caller's client with the SDK's retries off, made once.
-        let without_retries = client
-            .config()
-            .to_builder()
-            .retry_config(RetryConfig::disabled())
-            .build();
         DynamoStore {
-            client: Client::from_conf(without_retries),
+            client: without_retries(&client),
             table,
             name,
         }
@@ -97,42 +90,62 @@ impl DynamoStore {
         writes: &[(RecordKey, FencedWrite)],
     ) -> Result<()> {
         let token = fence.token();
-        let items = self.transaction_items(token, writes)?;
-        let request_token = request_token(&self.name, token, writes);
-        let mut retries = 0;
-        loop {
-            let sent = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items.clone()))
-                .client_request_token(&request_token)
-                .send()
-                .await;
-            let err = match sent {
-                Ok(_) => return Ok(()),
-                Err(err) => err,
-            };
-            if let SdkError::ServiceError(service) = &err
-                && let TransactWriteItemsError::TransactionCanceledException(cancelled) =
-                    service.err()
-            {
-                let reasons = cancelled.cancellation_reasons();
-                let refusal = self.cancellation(token, writes, reasons)?;
-                return Err(fence.explain(refusal).await);
-            }
-            let err = classify(err, &self.name, RequestEffect::Writes);
-            if err.is_ambiguous() && retries < fence.ambiguous_retries() {
-                retries += 1;
-                continue;
-            }
-            return Err(err);
+        let mut pins = vec![StatePin::Absent; writes.len()];
+        // Checked once before the first request: a bad list is refused unsent.
+        self.transaction_items(token, writes, &pins)?;
+        let records: Vec<&RecordKey> = writes.iter().map(|(key, _)| key).collect();
+        let check = match writes.iter().any(|(_, w)| w.check() == FenceCheck::Claim) {
+            true => FenceCheck::Claim,
+            false => FenceCheck::HolderOnly,
+        };
+        fence
+            .run_write(&self.name, &records, check, async || {
+                for _ in 0..PIN_ROUNDS {
+                    match self.transact_once(token, writes, &pins).await? {
+                        Transacted::Applied => return Ok(()),
+                        Transacted::Repin(repinned) => pins = repinned,
+                    }
+                }
+                Err(self.corrupt(DynamoFailure::Inconsistent(
+                    "the items' states kept changing under the transaction",
+                )))
+            })
+            .await
+    }
+
+    /// One `TransactWriteItems` of `writes` pinned to `pins`; its request token is derived from
+    /// both, so the same request sent again after a lost answer is idempotent.
+    async fn transact_once(
+        &self,
+        token: FencingToken,
+        writes: &[(RecordKey, FencedWrite)],
+        pins: &[StatePin],
+    ) -> Result<Transacted> {
+        let items = self.transaction_items(token, writes, pins)?;
+        let sent = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(request_token(&self.name, token, writes, pins))
+            .send()
+            .await;
+        let err = match sent {
+            Ok(_) => return Ok(Transacted::Applied),
+            Err(err) => err,
+        };
+        if let SdkError::ServiceError(service) = &err
+            && let TransactWriteItemsError::TransactionCanceledException(cancelled) = service.err()
+        {
+            return self.cancellation(token, writes, pins, cancelled.cancellation_reasons());
         }
+        Err(classify(err, &self.name, RequestEffect::Writes))
     }
 
     fn transaction_items(
         &self,
         token: FencingToken,
         writes: &[(RecordKey, FencedWrite)],
+        pins: &[StatePin],
     ) -> Result<Vec<TransactWriteItem>> {
         if writes.is_empty() || writes.len() > MAX_TRANSACTION_ITEMS {
             return Err(invalid(
@@ -146,7 +159,7 @@ impl DynamoStore {
         let mut distinct = HashSet::with_capacity(writes.len());
         let mut bytes = 0;
         let mut items = Vec::with_capacity(writes.len());
-        for (key, write) in writes {
+        for ((key, write), pin) in writes.iter().zip(pins) {
             if !distinct.insert(key) {
                 return Err(invalid(
                     InputKind::RecordKey,
@@ -155,7 +168,7 @@ impl DynamoStore {
             }
             check_item_size(&self.table, key, write)?;
             bytes += key.len() + write.new_payload().map_or(0, <[u8]>::len) + 256;
-            let expr = WriteExpression::of(&self.table, token, write)?;
+            let expr = WriteExpression::of(&self.table, token, write, pin)?;
             let built = |e| self.not_built(e);
             let item = match expr.update {
                 Some(update) => TransactWriteItem::builder().update(
@@ -200,29 +213,37 @@ impl DynamoStore {
         Ok(items)
     }
 
-    /// The refusal a cancelled transaction stands for: the first write whose condition failed,
-    /// decided on the item as it stood.
+    /// What a cancelled transaction stands for: the refusal of the first write whose condition
+    /// failed, decided on the item as it stood; or, where every failed condition was only a
+    /// state pin, the pins to send it with again.
     fn cancellation(
         &self,
         token: FencingToken,
         writes: &[(RecordKey, FencedWrite)],
+        pins: &[StatePin],
         reasons: &[aws_sdk_dynamodb::types::CancellationReason],
-    ) -> Result<Error> {
-        for ((key, write), reason) in writes.iter().zip(reasons) {
+    ) -> Result<Transacted> {
+        let mut repinned = pins.to_vec();
+        let mut failed = false;
+        for (i, ((key, write), reason)) in writes.iter().zip(reasons).enumerate() {
             if reason.code() != Some("ConditionalCheckFailed") {
                 continue;
             }
+            failed = true;
             let found = reason
                 .item()
                 .map(|item| record_from(&self.table, key, item))
                 .transpose()
                 .map_err(|e| self.corrupt(e))?;
-            return match write.decide(&self.name, key, token, found.as_ref()) {
-                Err(refusal) => Ok(refusal),
-                Ok(()) => Err(self.corrupt(DynamoFailure::Inconsistent(
+            write.decide(&self.name, key, token, found.as_ref())?;
+            repinned[i] = repin(write, &pins[i], found.as_ref()).ok_or_else(|| {
+                self.corrupt(DynamoFailure::Inconsistent(
                     "the transaction refused a write its own item admits",
-                ))),
-            };
+                ))
+            })?;
+        }
+        if failed {
+            return Ok(Transacted::Repin(repinned));
         }
         let codes: Vec<_> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
         Err(Error::failed_request(
@@ -246,12 +267,25 @@ fn invalid(kind: InputKind, detail: String) -> Error {
     InvalidInput::new(kind, detail).into()
 }
 
+/// How one `TransactWriteItems` ended, short of an error.
+enum Transacted {
+    /// Every write applied.
+    Applied,
+    /// Nothing applied: some item's state was not the one pinned; send again with these.
+    Repin(Vec<StatePin>),
+}
+
 /// The `ClientRequestToken` of a transaction: a name-based UUID of the store, the token and
-/// every write, so the same transaction sent again carries the same one.
-fn request_token(store: &str, token: FencingToken, writes: &[(RecordKey, FencedWrite)]) -> String {
+/// every write with its pin, so the same transaction sent again carries the same one.
+fn request_token(
+    store: &str,
+    token: FencingToken,
+    writes: &[(RecordKey, FencedWrite)],
+    pins: &[StatePin],
+) -> String {
     let mut described = format!("{store}\n{token}\n");
-    for (key, write) in writes {
-        described.push_str(&format!("{key:?} {write:?}\n"));
+    for ((key, write), pin) in writes.iter().zip(pins) {
+        described.push_str(&format!("{key:?} {write:?} {pin:?}\n"));
     }
     uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, described.as_bytes())
         .hyphenated()
@@ -287,46 +321,73 @@ impl FencedStore for DynamoStore {
         write: &FencedWrite,
     ) -> Result<Written> {
         check_item_size(&self.table, key, write)?;
-        let expr = WriteExpression::of(&self.table, token, write)?;
-        let sent = self
-            .client
-            .update_item()
-            .table_name(self.table.name())
-            .set_key(Some(key_of(&self.table, key)))
-            .condition_expression(expr.condition)
-            .set_update_expression(expr.update)
-            .set_expression_attribute_names(Some(expr.names))
-            .set_expression_attribute_values(Some(expr.values))
-            .return_values(ReturnValue::AllOld)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match sent {
-            Ok(out) => {
-                let previous = out
-                    .attributes()
-                    .map(|item| record_from(&self.table, key, item))
-                    .transpose()
-                    .map_err(|e| self.corrupt(e))?;
-                let record = write.apply(key, token, previous.as_ref());
-                Ok(Written::new(previous.as_ref(), record))
-            }
-            Err(err) => {
-                if let SdkError::ServiceError(service) = &err
-                    && let UpdateItemError::ConditionalCheckFailedException(failed) = service.err()
-                {
-                    let found = failed
-                        .item()
+        let mut pin = StatePin::Absent;
+        for _ in 0..PIN_ROUNDS {
+            let expr = WriteExpression::of(&self.table, token, write, &pin)?;
+            let sent = self
+                .client
+                .update_item()
+                .table_name(self.table.name())
+                .set_key(Some(key_of(&self.table, key)))
+                .condition_expression(expr.condition)
+                .set_update_expression(expr.update)
+                .set_expression_attribute_names(Some(expr.names))
+                .set_expression_attribute_values(Some(expr.values))
+                .return_values(ReturnValue::AllOld)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            let err = match sent {
+                Ok(out) => {
+                    let previous = out
+                        .attributes()
                         .map(|item| record_from(&self.table, key, item))
                         .transpose()
                         .map_err(|e| self.corrupt(e))?;
-                    write.decide(&self.name, key, token, found.as_ref())?;
-                    return Err(self.corrupt(DynamoFailure::Inconsistent(
-                        "the condition refused a write its own item admits",
-                    )));
+                    let record = write.apply(key, token, previous.as_ref());
+                    return Ok(Written::new(previous.as_ref(), record));
                 }
-                Err(classify(err, &self.name, RequestEffect::Writes))
-            }
+                Err(err) => err,
+            };
+            let SdkError::ServiceError(service) = &err else {
+                return Err(classify(err, &self.name, RequestEffect::Writes));
+            };
+            let UpdateItemError::ConditionalCheckFailedException(failed) = service.err() else {
+                return Err(classify(err, &self.name, RequestEffect::Writes));
+            };
+            let found = failed
+                .item()
+                .map(|item| record_from(&self.table, key, item))
+                .transpose()
+                .map_err(|e| self.corrupt(e))?;
+            write.decide(&self.name, key, token, found.as_ref())?;
+            pin = repin(write, &pin, found.as_ref()).ok_or_else(|| {
+                self.corrupt(DynamoFailure::Inconsistent(
+                    "the condition refused a write its own item admits",
+                ))
+            })?;
         }
+        Err(self.corrupt(DynamoFailure::Inconsistent(
+            "the item's state kept changing under the write",
+        )))
     }
+}
+
+/// How many times a write without a state condition is pinned anew to a state the service
+/// returned, before it gives up (each round means another writer changed the state between).
+const PIN_ROUNDS: usize = 8;
+
+/// The pin a write should try next after the service refused it under `pin` and returned
+/// `found`, which `decide` admits: the state found, if that is not what was pinned. `None`
+/// when the refusal cannot be the pin's (the store and the adapter disagree).
+fn repin(write: &FencedWrite, pin: &StatePin, found: Option<&Record>) -> Option<StatePin> {
+    if write.required_states().is_some() {
+        return None;
+    }
+    let actual = found
+        .and_then(|record| record.state.clone())
+        .map_or(StatePin::Absent, StatePin::Is);
+    (actual != *pin).then_some(actual)
 }

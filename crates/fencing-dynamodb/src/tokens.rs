@@ -1,20 +1,21 @@
-//! A durable token source: one counter item per resource, incremented by `ADD`.
+//! A durable token source: one counter item per resource, raised by compare-and-swap.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use fencing_core::{
     Error, FencingToken, InvalidInput, RequestEffect, ResourceName, Result, TokenSource,
 };
 
-use crate::error::{DynamoFailure, classify};
+use crate::error::{DynamoFailure, classify, without_retries};
 use crate::expression::number;
-use crate::item::{Item, token_from};
+use crate::item::{Fractions, Item, token_from};
 use crate::table::{check_table_name, create_table};
 
 /// The partition key of a counter (and lease) item: the resource name.
@@ -22,11 +23,28 @@ pub(crate) const RESOURCE: &str = "resource";
 /// The counter attribute: the highest token issued for the resource.
 pub(crate) const TOKEN: &str = "token";
 
-/// Tokens from a table of counter items `{resource: S, token: N}`: `next` is one `UpdateItem`
-/// that `ADD`s 1 and returns the new value. The service's `ADD` does not stop at `i64::MAX`
-/// by itself, so the update is conditioned on the counter being below it, and `next` returns
-/// [`Error::TokenExhausted`] there. Unlike a Redis counter without persistence, it cannot go
-/// backwards.
+/// How many times a counter update is sent again with the value the service's refusal
+/// returned; each round means another writer raised the counter in between.
+pub(crate) const COUNTER_ROUNDS: usize = 32;
+
+/// How many times a counter update whose answer was lost is sent again unchanged.
+pub(crate) const AMBIGUOUS_RETRIES: u32 = 2;
+
+/// Tokens from a table of counter items `{resource: S, token: N}`.
+///
+/// `next` is one `UpdateItem` that sets the counter from the value last seen to the one above
+/// it, on condition that it still holds exactly that value. The service can compare a Number
+/// but cannot tell a whole number from a fraction, so an `ADD` would count on from a counter
+/// someone set to `1.5` or `-3`; a swap from an exact whole number read before never writes
+/// over such a value: it is refused, and reported as corrupt with nothing written. The value
+/// last seen is remembered per resource, so a process that issues tokens in a row needs one
+/// round trip each; a stale memory costs one more (the refusal returns the current value).
+/// Unlike a Redis counter without persistence, it cannot go backwards.
+///
+/// The SDK's own retries are off (a copy of the caller's client): an answer that was lost is
+/// settled here, by sending the same swap again, which the service refuses if the first one
+/// applied and which then counts on from the value it returns. A token lost that way is never
+/// handed to anyone.
 ///
 /// A [`crate::DynamoLease`] keeps its counter in the same items, so one table serves both.
 #[derive(Clone, Debug)]
@@ -34,17 +52,27 @@ pub struct DynamoTokenSource {
     client: Client,
     table: String,
     name: String,
+    seen: Arc<Mutex<HashMap<ResourceName, Option<FencingToken>>>>,
+}
+
+/// What a refused or failed counter update stands for.
+pub(crate) enum Failed {
+    /// The service refused the condition; this is the item as it stood.
+    Refused(Option<Item>),
+    /// Anything else, mapped to the core's error.
+    Error(Error),
 }
 
 impl DynamoTokenSource {
-    /// Counters in `table`, through `client`.
+    /// Counters in `table`, through a copy of `client` with the SDK's retries off.
     pub fn new(client: Client, table: impl Into<String>) -> Result<Self, InvalidInput> {
         let table = table.into();
         check_table_name(&table)?;
         Ok(DynamoTokenSource {
-            client,
+            client: without_retries(&client),
             name: format!("dynamodb:{table}"),
             table,
+            seen: Arc::default(),
         })
     }
 
@@ -58,6 +86,29 @@ impl DynamoTokenSource {
         create_table(&self.client, &self.table, RESOURCE, &self.name).await
     }
 
+    /// The store name in errors, `dynamodb:<table>`.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The counter value last seen for `resource` (`None`: none seen, so "no counter yet" is
+    /// tried first).
+    pub(crate) fn last_seen(&self, resource: &ResourceName) -> Option<FencingToken> {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(resource).copied().flatten()
+    }
+
+    /// Remembers the counter value of `resource` a request found or set.
+    pub(crate) fn saw(&self, resource: &ResourceName, value: Option<FencingToken>) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        // One entry per resource this process touched; bounded for a process that touches
+        // an endless stream of them (forgetting only costs a round trip).
+        if seen.len() >= 4096 && !seen.contains_key(resource) {
+            seen.clear();
+        }
+        seen.insert(resource.clone(), value);
+    }
+
     /// An `UpdateItem` on the item of `resource`, returning the item as it stood if its
     /// condition fails.
     pub(crate) fn update(&self, resource: &ResourceName) -> UpdateItemFluentBuilder {
@@ -68,40 +119,35 @@ impl DynamoTokenSource {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
     }
 
-    /// An `UpdateItem` that adds 1 to the counter of `resource` and returns the new value
-    /// ([`Self::issued`]), refusing to pass `i64::MAX` or to add to a value that is not a
-    /// Number; `also_set` is done in the same update, `also_require` checked in the same
-    /// condition.
-    pub(crate) fn increment(
+    /// An `UpdateItem` that sets the counter of `resource` to `to` on condition that it holds
+    /// exactly `expected` (`None`: no counter, or 0); `also_set` is done in the same update,
+    /// `also_require` checked in the same condition.
+    pub(crate) fn swap(
         &self,
         resource: &ResourceName,
+        expected: Option<FencingToken>,
+        to: FencingToken,
         also_set: Option<&str>,
         also_require: Option<&str>,
     ) -> UpdateItemFluentBuilder {
         let update = match also_set {
-            Some(set) => format!("SET {set} ADD #token :one"),
-            None => "ADD #token :one".to_owned(),
+            Some(set) => format!("SET #token = :to, {set}"),
+            None => "SET #token = :to".to_owned(),
+        };
+        let pin = match expected {
+            Some(_) => "#token = :expected",
+            None => "(attribute_not_exists(#token) OR #token = :expected)",
         };
         let condition = match also_require {
-            Some(required) => format!("({required}) AND {BELOW_MAX}"),
-            None => BELOW_MAX.to_owned(),
+            Some(required) => format!("({required}) AND {pin}"),
+            None => pin.to_owned(),
         };
         self.update(resource)
             .update_expression(update)
             .condition_expression(condition)
             .expression_attribute_names("#token", TOKEN)
-            .expression_attribute_values(":one", number(1))
-            .expression_attribute_values(":max", number(i64::MAX))
-            .expression_attribute_values(":type_n", AttributeValue::S("N".into()))
-            .return_values(ReturnValue::UpdatedNew)
-    }
-
-    /// The token an [`Self::increment`] issued, from its answer's attributes.
-    pub(crate) fn issued(&self, attributes: Option<&Item>) -> Result<FencingToken> {
-        self.counter_in(attributes)?.ok_or_else(|| {
-            DynamoFailure::Inconsistent("the increment returned no counter")
-                .into_error(&self.name, RequestEffect::Writes)
-        })
+            .expression_attribute_values(":to", number(to))
+            .expression_attribute_values(":expected", number(expected.map_or(0, FencingToken::get)))
     }
 
     /// The item of `resource` (its counter, and its lease where a lease shares the table), read
@@ -119,25 +165,35 @@ impl DynamoTokenSource {
         Ok(out.item)
     }
 
-    /// The counter of an item returned by a request.
+    /// The counter of an item returned by a request: a whole number from 0 to `i64::MAX`, or
+    /// corrupt.
     pub(crate) fn counter_in(&self, item: Option<&Item>) -> Result<Option<FencingToken>> {
-        token_from("counter", item.and_then(|item| item.get(TOKEN)))
-            .map_err(|e| e.into_error(&self.name, RequestEffect::ReadOnly))
+        token_from(
+            "counter",
+            item.and_then(|item| item.get(TOKEN)),
+            Fractions::Refuse,
+        )
+        .map_err(|e| e.into_error(&self.name, RequestEffect::ReadOnly))
     }
 
-    /// Classifies a failed request; a refused condition is handed to `refused` with the item
-    /// as it stood.
-    pub(crate) fn failed<T>(
+    /// What a failed request stands for: a refused condition with the item as it stood, or
+    /// an error.
+    pub(crate) fn failed(
         &self,
         err: SdkError<UpdateItemError, aws_sdk_dynamodb::config::http::HttpResponse>,
-        refused: impl FnOnce(Option<&Item>) -> Result<T>,
-    ) -> Result<T> {
+    ) -> Failed {
         if let SdkError::ServiceError(service) = &err
             && let UpdateItemError::ConditionalCheckFailedException(failed) = service.err()
         {
-            return refused(failed.item());
+            return Failed::Refused(failed.item().cloned());
         }
-        Err(classify(err, &self.name, RequestEffect::Writes))
+        Failed::Error(classify(err, &self.name, RequestEffect::Writes))
+    }
+
+    /// The error for a counter that kept changing under every round.
+    pub(crate) fn kept_changing(&self) -> Error {
+        DynamoFailure::Inconsistent("the counter kept changing under every update")
+            .into_error(&self.name, RequestEffect::Writes)
     }
 }
 
@@ -146,27 +202,51 @@ pub(crate) fn resource_key(resource: &ResourceName) -> Item {
     HashMap::from([(RESOURCE.to_owned(), AttributeValue::S(resource.to_string()))])
 }
 
-/// The condition that the counter is absent or a Number below `:max` (so `ADD 1` neither
-/// fails on a corrupt value nor passes `i64::MAX`).
-const BELOW_MAX: &str =
-    "(attribute_not_exists(#token) OR (attribute_type(#token, :type_n) AND #token < :max))";
+/// The token above `counter`, or [`Error::TokenExhausted`] at `i64::MAX`.
+pub(crate) fn above(
+    resource: &ResourceName,
+    counter: Option<FencingToken>,
+) -> Result<FencingToken> {
+    match counter {
+        None => Ok(FencingToken::MIN),
+        Some(counter) => counter.next().ok_or_else(|| Error::TokenExhausted {
+            resource: resource.clone(),
+        }),
+    }
+}
 
 #[async_trait]
 impl TokenSource for DynamoTokenSource {
     async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
-        match self.increment(resource, None, None).send().await {
-            Ok(out) => self.issued(out.attributes()),
-            Err(err) => self.failed(err, |found| {
-                self.counter_in(found)?;
-                Err(Error::TokenExhausted {
-                    resource: resource.clone(),
-                })
-            }),
+        let mut expected = self.last_seen(resource);
+        let mut lost = 0;
+        for _ in 0..COUNTER_ROUNDS {
+            let to = above(resource, expected)?;
+            let err = match self.swap(resource, expected, to, None, None).send().await {
+                Ok(_) => {
+                    self.saw(resource, Some(to));
+                    return Ok(to);
+                }
+                Err(err) => err,
+            };
+            match self.failed(err) {
+                Failed::Refused(found) => {
+                    expected = self.counter_in(found.as_ref())?;
+                    self.saw(resource, expected);
+                }
+                // Sent again as it was: refused if the first one applied, and then the
+                // refusal's value is counted on from.
+                Failed::Error(err) if err.is_ambiguous() && lost < AMBIGUOUS_RETRIES => lost += 1,
+                Failed::Error(err) => return Err(err),
+            }
         }
+        Err(self.kept_changing())
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        self.counter_in(self.item(resource).await?.as_ref())
+        let current = self.counter_in(self.item(resource).await?.as_ref())?;
+        self.saw(resource, current);
+        Ok(current)
     }
 
     async fn advance_to(
@@ -174,28 +254,34 @@ impl TokenSource for DynamoTokenSource {
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        let sent = self
-            .update(resource)
-            .update_expression("SET #token = :floor")
-            .condition_expression(
-                "attribute_not_exists(#token) OR (attribute_type(#token, :type_n) AND #token < :floor)",
-            )
-            .expression_attribute_names("#token", TOKEN)
-            .expression_attribute_values(":floor", number(floor))
-            .expression_attribute_values(":type_n", AttributeValue::S("N".into()))
-            .send()
-            .await;
-        match sent {
-            Ok(_) => Ok(floor),
-            // At or above the floor already (or corrupt, which `counter_in` reports).
-            Err(err) => self.failed(err, |found| {
-                self.counter_in(found)?
-                    .filter(|c| *c >= floor)
-                    .ok_or_else(|| {
-                        DynamoFailure::Inconsistent("the counter refused a floor above it")
-                            .into_error(&self.name, RequestEffect::Writes)
-                    })
-            }),
+        // Read, not remembered: a counter restored from an old backup is lower than what this
+        // process saw, and must be raised.
+        let mut expected = self.current(resource).await?;
+        let mut lost = 0;
+        for _ in 0..COUNTER_ROUNDS {
+            if let Some(at) = expected.filter(|at| *at >= floor) {
+                return Ok(at);
+            }
+            let err = match self
+                .swap(resource, expected, floor, None, None)
+                .send()
+                .await
+            {
+                Ok(_) => {
+                    self.saw(resource, Some(floor));
+                    return Ok(floor);
+                }
+                Err(err) => err,
+            };
+            match self.failed(err) {
+                Failed::Refused(found) => {
+                    expected = self.counter_in(found.as_ref())?;
+                    self.saw(resource, expected);
+                }
+                Failed::Error(err) if err.is_ambiguous() && lost < AMBIGUOUS_RETRIES => lost += 1,
+                Failed::Error(err) => return Err(err),
+            }
         }
+        Err(self.kept_changing())
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
-    Record, RecordKey, RequestEffect, Result, Written, check_store_name,
+    Record, RecordKey, RecordOutcomes, RequestEffect, Result, Written, check_store_name,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
@@ -50,6 +50,12 @@ pub struct ManyWritten {
     /// The keys left alone because the row is missing or outside the required states, each
     /// with the rejection a single write would have had.
     pub skipped: Vec<Error>,
+}
+
+impl RecordOutcomes for ManyWritten {
+    fn refusals(&self) -> &[Error] {
+        &self.skipped
+    }
 }
 
 impl ManyWritten {
@@ -220,11 +226,12 @@ impl PgStore {
         .await?
     }
 
-    /// [`Self::write_with`] under `fence`'s token, with a refusal explained as
-    /// [`Fence::explain`] does (a counter that went backwards is a regression, not a newer
-    /// holder), and the outcome reported as [`Fence::observed`] does. For writes inside the caller's transaction, e.g. through
-    /// [`fencing_core::FencedBatch::with_fence`]; an ambiguous outcome is returned, not retried,
-    /// since the transaction it was part of is gone.
+    /// [`Self::write_with`] under `fence`'s token, through [`Fence::run_write_once`]: a
+    /// refusal is explained (a counter that went backwards is a regression, not a newer
+    /// holder) and the outcome reported as [`Fence::write`] reports it. For writes inside the
+    /// caller's transaction, e.g. through [`fencing_core::FencedBatch::with_fence`]; an
+    /// ambiguous outcome is returned, not retried, since the transaction it was part of is
+    /// gone.
     pub async fn write_in<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
         conn: A,
@@ -233,14 +240,9 @@ impl PgStore {
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
         let write = write.into();
-        let attempt = async {
-            match self.write_with(conn, key, fence.token(), &write).await {
-                Err(err) => Err(fence.explain(err).await),
-                written => written,
-            }
-        };
+        let attempt = self.write_with(conn, key, fence.token(), &write);
         fence
-            .observed(&self.name, key, write.write().check(), attempt)
+            .run_write_once(&self.name, &[key], write.write().check(), attempt)
             .await
     }
 
@@ -260,6 +262,20 @@ impl PgStore {
         write: impl Into<PgWrite>,
     ) -> Result<ManyWritten> {
         let write = write.into();
+        let records: Vec<&RecordKey> = keys.iter().collect();
+        let attempt = self.write_many_unobserved(conn, fence.token(), keys, &write);
+        fence
+            .run_write_once(&self.name, &records, write.write().check(), attempt)
+            .await
+    }
+
+    async fn write_many_unobserved<'c, A: Acquire<'c, Database = Postgres>>(
+        &self,
+        conn: A,
+        token: FencingToken,
+        keys: &[RecordKey],
+        write: &PgWrite,
+    ) -> Result<ManyWritten> {
         let schema = self.schema().await?;
         let mut distinct = HashSet::with_capacity(keys.len());
         if let Some(twice) = keys.iter().find(|k| !distinct.insert(*k)) {
@@ -272,9 +288,8 @@ impl PgStore {
         for key in keys {
             schema.key_type.check(key)?;
         }
-        let extras = self.check_write(schema, &write)?;
+        let extras = self.check_write(schema, write)?;
         let fenced = write.write();
-        let token = fence.token();
         let mut tx = conn
             .begin()
             .await
@@ -314,10 +329,7 @@ impl PgStore {
                     store: self.name.to_string(),
                     record: key.clone(),
                 }),
-                (Err(err @ Error::Fenced { .. }), _) => {
-                    drop(tx);
-                    return Err(fence.explain(err).await);
-                }
+                (Err(err @ Error::Fenced { .. }), _) => return Err(err),
                 (Err(err), _) => skipped.push(err),
             }
         }
