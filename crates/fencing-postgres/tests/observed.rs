@@ -1,78 +1,63 @@
-//! A write in the caller's transaction is reported like any fenced write. Alone in its test
-//! binary: `tracing` caches per call site whether anyone listens, and tests running beside it
-//! without a subscriber could make it decide nobody does.
+//! Writes made outside `Fence::write` are reported like any fenced write: one in the caller's
+//! transaction and a batch write of many rows, each record with its outcome. Alone in its test
+//! binary (see `fencing_testkit::events`).
 
 mod common;
-
-use std::io;
-use std::sync::{Arc, Mutex};
 
 use common::Schema;
 use fencing_core::{
     Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource, RecordKey,
     ResourceName, TokenSource,
 };
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
+use fencing_testkit::events::{capture, line};
 
 #[test]
-fn a_write_in_the_callers_transaction_is_reported_with_its_outcome() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        // Plain text whatever features the workspace's other crates turn on.
-        .with_ansi(false)
-        .with_writer({
-            let captured = captured.clone();
-            move || captured.clone()
-        })
-        .finish();
+fn writes_in_the_callers_transaction_and_batch_writes_are_reported_per_record() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let store_name = tracing::subscriber::with_default(subscriber, || {
-        runtime.block_on(async {
-            let schema = Schema::new().await;
-            let store = schema.store();
-            let key = RecordKey::new("r_815").unwrap();
-            let lifecycle = Lifecycle::default();
-            let source = MemoryTokenSource::new();
-            let resource = ResourceName::new("settle:m_4471").unwrap();
-            let newer = source
-                .advance_to(&resource, FencingToken::new(34).unwrap())
-                .await
-                .unwrap();
-            let create = FencedWrite::claim().set_state(lifecycle.in_flight().clone());
-            store.write(&key, newer, &create).await.unwrap();
-            let stale = Fence::new(&resource, FencingToken::new(33).unwrap(), &source);
-            let mut tx = schema.pool.begin().await.unwrap();
-            store
-                .write_in(&mut *tx, &stale, &key, &lifecycle.confirm())
-                .await
-                .unwrap_err();
-            drop(tx);
-            let name = store.name().to_owned();
-            schema.drop_schema().await;
-            name
-        })
+    let (store_name, events) = capture(&runtime, async {
+        let schema = Schema::new().await;
+        let store = schema.store();
+        let key = RecordKey::new("r_815").unwrap();
+        let lifecycle = Lifecycle::default();
+        let source = MemoryTokenSource::new();
+        let resource = ResourceName::new("settle:m_4471").unwrap();
+        let newer = source
+            .advance_to(&resource, FencingToken::new(34).unwrap())
+            .await
+            .unwrap();
+        let create = FencedWrite::claim().set_state(lifecycle.in_flight().clone());
+        store.write(&key, newer, &create).await.unwrap();
+        let stale = Fence::new(&resource, FencingToken::new(33).unwrap(), &source);
+        let mut tx = schema.pool.begin().await.unwrap();
+        store
+            .write_in(&mut *tx, &stale, &key, &lifecycle.confirm())
+            .await
+            .unwrap_err();
+        drop(tx);
+
+        // A batch write of three rows: two pending ones claimed, one already sent skipped.
+        let pending = FencedWrite::claim().set_state(lifecycle.pending().clone());
+        let done = FencedWrite::claim().set_state(lifecycle.done().clone());
+        let keys: Vec<_> = ["r_1", "r_2", "r_3"]
+            .map(|k| RecordKey::new(k).unwrap())
+            .to_vec();
+        store.write(&keys[0], newer, &pending).await.unwrap();
+        store.write(&keys[1], newer, &pending).await.unwrap();
+        store.write(&keys[2], newer, &done).await.unwrap();
+        let holder = Fence::new(&resource, newer, &source);
+        let many = store
+            .write_many(&holder, &keys, lifecycle.claim())
+            .await
+            .unwrap();
+        assert_eq!(many.written.len(), 2);
+        let name = store.name().to_owned();
+        schema.drop_schema().await;
+        name
     });
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let refused = text
-        .lines()
-        .find(|l| l.contains("fenced write refused"))
-        .unwrap_or_else(|| panic!("no refusal reported:\n{text}"));
+    let refused = line(&events, "fenced write refused: a newer holder");
     for field in [
         "WARN".to_owned(),
         format!("store=\"{store_name}\""),
@@ -81,5 +66,21 @@ fn a_write_in_the_callers_transaction_is_reported_with_its_outcome() {
         "found=34".to_owned(),
     ] {
         assert!(refused.contains(&field), "{field} missing from: {refused}");
+    }
+    for (record, outcome) in [
+        ("r_1", "accepted"),
+        ("r_2", "accepted"),
+        ("r_3", "state_mismatch"),
+    ] {
+        let event = events.lines().find(|l| {
+            l.contains(&format!("record=\"{record}\""))
+                && l.contains("token=34")
+                && l.contains("kind=\"claim\"")
+                && l.contains(&format!("outcome=\"{outcome}\""))
+        });
+        assert!(
+            event.is_some(),
+            "no {outcome} event for the batch write of {record}:\n{events}"
+        );
     }
 }

@@ -7,10 +7,12 @@
 //! * [`conformance`]: one function per guarantee of the core contracts, generic over the
 //!   implementation, so the same suite runs against the in-memory stores, each adapter's
 //!   server, and `Box<dyn …>` / `Arc<dyn …>` of either.
+//! * [`events`]: the `tracing` events of a run, captured as text.
 //! * [`faults`]: a store decorator that loses answers and requests, and a recording side
 //!   effect, for every store.
 
 pub mod conformance;
+pub mod events;
 pub mod faults;
 
 /// A name no other test uses, so tests can share one server: `prefix` plus a random suffix.
