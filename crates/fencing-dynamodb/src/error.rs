@@ -56,6 +56,5 @@ where
             format!("{detail}: the table does not exist (DynamoTable::create creates it)").into(),
         );
     }
-    let answer_lost = fencing_aws::answer_lost(&err);
-    Error::failed_request(store, effect, answer_lost, Box::new(err))
+    fencing_aws::request_failed(store, effect, err)
 }

@@ -145,14 +145,17 @@ impl DynamoTable {
     }
 
     /// Creates the table (on-demand capacity, the key attribute as a String hash key) and
-    /// waits until it is active. A table that exists already is an error from the service.
+    /// waits until it is active. A table of that name that exists already is accepted if its
+    /// key is exactly that attribute as a String hash key (so creating is idempotent), and
+    /// refused with a message naming its key schema otherwise.
     pub async fn create(&self, client: &Client) -> Result<()> {
         create_table(client, &self.name, &self.key, &self.store_name()).await
     }
 }
 
 /// Creates a table keyed by the String attribute `key`, on-demand, and waits for it to be
-/// active (a few polls on the service; at once on an emulator).
+/// active (a few polls on the service; at once on an emulator). A table that already exists
+/// with exactly that key is waited for instead; one with another key is an error naming it.
 pub(crate) async fn create_table(
     client: &Client,
     name: &str,
@@ -162,7 +165,7 @@ pub(crate) async fn create_table(
     let built = |e: aws_sdk_dynamodb::error::BuildError| {
         fencing_core::Error::failed_request(store, RequestEffect::ReadOnly, false, Box::new(e))
     };
-    client
+    let created = client
         .create_table()
         .table_name(name)
         .attribute_definitions(
@@ -181,8 +184,14 @@ pub(crate) async fn create_table(
         )
         .billing_mode(BillingMode::PayPerRequest)
         .send()
-        .await
-        .map_err(|e| classify(e, store, RequestEffect::ReadOnly))?;
+        .await;
+    if let Err(err) = created
+        && err
+            .as_service_error()
+            .is_none_or(|e| !e.is_resource_in_use_exception())
+    {
+        return Err(classify(err, store, RequestEffect::ReadOnly));
+    }
     for _ in 0..600 {
         let described = client
             .describe_table()
@@ -190,8 +199,11 @@ pub(crate) async fn create_table(
             .send()
             .await
             .map_err(|e| classify(e, store, RequestEffect::ReadOnly))?;
-        let status = described.table().and_then(|t| t.table_status());
-        if status.is_some_and(|s| s.as_str() == "ACTIVE") {
+        let Some(table) = described.table() else {
+            break;
+        };
+        check_key_schema(table, name, key, store)?;
+        if table.table_status().is_some_and(|s| s.as_str() == "ACTIVE") {
             return Ok(());
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -201,6 +213,42 @@ pub(crate) async fn create_table(
         RequestEffect::ReadOnly,
         false,
         format!("table {name} did not become active within 60 s").into(),
+    ))
+}
+
+/// Refuses a table whose key is not exactly `key` as a String hash key.
+fn check_key_schema(
+    table: &aws_sdk_dynamodb::types::TableDescription,
+    name: &str,
+    key: &str,
+    store: &str,
+) -> Result<()> {
+    let schema: Vec<String> = table
+        .key_schema()
+        .iter()
+        .map(|k| {
+            let kind = table
+                .attribute_definitions()
+                .iter()
+                .find(|a| a.attribute_name() == k.attribute_name())
+                .map_or("?", |a| a.attribute_type().as_str());
+            format!("{} ({kind}, {})", k.attribute_name(), k.key_type().as_str())
+        })
+        .collect();
+    let expected = format!("{key} (S, HASH)");
+    if schema == [expected.clone()] {
+        return Ok(());
+    }
+    Err(fencing_core::Error::failed_request(
+        store,
+        RequestEffect::ReadOnly,
+        false,
+        format!(
+            "table {name} already exists with the key {}, not {expected}: name another table, \
+             or the attribute its key already is",
+            schema.join(" + ")
+        )
+        .into(),
     ))
 }
 

@@ -51,6 +51,18 @@ impl PgFailure {
                 db.message()
             ));
         }
+        if let sqlx::Error::Database(db) = &err
+            && matches!(db.code().as_deref(), Some("42P05" | "26000"))
+        {
+            // Refused at prepare or bind: nothing ran.
+            return definite(format!(
+                "{}: this connection's named prepared statements are not where it left them, \
+                 as behind a pooler in transaction mode (PgBouncer's pool_mode = transaction); \
+                 build the store, token source, lease and fence floor with \
+                 for_transaction_pooling() (docs/guide.md, \"PgBouncer\")",
+                db.message()
+            ));
+        }
         let answer_lost = match &err {
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)

@@ -15,15 +15,20 @@ use crate::key::KeyType;
 use crate::statements::{ExtraColumn, Statements};
 use crate::table::PgTable;
 
-/// `$1`: the table as `"schema"."name"`; `$2`: the same folded to lower case (or NULL);
-/// `$3`: the key column. Whether the table exists, whether its folded name does, its columns
+/// `$1`: the table as `"schema"."name"`; `$2` and `$4`: its schema and name as given; `$3`:
+/// the key column. Whether the table exists, the tables whose names differ from it in case
+/// only (a table created with quotes, or named here without the case it was created with), its columns
 /// with their type OIDs and SQL types, and whether a unique index (or primary key) of exactly
 /// the key column, valid, without predicate or expression, covers it.
 pub(crate) const INSPECT: &str = "WITH cols AS (SELECT a.attname::text AS name, \
      a.atttypid::int8 AS oid, format_type(a.atttypid, a.atttypmod) AS sql_type, a.attnum \
      FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
      AND NOT a.attisdropped) \
-     SELECT to_regclass($1) IS NOT NULL, $2::text IS NOT NULL AND to_regclass($2) IS NOT NULL, \
+     SELECT to_regclass($1) IS NOT NULL, \
+     ARRAY(SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
+     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE lower(n.nspname) = lower($2) \
+     AND lower(c.relname) = lower($4) AND c.relkind IN ('r', 'p', 'v', 'm', 'f') \
+     ORDER BY 1), \
      ARRAY(SELECT name FROM cols ORDER BY attnum), ARRAY(SELECT oid FROM cols ORDER BY attnum), \
      ARRAY(SELECT sql_type FROM cols ORDER BY attnum), \
      EXISTS (SELECT 1 FROM pg_index i \
@@ -57,25 +62,30 @@ impl Schema {
         let decode = || -> Result<_, sqlx::Error> {
             Ok((
                 row.try_get::<bool, _>(0)?,
-                row.try_get::<bool, _>(1)?,
+                row.try_get::<Vec<String>, _>(1)?,
                 row.try_get::<Vec<String>, _>(2)?,
                 row.try_get::<Vec<i64>, _>(3)?,
                 row.try_get::<Vec<String>, _>(4)?,
                 row.try_get::<bool, _>(5)?,
             ))
         };
-        let (exists, folded_exists, names, oids, sql_types, key_unique) =
+        let (exists, differ_in_case, names, oids, sql_types, key_unique) =
             decode().map_err(|e| Unfit::Schema(e.into()))?;
         let name = table.name();
         if !exists {
-            let hint = match name.folded() {
-                Some(folded) if folded_exists => format!(
-                    ", but {folded} does: Postgres folds names written without quotes to lower \
-                     case, so a table created as {} is named {folded}. Name it that way here \
-                     (or create it with quotes)",
-                    name.to_string().replace('"', "")
-                ),
-                _ => " (PgTable::create_if_missing creates it)".to_owned(),
+            // Never suggest creating a table when one differing in case exists: that would make
+            // a second table beside the one the team's other code writes.
+            let hint = if differ_in_case.is_empty() {
+                " (PgTable::create_if_missing creates it)".to_owned()
+            } else {
+                format!(
+                    ", but {} does, differing only in case: name the table exactly as it was \
+                     created (Postgres folds names written without quotes to lower case, so a \
+                     table created as {} is named {})",
+                    differ_in_case.join(" and "),
+                    name.to_string().replace('"', ""),
+                    name.folded().unwrap_or_else(|| name.clone()),
+                )
             };
             return Err(Unfit::Schema(PgFailure::Schema(format!(
                 "table {name} does not exist{hint}"

@@ -113,13 +113,13 @@ impl PgStore {
         self.schema
             .get_or_try_init(|| async {
                 let table = self.table.name();
-                let folded = table.folded().map(|f| f.to_string());
                 let row = self
                     .on_one_connection(&self.pool, RequestEffect::ReadOnly, async |conn| {
                         self.query(INSPECT)
                             .bind(table.to_string())
-                            .bind(folded)
+                            .bind(table.schema().as_str())
                             .bind(self.table.key_column().as_str())
+                            .bind(table.name().as_str())
                             .fetch_one(conn)
                             .await
                             .map_err(PgFailure::from)

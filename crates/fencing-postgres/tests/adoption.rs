@@ -241,6 +241,28 @@ async fn an_unsupported_key_type_and_a_folded_name_are_explained() {
     let message = err.to_string();
     assert!(message.contains("folds"), "{message}");
     assert!(message.contains("mixedunquoted"), "{message}");
+    assert!(!message.contains("create_if_missing"), "{message}");
+
+    // The other way round: a table created with quotes ("Refunds"), named here in lower case.
+    // The hint names the existing table, and never suggests creating a second one.
+    schema
+        .execute(format!(
+            "CREATE TABLE \"{0}\".\"Refunds\" (id text PRIMARY KEY, fence bigint, state text)",
+            schema.name
+        ))
+        .await;
+    let lower = PgStore::new(
+        schema.pool.clone(),
+        PgTable::new(&schema.name, "refunds").unwrap(),
+    );
+    let message = lower
+        .write(&key("1"), token(1), &FencedWrite::claim())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("\"Refunds\""), "{message}");
+    assert!(message.contains("differing only in case"), "{message}");
+    assert!(!message.contains("create_if_missing"), "{message}");
     schema.drop_schema().await;
 }
 

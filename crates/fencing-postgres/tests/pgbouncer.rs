@@ -70,6 +70,10 @@ async fn without_named_prepared_statements_fenced_writes_work_behind_transaction
     let named = PgStore::new(pool.clone(), schema.table.clone());
     let err = settle(&named, 16, token(5)).await.unwrap_err();
     assert!(err.to_string().contains("already exists"), "{err}");
+    assert!(
+        err.to_string().contains("for_transaction_pooling()"),
+        "{err}"
+    );
 
     // A pool of its own: sqlx reuses a statement its connection cached, named or not.
     pool.close().await;

@@ -74,15 +74,8 @@ impl FenceFloor for S3FenceFloor {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| {
-                let answer_lost = fencing_aws::answer_lost(&e);
-                fencing_core::Error::failed_request(
-                    &name,
-                    RequestEffect::ReadOnly,
-                    answer_lost,
-                    Box::new(e),
-                )
-            })?;
+            let page =
+                page.map_err(|e| fencing_aws::request_failed(&name, RequestEffect::ReadOnly, e))?;
             for object in page.contents() {
                 let Some(text) = object.key().and_then(|k| k.strip_prefix(bucket.prefix())) else {
                     continue;

@@ -59,10 +59,9 @@ impl S3Objects {
         effect: RequestEffect,
     ) -> Error
     where
-        E: std::error::Error + Send + Sync + 'static,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let answer_lost = fencing_aws::answer_lost(&err);
-        Error::failed_request(&self.name, effect, answer_lost, Box::new(err))
+        fencing_aws::request_failed(&self.name, effect, err)
     }
 
     fn definite(&self, message: String) -> Error {
