@@ -1,11 +1,11 @@
 //! The subcommands.
 
-use fencing_core::{Error, FencedWrite, FencingToken, RecordKey, ResourceName};
+use fencing_core::{Error, FencedWrite, FencingToken, RecordKey, ResourceName, epoch};
 use serde_json::json;
 
 use crate::Backend;
 use crate::connect::Settings;
-use crate::output::{Failure, Report};
+use crate::output::{Failure, PROBE_FAILED, Report, SERVICE};
 use crate::spec::{self, Opened};
 
 fn backend_name(backend: Backend) -> &'static str {
@@ -31,13 +31,21 @@ pub(crate) async fn lease_status(
 ) -> Result<Report, Failure> {
     let resource = ResourceName::new(resource)?;
     let lease = settings.lease(backend).await?;
-    let status = lease.status(&resource).await?;
+    let status = lease
+        .status(&resource)
+        .await
+        .map_err(|e| settings.failure(e))?;
     let kind = backend_name(backend);
     Ok(match status {
-        None => Report::new(
-            vec![format!("{resource} ({kind} lease): free")],
-            json!({ "resource": resource.as_str(), "lease": kind, "held": false }),
-        ),
+        None => {
+            let read = settings.location(backend, &resource, true)?;
+            Report::new(
+                vec![format!(
+                    "{resource} ({kind} lease): free (no live lease at {read})"
+                )],
+                json!({ "resource": resource.as_str(), "lease": kind, "held": false, "read": read }),
+            )
+        }
         Some(status) => Report::new(
             vec![
                 format!("{resource} ({kind} lease): held"),
@@ -63,14 +71,26 @@ pub(crate) async fn token_current(
     backend: Backend,
 ) -> Result<Report, Failure> {
     let resource = ResourceName::new(resource)?;
-    let current = settings.tokens(backend).await?.current(&resource).await?;
+    let current = settings
+        .tokens(backend)
+        .await?
+        .current(&resource)
+        .await
+        .map_err(|e| settings.failure(e))?;
     let kind = backend_name(backend);
+    let read = settings.location(backend, &resource, false)?;
+    let line = match current {
+        Some(current) => format!("{resource} ({kind} counter): {current}"),
+        None => format!("{resource} ({kind} counter): none issued (nothing at {read})"),
+    };
     Ok(Report::new(
-        vec![format!(
-            "{resource} ({kind} counter): {}",
-            token_text(current)
-        )],
-        json!({ "resource": resource.as_str(), "tokens": kind, "current": token_json(current) }),
+        vec![line],
+        json!({
+            "resource": resource.as_str(),
+            "tokens": kind,
+            "current": token_json(current),
+            "read": read,
+        }),
     ))
 }
 
@@ -78,13 +98,19 @@ pub(crate) async fn token_advance(
     settings: &Settings,
     resource: &str,
     backend: Backend,
-    to: u64,
+    to: FencingToken,
 ) -> Result<Report, Failure> {
     let resource = ResourceName::new(resource)?;
-    let to = FencingToken::new(to)?;
     let tokens = settings.tokens(backend).await?;
-    let before = tokens.current(&resource).await?;
-    let after = tokens.advance_to(&resource, to).await?;
+    let before = tokens
+        .current(&resource)
+        .await
+        .map_err(|e| settings.failure(e))?;
+    refuse_weaker_than_epochs(settings, backend, [before, Some(to)])?;
+    let after = tokens
+        .advance_to(&resource, to)
+        .await
+        .map_err(|e| settings.failure(e))?;
     let kind = backend_name(backend);
     let line = if before.is_some_and(|b| b >= to) {
         format!(
@@ -118,9 +144,13 @@ pub(crate) async fn seed(
     let mut lines = Vec::new();
     let mut found = Vec::new();
     let mut highest: Option<FencingToken> = None;
+    spec::parse_all(from)?;
     for spec in from {
         let Opened { spec, floor, .. } = spec::open(settings, spec).await?;
-        let max = floor.max_fence(&resource).await?;
+        let max = floor
+            .max_fence(&resource)
+            .await
+            .map_err(|e| settings.failure(e))?;
         lines.push(format!(
             "{spec}: highest fence {}",
             token_text(max).replace("none issued", "none")
@@ -129,11 +159,18 @@ pub(crate) async fn seed(
         highest = highest.max(max);
     }
     let tokens = settings.tokens(backend).await?;
-    let before = tokens.current(&resource).await?;
+    let before = tokens
+        .current(&resource)
+        .await
+        .map_err(|e| settings.failure(e))?;
+    refuse_weaker_than_epochs(settings, backend, [before, highest])?;
     let kind = backend_name(backend);
     let after = match highest {
         Some(floor) if before.is_none_or(|b| b < floor) => {
-            let after = tokens.advance_to(&resource, floor).await?;
+            let after = tokens
+                .advance_to(&resource, floor)
+                .await
+                .map_err(|e| settings.failure(e))?;
             lines.push(format!(
                 "{resource} ({kind} counter): raised from {} to {after}; the next token is above every fence found",
                 token_text(before)
@@ -160,70 +197,141 @@ pub(crate) async fn seed(
     ))
 }
 
+/// Refuses to raise a Redis counter read without its epochs (the may-reissue mode) when the
+/// counter or the target holds an epoch-prefixed token: that deployment's lease draws epochs
+/// from a durable source, and raising its counter to a fence found in a store is exactly the
+/// re-seed that can issue a token twice. `--may-reissue-tokens` overrides it.
+fn refuse_weaker_than_epochs(
+    settings: &Settings,
+    backend: Backend,
+    values: [Option<FencingToken>; 2],
+) -> Result<(), Failure> {
+    let epoch_formatted = values
+        .into_iter()
+        .flatten()
+        .any(|value| epoch::epoch_of(value) > 0);
+    if backend != Backend::Redis
+        || !settings.redis_without_epochs()
+        || settings.may_reissue_tokens
+        || !epoch_formatted
+    {
+        return Ok(());
+    }
+    Err(Failure::usage(format!(
+        "the counter or the fences hold epoch-prefixed tokens (2^{} and above): this deployment's \
+         Redis tokens draw their epochs from a durable source, and a lost counter there needs no \
+         seed at all (its next token opens a new epoch above every token issued). Raising it \
+         without its epochs can issue a token twice: pass --redis-epochs SCHEMA.TABLE to act \
+         as the library does, or --may-reissue-tokens to act on the bare counter anyway",
+        epoch::EPOCH_BITS
+    )))
+}
+
+/// How one store took the probe.
+enum Probed {
+    /// It refused the stale token and accepted the newer one: the fence it now holds.
+    Passed(FencingToken),
+    /// It did not behave as a fenced store.
+    Misbehaved(String),
+    /// It failed (unreachable, a required column the probe cannot fill) before it showed
+    /// how it behaves.
+    Failed(String),
+}
+
 /// What one store did with the probe's three writes.
-async fn probe_one(opened: &Opened, key: &RecordKey) -> Result<FencingToken, String> {
+async fn probe_one(opened: &Opened, key: &RecordKey) -> Probed {
     let store = &opened.store;
-    let current = store
-        .read(key)
-        .await
-        .map_err(|e| format!("could not read the probe record: {e}"))?;
-    let base = current.and_then(|r| r.fence).map_or(1, FencingToken::get);
-    let token = |n: u64| {
-        FencingToken::new(n).map_err(|e| format!("no token above the probe record's fence: {e}"))
+    let current = match store.read(key).await {
+        Ok(current) => current,
+        Err(e) => return Probed::Failed(format!("could not read the probe record: {e}")),
     };
-    let (n, stale, newer) = (token(base + 1)?, token(base)?, token(base + 2)?);
+    let base = current.and_then(|r| r.fence).map_or(1, FencingToken::get);
+    let (Ok(n), Ok(stale), Ok(newer)) = (
+        FencingToken::new(base + 1),
+        FencingToken::new(base),
+        FencingToken::new(base + 2),
+    ) else {
+        return Probed::Failed(format!(
+            "the probe record's fence {base} leaves no tokens above it: use another --key"
+        ));
+    };
     let claim = FencedWrite::claim();
-    store
-        .write(key, n, &claim)
-        .await
-        .map_err(|e| format!("refused a claim with token {n}, above the record's fence: {e}"))?;
+    match store.write(key, n, &claim).await {
+        Ok(_) => {}
+        Err(e) if e.is_rejection() => {
+            return Probed::Misbehaved(format!(
+                "refused a claim with token {n}, above the record's fence: {e}"
+            ));
+        }
+        Err(e) => {
+            return Probed::Failed(format!(
+                "store error on the claim with token {n} (not a refusal): {e}"
+            ));
+        }
+    }
     match store.write(key, stale, &claim).await {
         Ok(_) => {
-            return Err(format!(
+            return Probed::Misbehaved(format!(
                 "ACCEPTED stale token {stale} after {n}: its writes do not go through the fence \
                  (a column, trigger or statement resets or skips it); do not run jobs on it"
             ));
         }
         Err(Error::Fenced { .. }) => {}
-        Err(e) => {
-            return Err(format!(
+        Err(e) if e.is_rejection() => {
+            return Probed::Misbehaved(format!(
                 "refused stale token {stale}, but not as a fence refusal: {e}"
             ));
         }
+        Err(e) => {
+            return Probed::Failed(format!(
+                "store error on the stale token {stale} (not a refusal): {e}"
+            ));
+        }
     }
-    store
-        .write(key, newer, &claim)
-        .await
-        .map_err(|e| format!("refused a claim with the newer token {newer}: {e}"))?;
-    let after = store
-        .read(key)
-        .await
-        .map_err(|e| format!("could not read the probe record back: {e}"))?;
-    match after.and_then(|r| r.fence) {
-        Some(fence) if fence == newer => Ok(newer),
-        other => Err(format!(
-            "kept fence {} after a claim with {newer}",
-            token_text(other)
-        )),
+    match store.write(key, newer, &claim).await {
+        Ok(_) => {}
+        Err(e) if e.is_rejection() => {
+            return Probed::Misbehaved(format!(
+                "refused a claim with the newer token {newer}: {e}"
+            ));
+        }
+        Err(e) => {
+            return Probed::Failed(format!(
+                "store error on the newer token {newer} (not a refusal): {e}"
+            ));
+        }
+    }
+    match store.read(key).await {
+        Ok(after) => match after.and_then(|r| r.fence) {
+            Some(fence) if fence == newer => Probed::Passed(newer),
+            other => Probed::Misbehaved(format!(
+                "kept fence {} after a claim with {newer}",
+                token_text(other)
+            )),
+        },
+        Err(e) => Probed::Failed(format!("could not read the probe record back: {e}")),
     }
 }
 
+/// Probes every store; the exit code says the worst found: a store that misbehaved (1), else
+/// one that failed (3).
 pub(crate) async fn probe(
     settings: &Settings,
     stores: &[String],
     key: &str,
 ) -> Result<Report, Failure> {
     let key = RecordKey::new(key)?;
+    spec::parse_all(stores)?;
     let mut lines = Vec::new();
     let mut results = Vec::new();
-    let mut passed = true;
+    let (mut misbehaved, mut failed) = (false, false);
     for spec in stores {
-        let outcome = match spec::open(settings, spec).await {
+        let probed = match spec::open(settings, spec).await {
             Ok(opened) => probe_one(&opened, &key).await,
-            Err(failure) => Err(failure.to_string()),
+            Err(failure) => Probed::Failed(failure.to_string()),
         };
-        match outcome {
-            Ok(token) => {
+        match probed {
+            Probed::Passed(token) => {
                 lines.push(format!(
                     "ok      {spec}: accepted {}, refused {}, accepted {token}",
                     token.get() - 1,
@@ -231,17 +339,29 @@ pub(crate) async fn probe(
                 ));
                 results.push(json!({ "store": spec, "passed": true, "fence": token.get() }));
             }
-            Err(why) => {
-                passed = false;
+            Probed::Misbehaved(why) => {
+                misbehaved = true;
                 lines.push(format!("FAILED  {spec}: {why}"));
                 results.push(json!({ "store": spec, "passed": false, "detail": why }));
             }
+            Probed::Failed(why) => {
+                failed = true;
+                lines.push(format!("ERROR   {spec}: {why}"));
+                results.push(json!({ "store": spec, "passed": false, "error": why }));
+            }
         }
     }
+    let passed = !misbehaved && !failed;
     let mut report = Report::new(
         lines,
         json!({ "record": key.as_str(), "passed": passed, "stores": results }),
     );
-    report.passed = passed;
+    report.code = if misbehaved {
+        PROBE_FAILED
+    } else if failed {
+        SERVICE
+    } else {
+        0
+    };
     Ok(report)
 }

@@ -1,14 +1,17 @@
 //! Where the stores are: flags, with the usual environment variables as their defaults.
 
+use std::str::FromStr;
 use std::sync::Arc;
 
 use clap::Args;
-use fencing_core::{Lease, TokenSource};
+
+use fencing_core::{Lease, ResourceName, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
 use fencing_postgres::{PgLease, PgTokenSource, QualifiedName};
-use fencing_redis::{RedisLease, RedisTokenSource};
+use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
 use redis::aio::MultiplexedConnection;
 use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
 
 use crate::Backend;
 use crate::output::Failure;
@@ -42,6 +45,26 @@ pub(crate) struct Settings {
     /// (`RedisLease::new`); without it, Redis counters are read and raised as they are.
     #[arg(long, global = true)]
     redis_epochs: Option<String>,
+    /// Act on Redis counters without --redis-epochs even where they hold epoch-prefixed
+    /// tokens (raising one to a fence can then issue a token twice).
+    #[arg(long, global = true)]
+    pub(crate) may_reissue_tokens: bool,
+    /// The prefix of Redis lease keys (`RedisKeys`).
+    #[arg(
+        long,
+        env = "FENCING_REDIS_LOCK_PREFIX",
+        global = true,
+        default_value = "lock:"
+    )]
+    redis_lock_prefix: String,
+    /// The prefix of Redis counter keys (`RedisKeys`).
+    #[arg(
+        long,
+        env = "FENCING_REDIS_COUNTER_PREFIX",
+        global = true,
+        default_value = "fence:"
+    )]
+    redis_counter_prefix: String,
 }
 
 /// `SCHEMA.TABLE`.
@@ -77,9 +100,22 @@ impl Settings {
         let url = self.database_url.as_deref().ok_or_else(|| {
             Failure::usage("no PostgreSQL to talk to: set DATABASE_URL or pass --database-url")
         })?;
-        PgPool::connect(url).await.map_err(|e| {
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            Failure::usage(format!(
+                "DATABASE_URL (or --database-url) is not a PostgreSQL URL ({e}): write it as \
+                 postgres://USER@HOST:PORT/DATABASE"
+            ))
+        })?;
+        let tried = format!(
+            "{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or("(the user's database)")
+        );
+        PgPool::connect_with(options).await.map_err(|e| {
             Failure::service(format!(
-                "cannot reach PostgreSQL ({e}): check DATABASE_URL and that the server is up"
+                "cannot reach PostgreSQL at {tried} ({e}): check DATABASE_URL and that the \
+                 server is up"
             ))
         })
     }
@@ -88,16 +124,86 @@ impl Settings {
         let url = self.redis_url.as_deref().ok_or_else(|| {
             Failure::usage("no Redis to talk to: set REDIS_URL or pass --redis-url")
         })?;
-        let unreachable = |e: redis::RedisError| {
-            Failure::service(format!(
-                "cannot reach Redis ({e}): check REDIS_URL and that the server is up"
+        let client = redis::Client::open(url).map_err(|e| {
+            Failure::usage(format!(
+                "REDIS_URL (or --redis-url) is not a Redis URL ({e}): write it as \
+                 redis://HOST:PORT/"
             ))
-        };
-        redis::Client::open(url)
-            .map_err(unreachable)?
+        })?;
+        let tried = client.get_connection_info().addr().to_string();
+        client
             .get_multiplexed_async_connection()
             .await
-            .map_err(unreachable)
+            .map_err(|e| {
+                Failure::service(format!(
+                    "cannot reach Redis at {tried} ({e}): check REDIS_URL and that the server \
+                     is up"
+                ))
+            })
+    }
+
+    /// The Redis key layout the deployment uses.
+    pub(crate) fn redis_keys(&self) -> Result<RedisKeys, Failure> {
+        Ok(RedisKeys::new(
+            self.redis_lock_prefix.clone(),
+            self.redis_counter_prefix.clone(),
+        )?)
+    }
+
+    /// Whether Redis counters are read and raised without their epochs.
+    pub(crate) fn redis_without_epochs(&self) -> bool {
+        self.redis_epochs.is_none()
+    }
+
+    /// Where the lease (`lease`) or counter of `resource` is read, for a report that found
+    /// nothing there.
+    pub(crate) fn location(
+        &self,
+        backend: Backend,
+        resource: &ResourceName,
+        lease: bool,
+    ) -> Result<String, Failure> {
+        Ok(match backend {
+            Backend::Redis => {
+                let keys = self.redis_keys()?;
+                let key = if lease {
+                    keys.lock_key(resource)?
+                } else {
+                    keys.counter_key(resource)?
+                };
+                format!("Redis key {key}")
+            }
+            Backend::Postgres => {
+                let table = if lease {
+                    &self.pg_lease_table
+                } else {
+                    &self.pg_token_table
+                };
+                format!("the row {:?} of {table}", resource.as_str())
+            }
+            Backend::Dynamodb => format!(
+                "the item {:?} of table {}",
+                resource.as_str(),
+                self.dynamodb_table
+            ),
+        })
+    }
+
+    /// A failure of a store, with what was tried where the request never reached it.
+    pub(crate) fn failure(&self, err: fencing_core::Error) -> Failure {
+        let text = err.to_string();
+        let failure = Failure::from(err);
+        if !text.contains("the request was not sent") {
+            return failure;
+        }
+        let tried = match &self.aws_endpoint {
+            Some(endpoint) => format!("AWS_ENDPOINT_URL {endpoint}"),
+            None => format!("the public endpoint of {}", self.aws_region),
+        };
+        Failure::service(format!(
+            "{text} (tried {tried}: check AWS_ENDPOINT_URL and AWS_REGION, and that the service \
+             is up)"
+        ))
     }
 
     fn aws_credentials(&self) -> Result<aws_credential_types::Credentials, Failure> {
@@ -123,12 +229,28 @@ impl Settings {
             .build_https()
     }
 
+    fn check_endpoint(&self) -> Result<(), Failure> {
+        match &self.aws_endpoint {
+            Some(endpoint)
+                if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) =>
+            {
+                Err(Failure::usage(format!(
+                    "AWS_ENDPOINT_URL (or --aws-endpoint) {endpoint:?} is not a URL: write it as \
+                     http://HOST:PORT"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn dynamodb(&self) -> Result<aws_sdk_dynamodb::Client, Failure> {
+        self.check_endpoint()?;
         let config = aws_config!(aws_sdk_dynamodb, self);
         Ok(aws_sdk_dynamodb::Client::from_conf(config.build()))
     }
 
     pub(crate) fn s3(&self) -> Result<aws_sdk_s3::Client, Failure> {
+        self.check_endpoint()?;
         let mut config = aws_config!(aws_sdk_s3, self);
         if self.aws_endpoint.is_some() {
             // An emulator or a VPC endpoint has no virtual hosts.
@@ -152,19 +274,21 @@ impl Settings {
                 RedisTokenSource::new(conn, Arc::new(epochs))
             }
             None => RedisTokenSource::may_reissue_tokens(conn),
-        })
+        }
+        .with_keys(self.redis_keys()?))
     }
 
     pub(crate) async fn lease(&self, backend: Backend) -> Result<Box<dyn Lease>, Failure> {
         Ok(match backend {
             Backend::Redis => {
+                let keys = self.redis_keys()?;
                 let conn = self.redis().await?;
                 match &self.redis_epochs {
                     Some(table) => {
                         let epochs = PgTokenSource::new(self.pg_pool().await?, qualified(table)?);
-                        Box::new(RedisLease::new(conn, Arc::new(epochs)))
+                        Box::new(RedisLease::new(conn, Arc::new(epochs)).with_keys(keys))
                     }
-                    None => Box::new(RedisLease::may_reissue_tokens(conn)),
+                    None => Box::new(RedisLease::may_reissue_tokens(conn).with_keys(keys)),
                 }
             }
             Backend::Postgres => Box::new(PgLease::new(

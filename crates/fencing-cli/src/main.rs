@@ -9,8 +9,8 @@
 //! ```
 //!
 //! Exit codes: 0 done (a probe: every store refused the stale token); 1 a probe found a store
-//! that did not behave as a fenced store; 2 bad usage; 3 a store or service failed or was
-//! unreachable. Every error is one sentence saying what to do; `--json` prints one JSON object
+//! that did not behave as a fenced store; 2 bad usage (errors on stderr); 3 a store or
+//! service failed or was unreachable (a probe: a store failed without misbehaving). Every error is one sentence saying what to do; `--json` prints one JSON object
 //! per command on stdout instead of a table.
 
 mod commands;
@@ -21,6 +21,7 @@ mod spec;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use fencing_core::FencingToken;
 
 use crate::connect::Settings;
 use crate::output::Failure;
@@ -108,10 +109,16 @@ enum TokenCommand {
         /// Where the counter lives.
         #[arg(long, value_enum)]
         tokens: Backend,
-        /// The value to raise it to.
-        #[arg(long)]
-        to: u64,
+        /// The value to raise it to, in canonical decimal (no sign, no leading zero).
+        #[arg(long, value_parser = parse_token)]
+        to: FencingToken,
     },
+}
+
+/// A token as the library writes one: canonical decimal only, through `FencingToken`'s own
+/// parser (`033`, `+33` and `3.3e1` are refused, not read as 33).
+fn parse_token(text: &str) -> Result<FencingToken, String> {
+    text.parse::<FencingToken>().map_err(|e| e.to_string())
 }
 
 /// Where a lease or a counter lives.

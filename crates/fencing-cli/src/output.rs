@@ -11,8 +11,9 @@ pub(crate) struct Report {
     pub(crate) lines: Vec<String>,
     /// The same for scripts.
     pub(crate) json: Value,
-    /// Whether the deployment passed (a probe can fail without any error).
-    pub(crate) passed: bool,
+    /// The exit code: 0, or [`PROBE_FAILED`] / [`SERVICE`] for a probe that found a store
+    /// misbehaving or failing without the command itself failing.
+    pub(crate) code: u8,
 }
 
 impl Report {
@@ -20,7 +21,7 @@ impl Report {
         Report {
             lines,
             json,
-            passed: true,
+            code: 0,
         }
     }
 }
@@ -86,16 +87,13 @@ pub(crate) fn print(json: bool, report: &Report) -> ExitCode {
             println!("{line}");
         }
     }
-    if report.passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(PROBE_FAILED)
-    }
+    ExitCode::from(report.code)
 }
 
+/// Prints the failure on stderr (as one JSON object with `--json`) and returns its code.
 pub(crate) fn fail(json: bool, failure: &Failure) -> ExitCode {
     if json {
-        println!("{}", serde_json::json!({ "error": failure.message }));
+        eprintln!("{}", serde_json::json!({ "error": failure.message }));
     } else {
         eprintln!("fencing: {}", failure.message);
     }

@@ -39,8 +39,16 @@ fn options<T>(
     Ok(target)
 }
 
-/// Connects to the store `spec` names.
-pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Failure> {
+/// A store named on the command line, checked but not connected: bad usage is found before
+/// any store is touched.
+pub(crate) enum Parsed {
+    Postgres(PgTable),
+    Dynamodb(DynamoTable),
+    S3(S3Bucket),
+}
+
+/// Reads the store `spec` names, without connecting.
+pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
     let (kind, rest) = spec.split_once(':').ok_or_else(|| {
         Failure::usage(format!(
             "{spec:?} names no kind of store: write postgres:SCHEMA.TABLE, dynamodb:TABLE or s3:BUCKET/PREFIX"
@@ -50,40 +58,28 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
         Some((place, opts)) => (place, Some(opts)),
         None => (rest, None),
     };
-    let (store, floor): (Arc<dyn FencedStore>, Box<dyn FenceFloor>) = match kind {
+    Ok(match kind {
         "postgres" => {
             let name = qualified(place)?;
             let table = PgTable::new(name.schema().as_str(), name.name().as_str())?;
-            let table = options(spec, table, opts, |t, name, value| match name {
+            Parsed::Postgres(options(spec, table, opts, |t, name, value| match name {
                 "key" => Some(t.with_key_column(value)),
                 "fence" => Some(t.with_fence_column(value)),
                 "state" => Some(t.with_state_column(value)),
                 _ => None,
-            })?;
-            let pool = settings.pg_pool().await?;
-            (
-                Arc::new(PgStore::new(pool.clone(), table.clone())),
-                Box::new(PgFenceFloor::new(pool, &table)),
-            )
+            })?)
         }
-        "dynamodb" => {
-            let table = options(
-                spec,
-                DynamoTable::new(place)?,
-                opts,
-                |t, name, value| match name {
-                    "key" => Some(t.with_key_attribute(value)),
-                    "fence" => Some(t.with_fence_attribute(value)),
-                    "state" => Some(t.with_state_attribute(value)),
-                    _ => None,
-                },
-            )?;
-            let client = settings.dynamodb()?;
-            (
-                Arc::new(DynamoStore::new(client.clone(), table.clone())),
-                Box::new(DynamoFenceFloor::new(client, table)),
-            )
-        }
+        "dynamodb" => Parsed::Dynamodb(options(
+            spec,
+            DynamoTable::new(place)?,
+            opts,
+            |t, name, value| match name {
+                "key" => Some(t.with_key_attribute(value)),
+                "fence" => Some(t.with_fence_attribute(value)),
+                "state" => Some(t.with_state_attribute(value)),
+                _ => None,
+            },
+        )?),
         "s3" => {
             if opts.is_some() {
                 return Err(Failure::usage(format!(
@@ -91,14 +87,41 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
                 )));
             }
             let (bucket, prefix) = place.split_once('/').unwrap_or((place, ""));
-            let bucket = S3Bucket::new(bucket, prefix)?;
-            let store = Arc::new(S3Store::new(settings.s3()?, bucket));
-            (store.clone(), Box::new(S3FenceFloor::new(store)))
+            Parsed::S3(S3Bucket::new(bucket, prefix)?)
         }
         other => {
             return Err(Failure::usage(format!(
                 "{spec:?}: unknown kind of store {other:?}: use postgres, dynamodb or s3"
             )));
+        }
+    })
+}
+
+/// Checks every spec before any is connected, so bad usage exits as such with nothing done.
+pub(crate) fn parse_all(specs: &[String]) -> Result<(), Failure> {
+    specs.iter().try_for_each(|spec| parse(spec).map(drop))
+}
+
+/// Connects to the store `spec` names.
+pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Failure> {
+    let (store, floor): (Arc<dyn FencedStore>, Box<dyn FenceFloor>) = match parse(spec)? {
+        Parsed::Postgres(table) => {
+            let pool = settings.pg_pool().await?;
+            (
+                Arc::new(PgStore::new(pool.clone(), table.clone())),
+                Box::new(PgFenceFloor::new(pool, &table)),
+            )
+        }
+        Parsed::Dynamodb(table) => {
+            let client = settings.dynamodb()?;
+            (
+                Arc::new(DynamoStore::new(client.clone(), table.clone())),
+                Box::new(DynamoFenceFloor::new(client, table)),
+            )
+        }
+        Parsed::S3(bucket) => {
+            let store = Arc::new(S3Store::new(settings.s3()?, bucket));
+            (store.clone(), Box::new(S3FenceFloor::new(store)))
         }
     };
     Ok(Opened {

@@ -132,6 +132,173 @@ async fn token_current_and_advance_never_lower_a_postgres_counter() {
     assert_eq!(json(&out)["current"], 40);
     let out = run(&mut advance("0"), 2);
     assert!(out.contains("token"), "{out}");
+    // Only canonical decimal is a token: none of these may raise the counter.
+    for spelled in ["033", "+33", "0033", "4e1", " 41", "41.0", "--to=50"] {
+        let out = run(&mut advance(spelled), 2);
+        assert!(!out.contains("raised"), "{spelled}: {out}");
+    }
+    let out = run(&mut advance("41"), 0);
+    assert!(out.contains("raised from 40 to 41"), "{out}");
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn seeding_an_epoch_deployment_without_its_epochs_is_refused_unless_asked_for() {
+    let schema = Schema::new().await;
+    let epochs = schema.tokens().await;
+    let pool = schema.pool.clone();
+    let refunds = PgTable::new(&schema.name, "refunds").unwrap();
+    refunds.create_if_missing(&pool).await.unwrap();
+    // A holder of the library's default Redis lease (epochs from PostgreSQL) wrote a refund.
+    let redis = redis::Client::open(services::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let lease = RedisLease::new(redis, Arc::new(epochs));
+    let resource = unique_name("settle:m_4471");
+    let r = ResourceName::new(resource.clone()).unwrap();
+    let guard = lease
+        .try_acquire(&r, Ttl::from_secs(30).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(guard.token().get() > 1 << 32, "an epoch-prefixed token");
+    PgStore::new(pool.clone(), refunds)
+        .write(
+            &RecordKey::new("r_815").unwrap(),
+            guard.token(),
+            &FencedWrite::claim(),
+        )
+        .await
+        .unwrap();
+    lease.release(guard).await.unwrap();
+
+    let seed = |extra: &[&str]| {
+        let mut command = fencing();
+        command
+            .args(["seed", &resource, "--tokens", "redis", "--from"])
+            .arg(format!("postgres:{}", schema.table("refunds")))
+            .args(extra);
+        command
+    };
+    let out = run(&mut seed(&[]), 2);
+    assert!(out.contains("needs no seed at all"), "{out}");
+    assert!(out.contains("--redis-epochs"), "{out}");
+    let out = run(
+        fencing().args([
+            "token",
+            "advance",
+            &resource,
+            "--tokens",
+            "redis",
+            "--to",
+            "4294967300",
+        ]),
+        2,
+    );
+    assert!(out.contains("epoch-prefixed"), "{out}");
+    // With the epochs the command acts as the library does; asked for, on the bare counter.
+    run(&mut seed(&["--redis-epochs", &schema.table("tokens")]), 0);
+    run(&mut seed(&["--may-reissue-tokens"]), 0);
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn a_deployment_with_its_own_redis_key_prefixes_is_read_where_it_lives() {
+    let redis = redis::Client::open(services::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys = fencing_redis::RedisKeys::new("billing:lock:", "billing:fence:").unwrap();
+    let lease = RedisLease::may_reissue_tokens(redis).with_keys(keys);
+    let resource = unique_name("settle:m_4471");
+    let r = ResourceName::new(resource.clone()).unwrap();
+    let guard = lease
+        .try_acquire(&r, Ttl::from_secs(30).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Without the prefixes: the default keys are empty, and the report says which key it read.
+    let out = run(
+        fencing().args(["lease", "status", &resource, "--lease", "redis"]),
+        0,
+    );
+    assert!(
+        out.contains(&format!(
+            "free (no live lease at Redis key lock:{{{resource}}})"
+        )),
+        "{out}"
+    );
+    let out = run(
+        fencing().args(["token", "current", &resource, "--tokens", "redis"]),
+        0,
+    );
+    assert!(
+        out.contains(&format!("nothing at Redis key fence:{{{resource}}}")),
+        "{out}"
+    );
+
+    // With them, by flag or by environment variable.
+    let out = run(
+        fencing().args([
+            "lease",
+            "status",
+            &resource,
+            "--lease",
+            "redis",
+            "--redis-lock-prefix",
+            "billing:lock:",
+            "--redis-counter-prefix",
+            "billing:fence:",
+            "--json",
+        ]),
+        0,
+    );
+    assert_eq!(json(&out)["held"], true, "{out}");
+    assert_eq!(json(&out)["token"], guard.token().get(), "{out}");
+    let out = run(
+        fencing()
+            .env("FENCING_REDIS_LOCK_PREFIX", "billing:lock:")
+            .env("FENCING_REDIS_COUNTER_PREFIX", "billing:fence:")
+            .args(["token", "current", &resource, "--tokens", "redis", "--json"]),
+        0,
+    );
+    assert_eq!(json(&out)["current"], guard.token().get(), "{out}");
+    lease.release(guard).await.unwrap();
+}
+
+#[tokio::test]
+async fn probe_says_what_a_table_with_required_columns_needs_as_a_store_error() {
+    let schema = Schema::new().await;
+    schema
+        .execute(format!(
+            "CREATE TABLE \"{0}\".payouts (id text PRIMARY KEY, amount_cents bigint NOT NULL, \
+             fence bigint, state text)",
+            schema.name
+        ))
+        .await;
+    let spec = format!("postgres:{}", schema.table("payouts"));
+    let out = run(fencing().args(["probe", &spec]), 3);
+    assert!(out.contains("ERROR"), "{out}");
+    assert!(out.contains("store error"), "{out}");
+    assert!(
+        !out.contains("refused a claim"),
+        "a store error is not a refusal: {out}"
+    );
+    assert!(out.contains("amount_cents"), "{out}");
+    assert!(out.contains("give the column a default"), "{out}");
+    // With the row made by hand, as the message says, the probe runs.
+    schema
+        .execute(format!(
+            "INSERT INTO \"{0}\".payouts (id, amount_cents) VALUES ('fencing-probe', 0)",
+            schema.name
+        ))
+        .await;
+    let out = run(fencing().args(["probe", &spec]), 0);
+    assert!(out.contains("ok "), "{out}");
     schema.drop().await;
 }
 
@@ -309,7 +476,7 @@ async fn probe_passes_fenced_stores_and_names_one_without_a_fence_or_that_skips_
     assert_eq!(stores[0]["passed"], true);
     assert_eq!(stores[1]["passed"], false);
     assert!(
-        stores[1]["detail"]
+        stores[1]["error"]
             .as_str()
             .unwrap()
             .contains("no fence column"),
@@ -364,9 +531,78 @@ fn errors_are_sentences_that_say_what_to_do_with_their_exit_codes() {
         2,
     );
     assert!(out.contains("invalid"), "{out}");
-    let out = run(fencing().args(["probe", "mysql:db.t"]), 1);
+    // Bad usage is exit 2 with the error on stderr, whatever the command.
+    for args in [
+        &["probe", "mysql:db.t"][..],
+        &["probe", "bogus:x"],
+        &[
+            "seed",
+            "settle:m_4471",
+            "--tokens",
+            "postgres",
+            "--from",
+            "bogus:x",
+        ],
+        &[
+            "--database-url",
+            "not-a-url",
+            "token",
+            "current",
+            "r",
+            "--tokens",
+            "postgres",
+        ],
+        &[
+            "--redis-url",
+            "not-a-url",
+            "lease",
+            "status",
+            "r",
+            "--lease",
+            "redis",
+        ],
+        &[
+            "--aws-endpoint",
+            "not-a-url",
+            "lease",
+            "status",
+            "r",
+            "--lease",
+            "dynamodb",
+        ],
+        &["lease", "status"],
+    ] {
+        let output = fencing().args(args).output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        );
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stdout}{stderr}");
+        assert!(stdout.is_empty(), "{args:?}: error on stdout: {stdout}");
+        assert!(!stderr.is_empty(), "{args:?}");
+    }
+    let out = run(fencing().args(["probe", "bogus:x"]), 2);
     assert!(out.contains("unknown kind of store"), "{out}");
-    run(fencing().args(["lease", "status"]), 2);
+    // An endpoint nothing listens on: what was tried, and what to check.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let out = run(
+        fencing().env("AWS_ENDPOINT_URL", &endpoint).args([
+            "lease",
+            "status",
+            "settle:m_4471",
+            "--lease",
+            "dynamodb",
+        ]),
+        3,
+    );
+    assert!(out.contains("the request was not sent"), "{out}");
+    assert!(
+        out.contains(&format!("tried AWS_ENDPOINT_URL {endpoint}")),
+        "{out}"
+    );
+    assert!(out.contains("check AWS_ENDPOINT_URL"), "{out}");
 }
 
 fn aws_dynamodb() -> aws_sdk_dynamodb::Client {

@@ -52,6 +52,16 @@ impl PgFailure {
             ));
         }
         if let sqlx::Error::Database(db) = &err
+            && db.code().as_deref() == Some("23502")
+        {
+            return definite(format!(
+                "{}: a claim that creates a row sets only its key, fence and state (and the \
+                 columns given with PgWrite::set); give the column a default, set it with \
+                 PgWrite::set, or create the row before claiming it",
+                db.message()
+            ));
+        }
+        if let sqlx::Error::Database(db) = &err
             && matches!(db.code().as_deref(), Some("42P05" | "26000"))
         {
             // Refused at prepare or bind: nothing ran.
