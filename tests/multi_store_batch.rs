@@ -526,3 +526,63 @@ async fn a_crash_between_two_stores_is_completed_by_the_next_holder_without_a_se
     assert_eq!(effect.perform_calls(), 1, "the refund was not sent again");
     b.finish().await.unwrap();
 }
+
+/// A batch dropped while its runtime shuts down (a `?` out of `#[tokio::main]`) has no runtime
+/// left to release on: the lease stays until its TTL, as the docs say. `scoped` (or awaiting
+/// `finish` on every path) releases before the runtime ends.
+#[test]
+fn a_batch_dropped_as_its_runtime_shuts_down_keeps_the_lease_scoped_does_not() {
+    let lease = Arc::new(MemoryLease::new());
+    let refunds: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("refunds"));
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let is_free = || {
+        runtime().block_on(async {
+            match lease.try_acquire(&resource, ttl).await.unwrap() {
+                Some(guard) => {
+                    lease.release(guard).await.unwrap();
+                    true
+                }
+                None => false,
+            }
+        })
+    };
+
+    // `main` returns early with `?`: the batch is dropped as the runtime ends.
+    let main = runtime().block_on(async {
+        let guard = lease.try_acquire(&resource, ttl).await?.expect("free");
+        let _batch = FencedBatch::new(lease.clone(), guard, [refunds.clone()])?;
+        Err::<(), Error>(Error::InvalidInput(fencing::InvalidInput::new(
+            fencing::InputKind::RecordKey,
+            "an early return",
+        )))
+    });
+    assert!(main.is_err());
+    assert!(!is_free(), "no runtime was left to run the release on");
+
+    // The same early return inside `scoped`: released before `main` ends.
+    let lease = Arc::new(MemoryLease::new());
+    let scoped = runtime().block_on(FencedBatch::scoped(
+        lease.clone(),
+        &resource,
+        ttl,
+        &RetryPolicy::once(),
+        [refunds.clone()],
+        MismatchPolicy::Abort,
+        async |_| {
+            Err::<(), Error>(Error::InvalidInput(fencing::InvalidInput::new(
+                fencing::InputKind::RecordKey,
+                "an early return",
+            )))
+        },
+    ));
+    assert!(scoped.is_err());
+    let free = runtime().block_on(async { lease.try_acquire(&resource, ttl).await.unwrap() });
+    assert!(free.is_some(), "scoped released on the early return");
+}

@@ -128,10 +128,13 @@ impl<S: FencedStore + ?Sized> StoreRef for S {
 /// record that is missing or in an unexpected state aborts it too, unless the batch was built
 /// with [`MismatchPolicy::Skip`].
 ///
-/// The lease is released on every path: by [`FencedBatch::finish`] (aborted or not; release is
-/// owner-only, so it never touches a newer holder's lease), and, for a batch dropped without
-/// finishing (an early `?`, a panic), by a task spawned on the current tokio runtime.
-/// [`FencedBatch::scoped`] acquires, runs and finishes in one call.
+/// The lease is released by [`FencedBatch::finish`] (aborted or not; release is owner-only, so
+/// it never touches a newer holder's lease), and, for a batch dropped without finishing while
+/// its tokio runtime goes on running (an early `?` in a task, a caught panic), by a task
+/// spawned on that runtime. A batch dropped **as the runtime shuts down** (a `?` out of
+/// `#[tokio::main]`) is not released: no runtime is left to run the release on, and the lease
+/// ends at its TTL. [`FencedBatch::scoped`] acquires, runs and finishes in one call, releasing
+/// on every path its body takes; use it, or await `finish` on every path out of `main`.
 ///
 /// ```
 /// # use std::sync::Arc;
