@@ -137,6 +137,16 @@ impl Lease for DynamoLease {
         let owner = OwnerId::random();
         let requested_at = TokioClock.now();
         let mut expected = self.tokens.last_seen(resource);
+        let granted = |token| {
+            self.tokens.saw(resource, Some(token));
+            Some(LeaseGuard::new(
+                resource.clone(),
+                owner.clone(),
+                token,
+                ttl,
+                requested_at,
+            ))
+        };
         let mut lost = 0;
         for _ in 0..COUNTER_ROUNDS {
             let now = now_ms();
@@ -172,16 +182,7 @@ impl Lease for DynamoLease {
                 .send()
                 .await;
             let err = match sent {
-                Ok(_) => {
-                    self.tokens.saw(resource, Some(to));
-                    return Ok(Some(LeaseGuard::new(
-                        resource.clone(),
-                        owner,
-                        to,
-                        ttl,
-                        requested_at,
-                    )));
-                }
+                Ok(_) => return Ok(granted(to)),
                 Err(err) => err,
             };
             let found = match self.tokens.failed(err) {
@@ -195,17 +196,8 @@ impl Lease for DynamoLease {
                 Failed::Error(err) => return Err(err),
             };
             match self.holder(found.as_ref(), now)? {
-                Some((holder, _)) if holder == owner.to_string() => {
-                    // An earlier attempt whose answer was lost applied, with this same `to`.
-                    self.tokens.saw(resource, Some(to));
-                    return Ok(Some(LeaseGuard::new(
-                        resource.clone(),
-                        owner,
-                        to,
-                        ttl,
-                        requested_at,
-                    )));
-                }
+                // An earlier attempt whose answer was lost applied, with this same `to`.
+                Some((holder, _)) if holder == owner.to_string() => return Ok(granted(to)),
                 Some(_) => return Ok(None),
                 None => {}
             }

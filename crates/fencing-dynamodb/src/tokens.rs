@@ -215,13 +215,31 @@ pub(crate) fn above(
     }
 }
 
-#[async_trait]
-impl TokenSource for DynamoTokenSource {
-    async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
-        let mut expected = self.last_seen(resource);
+/// What a counter swap should do with the value the counter holds.
+enum Raise {
+    /// Set it to this.
+    To(FencingToken),
+    /// Leave it: it already stands here.
+    Already(FencingToken),
+}
+
+impl DynamoTokenSource {
+    /// Swaps the counter of `resource` from the value it holds to what `target` says,
+    /// starting from `expected` and following the values the service's refusals return. An
+    /// answer that was lost is settled by sending the same swap again: refused if the first one
+    /// applied, and then the refusal's value is followed.
+    async fn raise(
+        &self,
+        resource: &ResourceName,
+        mut expected: Option<FencingToken>,
+        target: impl Fn(Option<FencingToken>) -> Result<Raise>,
+    ) -> Result<FencingToken> {
         let mut lost = 0;
         for _ in 0..COUNTER_ROUNDS {
-            let to = above(resource, expected)?;
+            let to = match target(expected)? {
+                Raise::To(to) => to,
+                Raise::Already(at) => return Ok(at),
+            };
             let err = match self.swap(resource, expected, to, None, None).send().await {
                 Ok(_) => {
                     self.saw(resource, Some(to));
@@ -234,13 +252,21 @@ impl TokenSource for DynamoTokenSource {
                     expected = self.counter_in(found.as_ref())?;
                     self.saw(resource, expected);
                 }
-                // Sent again as it was: refused if the first one applied, and then the
-                // refusal's value is counted on from.
                 Failed::Error(err) if err.is_ambiguous() && lost < AMBIGUOUS_RETRIES => lost += 1,
                 Failed::Error(err) => return Err(err),
             }
         }
         Err(self.kept_changing())
+    }
+}
+
+#[async_trait]
+impl TokenSource for DynamoTokenSource {
+    async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
+        self.raise(resource, self.last_seen(resource), |counter| {
+            above(resource, counter).map(Raise::To)
+        })
+        .await
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
@@ -256,32 +282,13 @@ impl TokenSource for DynamoTokenSource {
     ) -> Result<FencingToken> {
         // Read, not remembered: a counter restored from an old backup is lower than what this
         // process saw, and must be raised.
-        let mut expected = self.current(resource).await?;
-        let mut lost = 0;
-        for _ in 0..COUNTER_ROUNDS {
-            if let Some(at) = expected.filter(|at| *at >= floor) {
-                return Ok(at);
-            }
-            let err = match self
-                .swap(resource, expected, floor, None, None)
-                .send()
-                .await
-            {
-                Ok(_) => {
-                    self.saw(resource, Some(floor));
-                    return Ok(floor);
-                }
-                Err(err) => err,
-            };
-            match self.failed(err) {
-                Failed::Refused(found) => {
-                    expected = self.counter_in(found.as_ref())?;
-                    self.saw(resource, expected);
-                }
-                Failed::Error(err) if err.is_ambiguous() && lost < AMBIGUOUS_RETRIES => lost += 1,
-                Failed::Error(err) => return Err(err),
-            }
-        }
-        Err(self.kept_changing())
+        let current = self.current(resource).await?;
+        self.raise(resource, current, |counter| {
+            Ok(match counter.filter(|at| *at >= floor) {
+                Some(at) => Raise::Already(at),
+                None => Raise::To(floor),
+            })
+        })
+        .await
     }
 }
