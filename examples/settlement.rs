@@ -9,7 +9,10 @@
 //! RUST_LOG=fencing=info cargo run --example settlement   # and the library's events
 //! ```
 
-use fencing_test_support::settlement::{self, GatewayMode, SettlementConfig};
+use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The settlement's amounts are counted in `u64` cents here and printed by the one formatter.
 fn euros(cents: u64) -> String {
@@ -19,10 +22,15 @@ use fencing_testkit::Fencing;
 
 fn main() {
     // The library's events (docs/operating.md), on stderr: RUST_LOG=fencing=info or =debug.
-    if std::env::var_os("RUST_LOG").is_some() {
+    if let Ok(directives) = std::env::var("RUST_LOG") {
+        let targets: Targets = directives.parse().unwrap_or_else(|e| {
+            eprintln!("RUST_LOG={directives:?} is not a list of TARGET=LEVEL: {e}");
+            std::process::exit(2);
+        });
         tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
+            .finish()
+            .with(targets)
             .init();
     }
     let mut fencing = Fencing::On;

@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //!
 //! This facade re-exports [`fencing_core`]; each store adapter joins it behind its feature, as
 //! a module named after the store ([`postgres`], [`redis`], [`dynamodb`], [`s3`]) and, by its
@@ -6,43 +7,61 @@
 
 pub use fencing_core::*;
 
-/// Everything a job needs, without the adapter modules: `use fencing::prelude::*;` leaves the
-/// names `redis`, `postgres`, `dynamodb` and `s3` to the crates (and modules) of your own, so
-/// `redis::Client` still means the `redis` crate. `use fencing::*` brings the modules too.
+/// Everything a job needs and nothing an adapter author does: `use fencing::prelude::*;`
+/// brings the tokens, names, leases, stores, the fence, the batch, the effect helper and the
+/// errors, and the stores and leases of the enabled adapters. It leaves the names `redis`,
+/// `postgres`, `dynamodb` and `s3` to the crates (and modules) of your own, so `redis::Client`
+/// still means the `redis` crate; `use fencing::*` brings the modules too. What an adapter
+/// author needs is in [`adapter`].
 pub mod prelude {
-    pub use fencing_core::*;
+    pub use fencing_core::{
+        BoxError, Claim, EffectOutcome, Error, Fence, FenceCheck, FenceFloor, FencedBatch,
+        FencedStore, FencedWrite, FencingToken, Finished, FoundFence, InputKind, InvalidInput,
+        Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease, MemoryStore,
+        MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Record, RecordKey, ResourceName,
+        Result, RetryPolicy, SideEffect, SkippedRecord, State, StoreRef, TokenSource, Ttl, Written,
+        acquire, async_trait, seed_from_floors,
+    };
 
     #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub use fencing_postgres::{
-        ColumnValue, KeyType, ManyWritten, PgFenceFloor, PgLease, PgStore, PgTable, PgTokenSource,
+        PgFenceFloor, PgKeyType, PgLease, PgManyWritten, PgStore, PgTable, PgTokenSource, PgValue,
         PgWrite,
     };
 
     #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
 
     #[cfg(feature = "dynamodb")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
     pub use fencing_dynamodb::{
         DynamoFenceFloor, DynamoLease, DynamoStore, DynamoTable, DynamoTokenSource,
     };
 
     #[cfg(feature = "s3")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
     pub use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
 }
 
 /// PostgreSQL: fenced tables, batch claims, a durable token source and a database-clock lease.
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use fencing_postgres as postgres;
 
 /// Redis: a lease that issues its fencing token in the same round trip, and its token source.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use fencing_redis as redis;
 
 /// DynamoDB: fenced item writes by condition expression, fenced transactions, an atomic-counter
 /// token source and a lease that issues its token in the same `UpdateItem`.
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use fencing_dynamodb as dynamodb;
 
 /// S3: fenced object writes by conditional `PUT`, the fence inside the object.
 #[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
 pub use fencing_s3 as s3;

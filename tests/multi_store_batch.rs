@@ -211,14 +211,17 @@ async fn under_the_skip_policy_a_cancelled_or_missing_record_is_reported_and_the
         outcomes.push(
             batch
                 .run_effect("refunds", &key(k), &lifecycle, &effect)
-                .await
-                .unwrap(),
+                .await,
         );
     }
-    assert_eq!(outcomes[0], EffectOutcome::Performed(1));
-    assert!(matches!(&outcomes[1], EffectOutcome::Skipped(s) if s.record == key("r_002")));
-    assert!(matches!(&outcomes[2], EffectOutcome::Skipped(s) if s.mismatch == Mismatch::Missing));
-    assert_eq!(outcomes[3], EffectOutcome::Performed(2));
+    assert_eq!(outcomes[0].as_ref().unwrap(), &EffectOutcome::Performed(1));
+    // Left alone: returned as their mismatch, as a write's would be, without aborting.
+    assert!(
+        matches!(&outcomes[1], Err(Error::StateMismatch { record, .. }) if record == &key("r_002"))
+    );
+    assert!(matches!(&outcomes[2], Err(Error::NotFound { record, .. }) if record == &key("r_404")));
+    assert!(outcomes[1].as_ref().unwrap_err().is_mismatch());
+    assert_eq!(outcomes[3].as_ref().unwrap(), &EffectOutcome::Performed(2));
     assert_eq!(batch.aborted_by(), None);
     let skipped = batch.skipped();
     assert_eq!(skipped.len(), 2);

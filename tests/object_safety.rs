@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use fencing::{
-    Clock, FenceFloor, FencedStore, Lease, MemoryLease, MemoryStore, TokenSource, TokioClock,
-};
+use fencing::adapter::{Clock, TokioClock};
+use fencing::{FenceFloor, FencedStore, Lease, MemoryLease, MemoryStore, TokenSource};
 
 fn lease<L: Lease>(_: &L) {}
 fn tokens<T: TokenSource>(_: &T) {}

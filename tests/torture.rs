@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use fencing::{RetryPolicy, Ttl};
-use fencing_test_support::settlement::{
+use fencing_testkit::Fencing;
+use fencing_testkit::settlement::{
     self, GatewayMode, Pause, SettlementConfig, WorkerPlan, refund_key,
 };
-use fencing_testkit::Fencing;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

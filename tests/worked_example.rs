@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use fencing::{FenceCheck, FencingToken, RecordKey};
-use fencing_test_support::settlement::{
+use fencing_testkit::Fencing;
+use fencing_testkit::settlement::{
     self, CallResult, Event, GatewayMode, SettlementConfig, SettlementReport, What, refund_key,
 };
-use fencing_testkit::Fencing;
 
 async fn worked_example(fencing: Fencing, gateway: GatewayMode) -> SettlementReport {
     settlement::run(&SettlementConfig::worked_example(fencing, gateway)).await

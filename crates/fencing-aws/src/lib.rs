@@ -14,7 +14,8 @@ use std::io;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use fencing_core::{Error, RequestEffect};
+use fencing_core::Error;
+use fencing_core::adapter::RequestEffect;
 
 /// Whether a request that failed with `err` may have been applied by the service:
 ///

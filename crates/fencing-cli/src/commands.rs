@@ -1,6 +1,7 @@
 //! The subcommands.
 
-use fencing_core::{Error, FencedWrite, FencingToken, RecordKey, ResourceName, epoch};
+use fencing_core::adapter::epoch;
+use fencing_core::{Error, FencedWrite, FencingToken, RecordKey, ResourceName};
 use serde_json::json;
 
 use crate::Backend;

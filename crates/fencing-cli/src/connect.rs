@@ -7,7 +7,7 @@ use clap::Args;
 
 use fencing_core::{Lease, ResourceName, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
-use fencing_postgres::{PgLease, PgTokenSource, QualifiedName};
+use fencing_postgres::{PgLease, PgQualifiedName, PgTokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
 use redis::aio::MultiplexedConnection;
 use sqlx::PgPool;
@@ -68,13 +68,13 @@ pub(crate) struct Settings {
 }
 
 /// `SCHEMA.TABLE`.
-pub(crate) fn qualified(text: &str) -> Result<QualifiedName, Failure> {
+pub(crate) fn qualified(text: &str) -> Result<PgQualifiedName, Failure> {
     let (schema, table) = text.split_once('.').ok_or_else(|| {
         Failure::usage(format!(
             "{text:?} is not SCHEMA.TABLE: write it as public.{text}"
         ))
     })?;
-    Ok(QualifiedName::new(schema, table)?)
+    Ok(PgQualifiedName::new(schema, table)?)
 }
 
 /// The configuration builder of the SDK crate `$sdk`, with the settings' region, endpoint,

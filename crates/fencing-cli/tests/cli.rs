@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use assert_cmd::Command;
 use fencing_core::{FencedStore, FencedWrite, FencingToken, Lease, RecordKey, ResourceName, Ttl};
-use fencing_postgres::{PgLease, PgStore, PgTable, PgTokenSource, QualifiedName};
+use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::RedisLease;
 use fencing_test_support::services;
 use fencing_testkit::unique_name;
@@ -68,7 +68,7 @@ impl Schema {
     async fn tokens(&self) -> PgTokenSource {
         let tokens = PgTokenSource::new(
             self.pool.clone(),
-            QualifiedName::new(&self.name, "tokens").unwrap(),
+            PgQualifiedName::new(&self.name, "tokens").unwrap(),
         );
         tokens.create_if_missing().await.unwrap();
         tokens
@@ -311,10 +311,10 @@ async fn lease_status_names_the_holder_of_every_kind_of_lease() {
         .unwrap();
     let schema = Schema::new().await;
     let pg_lease = PgLease::new(
-        QualifiedName::new(&schema.name, "leases").unwrap(),
+        PgQualifiedName::new(&schema.name, "leases").unwrap(),
         PgTokenSource::new(
             schema.pool.clone(),
-            QualifiedName::new(&schema.name, "tokens").unwrap(),
+            PgQualifiedName::new(&schema.name, "tokens").unwrap(),
         ),
     );
     pg_lease.create_if_missing().await.unwrap();

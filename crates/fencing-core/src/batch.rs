@@ -8,7 +8,8 @@ use crate::fence::Fence;
 use crate::guard::LeaseGuard;
 use crate::input::{InputKind, InvalidInput};
 use crate::lease::Lease;
-use crate::name::{RecordKey, ResourceName, State};
+use crate::name::{RecordKey, ResourceName};
+use crate::outcome::{Finished, SkippedRecord};
 use crate::retry::{RetryPolicy, acquire};
 use crate::store::{FencedStore, FencedWrite, Written};
 use crate::telemetry;
@@ -27,71 +28,6 @@ pub enum MismatchPolicy {
     Abort,
     /// Leave the record alone, report it ([`FencedBatch::skipped`]) and go on.
     Skip,
-}
-
-/// A record a batch left alone under [`MismatchPolicy::Skip`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SkippedRecord {
-    /// The store that refused the write.
-    pub store: String,
-    /// The record.
-    pub record: RecordKey,
-    /// Why it was left alone.
-    pub mismatch: Mismatch,
-}
-
-/// Why a record was skipped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mismatch {
-    /// The record does not exist ([`Error::NotFound`]).
-    Missing,
-    /// The record is in a state the write does not start from ([`Error::StateMismatch`]).
-    State {
-        /// The state found, `None` when the record has none.
-        found: Option<State>,
-        /// The states the write required.
-        expected: Vec<State>,
-    },
-}
-
-impl SkippedRecord {
-    /// The skipped record of a refusal, if it is a missing record or an unexpected state.
-    pub fn of(refusal: &Error) -> Option<Self> {
-        let (store, record, mismatch) = match refusal {
-            Error::NotFound { store, record } => (store, record, Mismatch::Missing),
-            Error::StateMismatch {
-                store,
-                record,
-                found,
-                expected,
-                ..
-            } => (
-                store,
-                record,
-                Mismatch::State {
-                    found: found.clone(),
-                    expected: expected.clone(),
-                },
-            ),
-            _ => return None,
-        };
-        Some(SkippedRecord {
-            store: store.clone(),
-            record: record.clone(),
-            mismatch,
-        })
-    }
-}
-
-/// How a batch ended: every write it made was accepted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Finished {
-    /// The lease was still this holder's and is now released.
-    Released,
-    /// The lease had already expired (the batch outlived its TTL without renewal, or a newer
-    /// holder took it) when the batch finished. Every write was still accepted by its store's
-    /// fence, so the work stands; only the release had nothing left to release.
-    LeaseAlreadyExpired,
 }
 
 /// A store of a batch, named either by the store itself (a handle that cannot be misspelled:
@@ -296,7 +232,9 @@ impl FencedBatch {
 
     /// [`Fence::run_effect`] on `store`, under this batch's token. Under
     /// [`MismatchPolicy::Skip`], a record the claim cannot start from (missing, or in a state
-    /// other than pending, in flight or done) is [`EffectOutcome::Skipped`].
+    /// other than pending, in flight or done) is returned as its error, as [`Self::write`]
+    /// returns it ([`Error::is_mismatch`]), recorded in [`Self::skipped`], and does not abort
+    /// the batch.
     pub async fn run_effect<E: SideEffect + ?Sized>(
         &self,
         store: &(impl StoreRef + ?Sized),
@@ -309,7 +247,7 @@ impl FencedBatch {
             .fence()
             .run_effect(&**target, key, lifecycle, effect)
             .await;
-        self.note_outcome(result)
+        self.note(result)
     }
 
     /// [`Fence::run_effect_then`] on `store`, under this batch's token: a claim made now or
@@ -333,7 +271,7 @@ impl FencedBatch {
             .fence()
             .run_effect_then(&**target, claim, lifecycle, effect, confirm)
             .await;
-        self.note_outcome(result)
+        self.note(result)
     }
 
     /// Ends the batch and releases its lease, whether or not it aborted (the release is
@@ -401,16 +339,6 @@ impl FencedBatch {
             }
         }
         result
-    }
-
-    fn note_outcome<R>(&self, result: Result<EffectOutcome<R>>) -> Result<EffectOutcome<R>> {
-        match self.note(result) {
-            Err(err) if self.policy == MismatchPolicy::Skip => match SkippedRecord::of(&err) {
-                Some(skipped) => Ok(EffectOutcome::Skipped(skipped)),
-                None => Err(err),
-            },
-            other => other,
-        }
     }
 }
 

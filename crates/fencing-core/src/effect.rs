@@ -2,7 +2,6 @@
 
 use async_trait::async_trait;
 
-use crate::batch::SkippedRecord;
 use crate::error::{BoxError, Error, Result};
 use crate::fence::Fence;
 use crate::input::{InputKind, InvalidInput};
@@ -115,9 +114,6 @@ pub enum EffectOutcome<R> {
     Recovered(R),
     /// The record was already done; nothing was sent and nothing written.
     AlreadyDone,
-    /// The record was missing or in a state the claim does not start from, and the batch's
-    /// [`crate::MismatchPolicy::Skip`] left it alone: nothing was sent and nothing written.
-    Skipped(SkippedRecord),
 }
 
 /// Where the claim of [`Fence::run_effect_then`] comes from.

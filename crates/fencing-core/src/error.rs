@@ -183,6 +183,14 @@ impl Error {
         }
     }
 
+    /// True for the rejections that are not a sign of a newer holder: a missing record
+    /// ([`Error::NotFound`]) or one in a state the write does not start from
+    /// ([`Error::StateMismatch`]). A batch built with [`crate::MismatchPolicy::Skip`] leaves
+    /// these records alone and goes on.
+    pub fn is_mismatch(&self) -> bool {
+        matches!(self, Error::NotFound { .. } | Error::StateMismatch { .. })
+    }
+
     /// True when the write may have been applied and should be retried with the same token.
     pub fn is_ambiguous(&self) -> bool {
         matches!(self, Error::Ambiguous { .. })

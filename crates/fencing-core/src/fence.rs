@@ -5,6 +5,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::name::{RecordKey, ResourceName};
+use crate::rules::is_regression;
 use crate::store::{FenceCheck, FencedStore, FencedWrite, RecordOutcomes, Written};
 use crate::telemetry;
 use crate::token::FencingToken;
@@ -259,11 +260,4 @@ impl<'a> Fence<'a> {
             _ => refusal(found),
         }
     }
-}
-
-/// The regression rule: a refusal that found `found` means the token source went backwards
-/// (rather than that a newer holder exists) when `found` lies above the highest token the
-/// source says it has issued.
-pub fn is_regression(found: FencingToken, highest_issued: Option<FencingToken>) -> bool {
-    highest_issued.is_none_or(|highest| found > highest)
 }

@@ -15,49 +15,64 @@
 //!   that went backwards ([`Error::TokenRegression`]); [`Fence::run_effect`] runs the
 //!   claim → side effect → confirm sequence with an idempotency key.
 //! * [`FencedBatch`] runs one acquisition across several stores and stops at the first refusal.
-//! * [`CasStore`] makes a fenced store of any store that can only swap on a version (an object
-//!   store), from its read and its conditional put ([`VersionedStore`]).
 //! * [`MemoryLease`], [`MemoryTokenSource`] and [`MemoryStore`] implement every contract in
-//!   memory; [`Clock`] lets a whole scenario run in virtual time.
+//!   memory.
+//!
+//! That is a job's surface. What an adapter author needs besides (compare-and-swap over
+//! versions, the object envelope, epochs, the input checks, the clock) is in [`adapter`].
 
-mod batch;
-mod cas;
+// Bottom-up, each layer importing only the ones above it in this list (docs/adapters.md,
+// "Layers"): values; contracts; the protocol's pure rules; telemetry; the fence and its
+// neighbours; the effect helper; the batch; the in-memory implementations; and last the
+// adapter author's surface, which only re-exports.
 mod clock;
-mod effect;
-pub mod envelope;
-pub mod epoch;
 mod error;
-mod fence;
-mod guard;
 mod input;
-mod lease;
-pub mod memory;
 mod name;
-mod renewal;
-mod retry;
-mod store;
-mod telemetry;
+mod outcome;
 mod token;
-mod token_source;
 mod ttl;
 
-/// The attribute every implementation of this crate's traits needs (re-exported so that
-/// implementors need no dependency of their own).
+mod guard;
+mod lease;
+mod store;
+mod token_source;
+
+mod rules;
+
+mod telemetry;
+
+mod cas;
+mod envelope;
+mod epoch;
+mod fence;
+mod renewal;
+mod retry;
+
+mod effect;
+
+mod batch;
+
+mod memory;
+
+pub mod adapter;
+
+/// The attribute every implementation of this crate's traits needs, a job's [`SideEffect`]
+/// included (re-exported so that implementors need no dependency of their own).
 pub use async_trait::async_trait;
-pub use batch::{FencedBatch, Finished, Mismatch, MismatchPolicy, SkippedRecord, StoreRef};
-pub use cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
-pub use clock::{Clock, TokioClock};
+pub use batch::{FencedBatch, MismatchPolicy, StoreRef};
 pub use effect::{Claim, EffectOutcome, Lifecycle, SideEffect};
-pub use error::{BoxError, Error, FoundFence, RequestEffect, Result};
-pub use fence::{Fence, is_regression};
+pub use error::{BoxError, Error, FoundFence, Result};
+pub use fence::Fence;
 pub use guard::{LeaseGuard, OwnerId};
-pub use input::{InputKind, InvalidInput, check_store_name, is_refused_char, refused_char_ranges};
+pub use input::{InputKind, InvalidInput};
 pub use lease::{Lease, LeaseStatus};
-pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource, MemoryVersionedStore};
+pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
 pub use name::{RecordKey, ResourceName, State};
+pub use outcome::{Finished, Mismatch, SkippedRecord};
 pub use renewal::LeaseRenewal;
 pub use retry::{RetryPolicy, acquire};
-pub use store::{FenceCheck, FencedStore, FencedWrite, Record, RecordOutcomes, Written};
+pub use store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
 pub use token::FencingToken;
 pub use token_source::{FenceFloor, TokenSource, seed_from_floors};
 pub use ttl::Ttl;

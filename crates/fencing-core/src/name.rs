@@ -22,7 +22,7 @@ macro_rules! validated_name {
             pub const MAX_BYTES: usize = $max;
 
             /// Checks that `text` is non-empty, at most [`Self::MAX_BYTES`] long and free of
-            /// control and format characters ([`crate::is_refused_char`]).
+            /// control and format characters ([`crate::adapter::is_refused_char`]).
             pub fn new(text: impl Into<String>) -> Result<Self, InvalidInput> {
                 let text = text.into();
                 check_text($kind, &text, $max)?;

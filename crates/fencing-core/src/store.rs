@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::error::{Error, FoundFence, Result};
+use crate::error::{Error, Result};
 use crate::name::{RecordKey, State};
 use crate::token::FencingToken;
 
@@ -48,10 +48,11 @@ pub enum FenceCheck {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FencedWrite {
-    check: FenceCheck,
-    required_states: Option<Vec<State>>,
-    new_state: Option<State>,
-    new_payload: Option<Vec<u8>>,
+    // Read by the rules (`rules.rs`), which decide and apply writes.
+    pub(crate) check: FenceCheck,
+    pub(crate) required_states: Option<Vec<State>>,
+    pub(crate) new_state: Option<State>,
+    pub(crate) new_payload: Option<Vec<u8>>,
 }
 
 impl FencedWrite {
@@ -116,118 +117,6 @@ impl FencedWrite {
     /// The payload the write sets, if any.
     pub fn new_payload(&self) -> Option<&[u8]> {
         self.new_payload.as_deref()
-    }
-
-    /// Decides this write against the record as the store holds it, exactly as the contract
-    /// says. Stores that cannot evaluate the condition server-side (an object store that only
-    /// compares ETags, an in-memory map) decide with this, under their own atomicity.
-    pub fn decide(
-        &self,
-        store: &str,
-        key: &RecordKey,
-        token: FencingToken,
-        current: Option<&Record>,
-    ) -> Result<()> {
-        let Some(record) = current else {
-            return match (self.check, &self.required_states) {
-                (FenceCheck::Claim, None) => Ok(()),
-                _ => Err(Error::NotFound {
-                    store: store.to_owned(),
-                    record: key.clone(),
-                }),
-            };
-        };
-        let fence_admits = match self.check {
-            FenceCheck::Claim => record.fence.is_none_or(|fence| fence <= token),
-            FenceCheck::HolderOnly => record.fence == Some(token),
-        };
-        if !fence_admits {
-            return Err(Error::Fenced {
-                store: store.to_owned(),
-                record: key.clone(),
-                presented: token,
-                found: FoundFence::from(record.fence),
-            });
-        }
-        self.decide_state(store, key, token, record.state.as_ref())
-    }
-
-    /// Checks only the state condition; for stores whose server checked the fence.
-    pub fn decide_state(
-        &self,
-        store: &str,
-        key: &RecordKey,
-        token: FencingToken,
-        state: Option<&State>,
-    ) -> Result<()> {
-        match &self.required_states {
-            Some(required) if !state.is_some_and(|s| required.contains(s)) => {
-                Err(Error::StateMismatch {
-                    store: store.to_owned(),
-                    record: key.clone(),
-                    presented: token,
-                    expected: required.clone(),
-                    found: state.cloned(),
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether `record` shows this write applied by the holder of `token`: the fence is
-    /// `token` and the state and payload are what this write sets.
-    ///
-    /// After an ambiguous attempt, a retry can be refused because the first attempt landed
-    /// (a confirm that finds its own `sent`). Tokens are unique per acquisition, so a record
-    /// carrying this holder's fence and exactly this write's changes is this write's own
-    /// success, not a rejection. [`crate::Fence::write`] applies this rule for every store.
-    pub fn is_reflected_in(&self, token: FencingToken, record: &Record) -> bool {
-        record.fence == Some(token)
-            && self
-                .new_state
-                .as_ref()
-                .is_none_or(|state| record.state.as_ref() == Some(state))
-            && self
-                .new_payload
-                .as_ref()
-                .is_none_or(|payload| &record.payload == payload)
-    }
-
-    /// Whether `refusal` of this write may hide this write's own earlier success, so that the
-    /// record must be read and checked with [`Self::is_reflected_in`]: always after a retry of
-    /// an ambiguous attempt (`after_retry`), and for a holder-only write refused only because
-    /// the record is already in the state it sets (the fence, checked first, admitted the
-    /// token, so only this holder can have set it).
-    pub fn refusal_may_be_own(&self, refusal: &Error, after_retry: bool) -> bool {
-        if !refusal.is_rejection() {
-            return false;
-        }
-        after_retry
-            || matches!(
-                (self.check, refusal),
-                (FenceCheck::HolderOnly, Error::StateMismatch { found: Some(found), .. })
-                    if self.new_state.as_ref() == Some(found)
-            )
-    }
-
-    /// The record after this (already decided) write is applied to `current`.
-    pub fn apply(&self, key: &RecordKey, token: FencingToken, current: Option<&Record>) -> Record {
-        let mut record = current.cloned().unwrap_or_else(|| Record {
-            key: key.clone(),
-            fence: None,
-            state: None,
-            payload: Vec::new(),
-        });
-        if self.check == FenceCheck::Claim {
-            record.fence = Some(token);
-        }
-        if let Some(state) = &self.new_state {
-            record.state = Some(state.clone());
-        }
-        if let Some(payload) = &self.new_payload {
-            record.payload = payload.clone();
-        }
-        record
     }
 }
 

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use crate::batch::{Finished, SkippedRecord};
 use crate::error::Error;
 use crate::name::{RecordKey, ResourceName};
+use crate::outcome::{Finished, SkippedRecord};
 use crate::store::FenceCheck;
 use crate::token::FencingToken;
 

@@ -196,7 +196,7 @@ pub(crate) fn check_item_size(
 /// ```
 /// use aws_sdk_dynamodb::types::AttributeValue;
 /// use fencing_core::{FenceCheck, FencingToken};
-/// use fencing_dynamodb::FenceCondition;
+/// use fencing_dynamodb::DynamoFenceCondition;
 ///
 /// # fn main() -> Result<(), fencing_core::InvalidInput> {
 /// # let client = aws_sdk_dynamodb::Client::from_conf(
@@ -214,7 +214,7 @@ pub(crate) fn check_item_size(
 ///     .expression_attribute_names("#status", "status")
 ///     .expression_attribute_values(":sending", AttributeValue::S("sending".into()))
 ///     .expression_attribute_values(":sent", AttributeValue::S("sent".into()));
-/// let fenced = FenceCondition::new("fence", FenceCheck::HolderOnly, token).merge_into(mine)?;
+/// let fenced = DynamoFenceCondition::new("fence", FenceCheck::HolderOnly, token).merge_into(mine)?;
 /// assert_eq!(
 ///     fenced.get_condition_expression().as_deref(),
 ///     Some("(#status = :sending) AND (#fencing_fence = :fencing_token)")
@@ -222,16 +222,16 @@ pub(crate) fn check_item_size(
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
-pub struct FenceCondition {
+pub struct DynamoFenceCondition {
     fence_attribute: String,
     check: FenceCheck,
     token: FencingToken,
 }
 
-impl FenceCondition {
+impl DynamoFenceCondition {
     /// The condition of `check` with `token` on the Number attribute `fence_attribute`.
     pub fn new(fence_attribute: impl Into<String>, check: FenceCheck, token: FencingToken) -> Self {
-        FenceCondition {
+        DynamoFenceCondition {
             fence_attribute: fence_attribute.into(),
             check,
             token,

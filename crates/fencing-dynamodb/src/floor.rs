@@ -6,7 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::{FenceFloor, FencingToken, RequestEffect, ResourceName, Result};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{FenceFloor, FencingToken, ResourceName, Result};
 
 use crate::error::classify;
 use crate::item::{Fractions, token_from};

@@ -5,9 +5,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use fencing_core::adapter::{Clock, RequestEffect, TokioClock};
 use fencing_core::{
-    Clock, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, RequestEffect, ResourceName,
-    Result, TokenSource, TokioClock, Ttl,
+    InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result, TokenSource, Ttl,
 };
 
 use crate::error::DynamoFailure;

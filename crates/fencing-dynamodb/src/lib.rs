@@ -13,7 +13,7 @@
 //! * [`DynamoTokenSource`] counts with `ADD`, stopping at `i64::MAX`; [`DynamoLease`] takes the
 //!   lease and its token in one request, judging expiry on the writers' clocks.
 //! * [`DynamoFenceFloor`] scans for the highest fence, to seed another token source.
-//! * [`FenceCondition`] merges the fence into an `UpdateItem` of your own.
+//! * [`DynamoFenceCondition`] merges the fence into an `UpdateItem` of your own.
 
 mod error;
 mod expression;
@@ -24,7 +24,7 @@ mod store;
 mod table;
 mod tokens;
 
-pub use expression::{FenceCondition, MAX_ITEM_BYTES, MAX_STATES};
+pub use expression::{DynamoFenceCondition, MAX_ITEM_BYTES, MAX_STATES};
 pub use floor::DynamoFenceFloor;
 pub use lease::DynamoLease;
 pub use store::{DynamoStore, MAX_TRANSACTION_ITEMS};

@@ -11,9 +11,10 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
+use fencing_core::adapter::{RequestEffect, check_store_name};
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
-    Record, RecordKey, RequestEffect, Result, Written, check_store_name,
+    Record, RecordKey, Result, Written,
 };
 
 use crate::error::{DynamoFailure, classify, without_retries};

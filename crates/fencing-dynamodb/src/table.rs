@@ -4,7 +4,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
-use fencing_core::{InputKind, InvalidInput, RequestEffect, Result};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{InputKind, InvalidInput, Result};
 
 use crate::error::classify;
 

@@ -9,9 +9,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use fencing_core::{
-    Error, FencingToken, InvalidInput, RequestEffect, ResourceName, Result, TokenSource,
-};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{Error, FencingToken, InvalidInput, ResourceName, Result, TokenSource};
 
 use crate::error::{DynamoFailure, classify, without_retries};
 use crate::expression::number;

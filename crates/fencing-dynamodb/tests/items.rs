@@ -10,7 +10,8 @@ use fencing_core::{
     Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource, Ttl,
 };
 use fencing_dynamodb::{
-    DynamoLease, DynamoStore, DynamoTable, DynamoTokenSource, FenceCondition, MAX_TRANSACTION_ITEMS,
+    DynamoFenceCondition, DynamoLease, DynamoStore, DynamoTable, DynamoTokenSource,
+    MAX_TRANSACTION_ITEMS,
 };
 use fencing_test_support::aws::LoseAnswers;
 use fencing_testkit::conformance::make_pending;
@@ -292,7 +293,7 @@ async fn the_fence_merges_into_an_update_of_your_own() {
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":sending", AttributeValue::S("sending".into()))
             .expression_attribute_values(":sent", AttributeValue::S("sent".into()));
-        FenceCondition::new("fence", FenceCheck::Claim, token(t)).merge_into(mine)
+        DynamoFenceCondition::new("fence", FenceCheck::Claim, token(t)).merge_into(mine)
     };
     confirm(34).unwrap().send().await.unwrap();
     let item = raw(&store, "p_815").await;
@@ -318,7 +319,7 @@ async fn the_fence_merges_into_an_update_of_your_own() {
         .table_name(&table)
         .key("id", AttributeValue::S("p_815".into()))
         .expression_attribute_values(":fencing_token", AttributeValue::N("1".into()));
-    let err = FenceCondition::new("fence", FenceCheck::Claim, token(1))
+    let err = DynamoFenceCondition::new("fence", FenceCheck::Claim, token(1))
         .merge_into(taken)
         .unwrap_err();
     assert_eq!(err.kind(), InputKind::Identifier);

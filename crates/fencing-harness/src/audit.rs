@@ -9,7 +9,7 @@ use std::path::Path;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sqlx::{AssertSqlSafe, Row};
 
-pub use fencing_test_support::settlement::euros;
+pub use fencing_testkit::settlement::euros;
 
 use crate::gateway::{Outcome, read_journal};
 use crate::plan::{REFUND_CENTS, RunPlan};
@@ -459,7 +459,10 @@ mod tests {
             state: Some(fencing_core::State::new("sent").unwrap()),
             payload: b"refund r_0815".to_vec(),
         };
-        let body = fencing_core::envelope::encode(&record, fencing_core::WriteId::random());
+        let body = fencing_core::adapter::envelope::encode(
+            &record,
+            fencing_core::adapter::WriteId::random(),
+        );
         assert_eq!(envelope(&body), Some((34, &b"refund r_0815"[..])));
         assert_eq!(envelope(b"not an envelope at all, not at all, no"), None);
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fencing_core::{Lease, Result, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
-use fencing_postgres::{PgLease, PgStore, PgTable, PgTokenSource, QualifiedName};
+use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::RedisLease;
 use fencing_s3::{S3Bucket, S3Store};
 use fencing_test_support::aws;
@@ -89,8 +89,8 @@ impl RunNames {
         fencing_core::ResourceName::new(format!("settle:{MERCHANT}")).expect("a valid name")
     }
 
-    fn qualified(&self, table: &str) -> QualifiedName {
-        QualifiedName::new(&self.id, table).expect("run ids are valid identifiers")
+    fn qualified(&self, table: &str) -> PgQualifiedName {
+        PgQualifiedName::new(&self.id, table).expect("run ids are valid identifiers")
     }
 }
 

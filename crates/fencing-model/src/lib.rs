@@ -18,10 +18,11 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use fencing_core::epoch::{advance_target, must_open_epoch, open_epoch};
+use fencing_core::adapter::epoch::{advance_target, must_open_epoch, open_epoch};
+use fencing_core::adapter::is_regression;
 use fencing_core::{
     Error, FenceCheck, FencedWrite, FencingToken, FoundFence, Lifecycle, MemoryTokenSource, Record,
-    RecordKey, ResourceName, TokenSource, is_regression,
+    RecordKey, ResourceName, TokenSource,
 };
 use stateright::{Model, Property};
 

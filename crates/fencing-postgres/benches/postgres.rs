@@ -16,7 +16,7 @@ use fencing_core::{
     Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource,
     RecordKey, ResourceName, State, TokenSource,
 };
-use fencing_postgres::{Ident, PgStore, PgTable, push_fence_condition};
+use fencing_postgres::{PgIdent, PgStore, PgTable, push_fence_condition};
 use fencing_test_support::bench;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
@@ -150,7 +150,7 @@ impl Bench {
                 }
             }
             "fenced UPDATE (push_fence_condition)" => {
-                let fence = Ident::new("fence").unwrap();
+                let fence = PgIdent::new("fence").unwrap();
                 for k in &self.keys {
                     let mut q: QueryBuilder<Postgres> = QueryBuilder::new(format!(
                         "UPDATE \"{}\".refund SET state = ",

@@ -2,13 +2,13 @@
 
 use fencing_core::{FencedWrite, InputKind, InvalidInput};
 
-use crate::ident::Ident;
+use crate::ident::PgIdent;
 
 /// A value for a column a fenced write also sets. It is bound as a parameter (never spliced
 /// into the SQL) and cast to the column's type, so text reaches a `uuid`, `numeric`,
 /// `timestamptz`, enum or `jsonb` column in its usual text form.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ColumnValue {
+pub enum PgValue {
     /// SQL `NULL`.
     Null,
     /// The server's `now()` (the transaction's start time).
@@ -23,33 +23,33 @@ pub enum ColumnValue {
     Bytes(Vec<u8>),
 }
 
-impl From<&str> for ColumnValue {
+impl From<&str> for PgValue {
     fn from(text: &str) -> Self {
-        ColumnValue::Text(text.to_owned())
+        PgValue::Text(text.to_owned())
     }
 }
 
-impl From<String> for ColumnValue {
+impl From<String> for PgValue {
     fn from(text: String) -> Self {
-        ColumnValue::Text(text)
+        PgValue::Text(text)
     }
 }
 
-impl From<i64> for ColumnValue {
+impl From<i64> for PgValue {
     fn from(n: i64) -> Self {
-        ColumnValue::Int(n)
+        PgValue::Int(n)
     }
 }
 
-impl From<bool> for ColumnValue {
+impl From<bool> for PgValue {
     fn from(b: bool) -> Self {
-        ColumnValue::Bool(b)
+        PgValue::Bool(b)
     }
 }
 
-impl From<Vec<u8>> for ColumnValue {
+impl From<Vec<u8>> for PgValue {
     fn from(bytes: Vec<u8>) -> Self {
-        ColumnValue::Bytes(bytes)
+        PgValue::Bytes(bytes)
     }
 }
 
@@ -58,10 +58,10 @@ impl From<Vec<u8>> for ColumnValue {
 ///
 /// ```
 /// use fencing_core::Lifecycle;
-/// use fencing_postgres::{ColumnValue, PgWrite};
+/// use fencing_postgres::{PgValue, PgWrite};
 /// # fn main() -> Result<(), fencing_core::InvalidInput> {
 /// let confirm = PgWrite::new(Lifecycle::default().confirm())
-///     .set("paid_at", ColumnValue::Now)?
+///     .set("paid_at", PgValue::Now)?
 ///     .set("gateway_ref", "re_3Pq81")?;
 /// # let _ = confirm; Ok(()) }
 /// ```
@@ -72,7 +72,7 @@ impl From<Vec<u8>> for ColumnValue {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PgWrite {
     write: FencedWrite,
-    columns: Vec<(Ident, ColumnValue)>,
+    columns: Vec<(PgIdent, PgValue)>,
 }
 
 impl PgWrite {
@@ -85,12 +85,8 @@ impl PgWrite {
     }
 
     /// Also sets `column` to `value`. A column named twice, or a NUL in text, is refused.
-    pub fn set(
-        mut self,
-        column: &str,
-        value: impl Into<ColumnValue>,
-    ) -> Result<Self, InvalidInput> {
-        let column = Ident::new(column)?;
+    pub fn set(mut self, column: &str, value: impl Into<PgValue>) -> Result<Self, InvalidInput> {
+        let column = PgIdent::new(column)?;
         if self.columns.iter().any(|(c, _)| *c == column) {
             return Err(InvalidInput::new(
                 InputKind::Write,
@@ -98,7 +94,7 @@ impl PgWrite {
             ));
         }
         let value = value.into();
-        if matches!(&value, ColumnValue::Text(text) if text.contains('\0')) {
+        if matches!(&value, PgValue::Text(text) if text.contains('\0')) {
             return Err(InvalidInput::new(
                 InputKind::Write,
                 format!(
@@ -116,7 +112,7 @@ impl PgWrite {
     }
 
     /// The other columns set, in the order given.
-    pub fn columns(&self) -> &[(Ident, ColumnValue)] {
+    pub fn columns(&self) -> &[(PgIdent, PgValue)] {
         &self.columns
     }
 }

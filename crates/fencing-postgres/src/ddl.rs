@@ -1,6 +1,7 @@
 //! Schema changes, run the one way this crate runs them.
 
-use fencing_core::{RequestEffect, Result};
+use fencing_core::Result;
+use fencing_core::adapter::RequestEffect;
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::error::PgFailure;

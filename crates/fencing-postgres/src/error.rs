@@ -1,6 +1,7 @@
 //! This adapter's failures, and how each maps onto the core's meaning-level error.
 
-use fencing_core::{Error, RequestEffect};
+use fencing_core::Error;
+use fencing_core::adapter::RequestEffect;
 
 /// What went wrong inside the adapter, before it is given a meaning for the caller.
 #[derive(Debug)]

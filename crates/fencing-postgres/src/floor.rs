@@ -4,11 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::{FenceFloor, FencingToken, InvalidInput, RequestEffect, ResourceName, Result};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{FenceFloor, FencingToken, InvalidInput, ResourceName, Result};
 use sqlx::{PgPool, Row};
 
 use crate::decode::fence_from_db;
-use crate::ident::Ident;
+use crate::ident::PgIdent;
 use crate::session::Session;
 use crate::table::PgTable;
 
@@ -89,7 +90,7 @@ impl PgFenceFloor {
         column: &str,
         filter: Filter,
     ) -> Result<Self, InvalidInput> {
-        let column = Ident::new(column)?;
+        let column = PgIdent::new(column)?;
         let mut floor = Self::new(pool, table);
         floor.sql = format!("{} WHERE {column} = $1", floor.sql);
         floor.filter = Some(filter);

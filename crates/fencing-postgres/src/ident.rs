@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use fencing_core::{InputKind, InvalidInput, is_refused_char};
+use fencing_core::adapter::is_refused_char;
+use fencing_core::{InputKind, InvalidInput};
 
 /// A Postgres identifier (schema, table or column name), as Postgres takes it when quoted:
 /// any text of 1 to 63 bytes (Postgres's `NAMEDATALEN - 1`) without NUL or other control or
@@ -11,9 +12,9 @@ use fencing_core::{InputKind, InvalidInput, is_refused_char};
 /// written double-quoted with inner quotes doubled, so it is taken verbatim, case included:
 /// a table created with an unquoted `MixedCase` name is really named `mixedcase`.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Ident(String);
+pub struct PgIdent(String);
 
-impl Ident {
+impl PgIdent {
     /// The longest identifier Postgres keeps without truncating it.
     pub const MAX_BYTES: usize = 63;
 
@@ -30,7 +31,7 @@ impl Ident {
                 ),
             ));
         }
-        Ok(Ident(name))
+        Ok(PgIdent(name))
     }
 
     /// The name as given.
@@ -40,20 +41,20 @@ impl Ident {
 
     /// The name as Postgres folds it when written without quotes (ASCII letters in lower case),
     /// for telling a user that a name they created unquoted is not the one they gave.
-    pub(crate) fn folded(&self) -> Option<Ident> {
+    pub(crate) fn folded(&self) -> Option<PgIdent> {
         let folded = self.0.to_ascii_lowercase();
-        (folded != self.0).then_some(Ident(folded))
+        (folded != self.0).then_some(PgIdent(folded))
     }
 }
 
-impl fmt::Display for Ident {
+impl fmt::Display for PgIdent {
     /// Writes the identifier double-quoted, inner quotes doubled.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "\"{}\"", self.0.replace('"', "\"\""))
     }
 }
 
-impl fmt::Debug for Ident {
+impl fmt::Debug for PgIdent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.0, f)
     }
@@ -66,37 +67,37 @@ pub(crate) fn literal(text: &str) -> String {
 
 /// A schema-qualified name: `"schema"."name"`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct QualifiedName {
-    schema: Ident,
-    name: Ident,
+pub struct PgQualifiedName {
+    schema: PgIdent,
+    name: PgIdent,
 }
 
-impl QualifiedName {
+impl PgQualifiedName {
     /// Checks both parts.
     pub fn new(schema: &str, name: &str) -> Result<Self, InvalidInput> {
-        Ok(QualifiedName {
-            schema: Ident::new(schema)?,
-            name: Ident::new(name)?,
+        Ok(PgQualifiedName {
+            schema: PgIdent::new(schema)?,
+            name: PgIdent::new(name)?,
         })
     }
 
     /// The schema.
-    pub fn schema(&self) -> &Ident {
+    pub fn schema(&self) -> &PgIdent {
         &self.schema
     }
 
     /// The table's own name.
-    pub fn name(&self) -> &Ident {
+    pub fn name(&self) -> &PgIdent {
         &self.name
     }
 }
 
-impl QualifiedName {
+impl PgQualifiedName {
     /// The name as Postgres would have it had both parts been written unquoted, where that
     /// differs from this one.
-    pub(crate) fn folded(&self) -> Option<QualifiedName> {
+    pub(crate) fn folded(&self) -> Option<PgQualifiedName> {
         let (schema, name) = (self.schema.folded(), self.name.folded());
-        (schema.is_some() || name.is_some()).then(|| QualifiedName {
+        (schema.is_some() || name.is_some()).then(|| PgQualifiedName {
             schema: schema.unwrap_or_else(|| self.schema.clone()),
             name: name.unwrap_or_else(|| self.name.clone()),
         })
@@ -108,7 +109,7 @@ impl QualifiedName {
     }
 }
 
-impl fmt::Display for QualifiedName {
+impl fmt::Display for PgQualifiedName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.schema, self.name)
     }
@@ -120,26 +121,26 @@ mod tests {
 
     #[test]
     fn plain_names_are_quoted() {
-        assert_eq!(Ident::new("refund").unwrap().to_string(), "\"refund\"");
-        assert_eq!(Ident::new("_Fence2").unwrap().to_string(), "\"_Fence2\"");
-        let q = QualifiedName::new("public", "refund").unwrap();
+        assert_eq!(PgIdent::new("refund").unwrap().to_string(), "\"refund\"");
+        assert_eq!(PgIdent::new("_Fence2").unwrap().to_string(), "\"_Fence2\"");
+        let q = PgQualifiedName::new("public", "refund").unwrap();
         assert_eq!(q.to_string(), "\"public\".\"refund\"");
     }
 
     #[test]
     fn names_postgres_accepts_quoted_are_quoted_correctly() {
         assert_eq!(
-            Ident::new("billing-v2").unwrap().to_string(),
+            PgIdent::new("billing-v2").unwrap().to_string(),
             "\"billing-v2\""
         );
         assert_eq!(
-            Ident::new("a\"; DROP TABLE refund; --")
+            PgIdent::new("a\"; DROP TABLE refund; --")
                 .unwrap()
                 .to_string(),
             "\"a\"\"; DROP TABLE refund; --\""
         );
-        assert!(Ident::new("x".repeat(63)).is_ok());
-        assert!(Ident::new("réfund").is_ok());
+        assert!(PgIdent::new("x".repeat(63)).is_ok());
+        assert!(PgIdent::new("réfund").is_ok());
     }
 
     #[test]
@@ -152,7 +153,7 @@ mod tests {
             &"x".repeat(64),
             &"é".repeat(32),
         ] {
-            let err = Ident::new(bad).unwrap_err();
+            let err = PgIdent::new(bad).unwrap_err();
             assert_eq!(err.kind(), InputKind::Identifier, "{bad:?}");
         }
     }
@@ -164,13 +165,13 @@ mod tests {
 
     #[test]
     fn folding_is_reported_only_where_it_changes_the_name() {
-        let q = QualifiedName::new("Scratch2", "MixedUnquoted").unwrap();
+        let q = PgQualifiedName::new("Scratch2", "MixedUnquoted").unwrap();
         assert_eq!(
             q.folded().unwrap().to_string(),
             "\"scratch2\".\"mixedunquoted\""
         );
         assert!(
-            QualifiedName::new("public", "refund")
+            PgQualifiedName::new("public", "refund")
                 .unwrap()
                 .folded()
                 .is_none()

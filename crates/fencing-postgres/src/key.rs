@@ -9,7 +9,7 @@ use fencing_core::{InputKind, InvalidInput, RecordKey};
 /// (canonical decimal, lower-case hyphenated UUID): otherwise `"033"` and `"33"` would be two
 /// keys of a batch naming one row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyType {
+pub enum PgKeyType {
     /// `text` or `varchar`.
     Text,
     /// `uuid`.
@@ -22,15 +22,15 @@ pub enum KeyType {
     BigInt,
 }
 
-impl KeyType {
+impl PgKeyType {
     /// The type of the column whose type has this OID in `pg_type`, if supported.
     pub(crate) fn from_oid(oid: i64) -> Option<Self> {
         Some(match oid {
-            25 | 1043 => KeyType::Text,
-            2950 => KeyType::Uuid,
-            21 => KeyType::SmallInt,
-            23 => KeyType::Integer,
-            20 => KeyType::BigInt,
+            25 | 1043 => PgKeyType::Text,
+            2950 => PgKeyType::Uuid,
+            21 => PgKeyType::SmallInt,
+            23 => PgKeyType::Integer,
+            20 => PgKeyType::BigInt,
             _ => return None,
         })
     }
@@ -38,11 +38,11 @@ impl KeyType {
     /// The SQL type a key parameter is cast to.
     pub(crate) fn sql(self) -> &'static str {
         match self {
-            KeyType::Text => "text",
-            KeyType::Uuid => "uuid",
-            KeyType::SmallInt => "int2",
-            KeyType::Integer => "int4",
-            KeyType::BigInt => "int8",
+            PgKeyType::Text => "text",
+            PgKeyType::Uuid => "uuid",
+            PgKeyType::SmallInt => "int2",
+            PgKeyType::Integer => "int4",
+            PgKeyType::BigInt => "int8",
         }
     }
 
@@ -51,20 +51,20 @@ impl KeyType {
         let text = key.as_str();
         let integer = "in canonical decimal (no sign +, no leading zeros)";
         let (fits, needs) = match self {
-            KeyType::Text => return Ok(()),
-            KeyType::Uuid => (
+            PgKeyType::Text => return Ok(()),
+            PgKeyType::Uuid => (
                 is_canonical_uuid(text),
                 "a lower-case hyphenated UUID (8-4-4-4-12 hex digits)".to_owned(),
             ),
-            KeyType::SmallInt => (
+            PgKeyType::SmallInt => (
                 canonical_integer(text).is_some_and(|n| i16::try_from(n).is_ok()),
                 format!("a smallint {integer}"),
             ),
-            KeyType::Integer => (
+            PgKeyType::Integer => (
                 canonical_integer(text).is_some_and(|n| i32::try_from(n).is_ok()),
                 format!("an integer {integer}"),
             ),
-            KeyType::BigInt => (
+            PgKeyType::BigInt => (
                 canonical_integer(text).is_some(),
                 format!("a bigint {integer}"),
             ),
@@ -103,22 +103,26 @@ mod tests {
     #[test]
     fn each_type_accepts_one_spelling() {
         let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
-        assert!(KeyType::Uuid.check(&key(uuid)).is_ok());
+        assert!(PgKeyType::Uuid.check(&key(uuid)).is_ok());
         for bad in [
             "0F8FAD5B-D9CB-469F-A165-70867728950E",
             "{0f8fad5b-d9cb-469f-a165-70867728950e}",
             "0f8fad5bd9cb469fa16570867728950e",
             "r_815",
         ] {
-            assert!(KeyType::Uuid.check(&key(bad)).is_err(), "{bad}");
+            assert!(PgKeyType::Uuid.check(&key(bad)).is_err(), "{bad}");
         }
-        assert!(KeyType::BigInt.check(&key("-9223372036854775808")).is_ok());
+        assert!(
+            PgKeyType::BigInt
+                .check(&key("-9223372036854775808"))
+                .is_ok()
+        );
         for bad in ["033", "+33", "9223372036854775808", "3.0", " 3"] {
-            assert!(KeyType::BigInt.check(&key(bad)).is_err(), "{bad}");
+            assert!(PgKeyType::BigInt.check(&key(bad)).is_err(), "{bad}");
         }
-        assert!(KeyType::Integer.check(&key("2147483647")).is_ok());
-        assert!(KeyType::Integer.check(&key("2147483648")).is_err());
-        assert!(KeyType::SmallInt.check(&key("32768")).is_err());
-        assert!(KeyType::Text.check(&key("033")).is_ok());
+        assert!(PgKeyType::Integer.check(&key("2147483647")).is_ok());
+        assert!(PgKeyType::Integer.check(&key("2147483648")).is_err());
+        assert!(PgKeyType::SmallInt.check(&key("32768")).is_err());
+        assert!(PgKeyType::Text.check(&key("033")).is_ok());
     }
 }

@@ -4,15 +4,16 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencing_core::adapter::{Clock, RequestEffect, TokioClock};
 use fencing_core::{
-    Clock, Error, FencingToken, Lease, LeaseGuard, LeaseStatus, OwnerId, RequestEffect,
-    ResourceName, Result, TokenSource, TokioClock, Ttl,
+    Error, FencingToken, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
+    TokenSource, Ttl,
 };
 use sqlx::{PgConnection, Row};
 
 use crate::ddl::run_ddl;
 use crate::error::PgFailure;
-use crate::ident::QualifiedName;
+use crate::ident::PgQualifiedName;
 use crate::tokens::PgTokenSource;
 
 /// Leases in a table `(resource, owner, token, expires_at)`, expiry judged by `now()` on the
@@ -21,7 +22,7 @@ use crate::tokens::PgTokenSource;
 #[derive(Clone, Debug)]
 pub struct PgLease {
     tokens: PgTokenSource,
-    table: QualifiedName,
+    table: PgQualifiedName,
     acquire: String,
     extend: String,
     release: String,
@@ -30,7 +31,7 @@ pub struct PgLease {
 
 impl PgLease {
     /// Leases in `table`, tokens from `tokens` (create both with [`Self::create_if_missing`]).
-    pub fn new(table: QualifiedName, tokens: PgTokenSource) -> Self {
+    pub fn new(table: PgQualifiedName, tokens: PgTokenSource) -> Self {
         let counters = tokens.table();
         let acquire = format!(
             "WITH free AS (SELECT 1 WHERE NOT EXISTS \

@@ -2,7 +2,7 @@
 //! token source and a lease judged by the database's clock, on sqlx.
 //!
 //! * [`PgTable`] names the table and its key, fence, state and payload columns; every
-//!   name is checked and quoted here ([`Ident`]), since sqlx quotes none.
+//!   name is checked and quoted here ([`PgIdent`]), since sqlx quotes none.
 //! * [`PgStore`] implements [`fencing_core::FencedStore`]: each write is one statement
 //!   `UPDATE … WHERE key = $1 AND fence <= $token AND state = ANY(…)` that also returns the
 //!   fence and state it met, so a refusal says which fence refused it. Its `*_with` methods
@@ -30,12 +30,12 @@ mod store;
 mod table;
 mod tokens;
 
-pub use columns::{ColumnValue, PgWrite};
+pub use columns::{PgValue, PgWrite};
 pub use floor::PgFenceFloor;
-pub use ident::{Ident, QualifiedName};
-pub use key::KeyType;
+pub use ident::{PgIdent, PgQualifiedName};
+pub use key::PgKeyType;
 pub use lease::PgLease;
 pub use query::{push_fence_condition, rows_affected_to_result};
-pub use store::{ManyWritten, PgStore};
+pub use store::{PgManyWritten, PgStore};
 pub use table::PgTable;
 pub use tokens::PgTokenSource;

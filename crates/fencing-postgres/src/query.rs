@@ -4,7 +4,7 @@
 use fencing_core::{Error, FenceCheck, FencingToken, FoundFence, RecordKey, Result};
 use sqlx::{Postgres, QueryBuilder};
 
-use crate::ident::Ident;
+use crate::ident::PgIdent;
 
 /// Appends the fence check for `check` to a `WHERE` clause already begun in `query`, binding
 /// `token`: ` AND COALESCE(fence, 0) <= $n` for a claim, ` = $n` for a holder-only write.
@@ -13,11 +13,11 @@ use crate::ident::Ident;
 ///
 /// ```
 /// use fencing_core::{FenceCheck, FencingToken};
-/// use fencing_postgres::{Ident, push_fence_condition};
+/// use fencing_postgres::{PgIdent, push_fence_condition};
 /// use sqlx::{Postgres, QueryBuilder};
 ///
 /// let token = FencingToken::new(34).unwrap();
-/// let fence = Ident::new("fence").unwrap();
+/// let fence = PgIdent::new("fence").unwrap();
 /// let mut update: QueryBuilder<Postgres> =
 ///     QueryBuilder::new("UPDATE refund SET state = 'sending', fence = ");
 /// update.push_bind(token.as_i64());
@@ -30,7 +30,7 @@ use crate::ident::Ident;
 /// ```
 pub fn push_fence_condition(
     query: &mut QueryBuilder<Postgres>,
-    fence_column: &Ident,
+    fence_column: &PgIdent,
     check: FenceCheck,
     token: FencingToken,
 ) {

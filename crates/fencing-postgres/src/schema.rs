@@ -10,8 +10,8 @@ use sqlx::postgres::PgRow;
 
 use crate::columns::PgWrite;
 use crate::error::PgFailure;
-use crate::ident::Ident;
-use crate::key::KeyType;
+use crate::ident::PgIdent;
+use crate::key::PgKeyType;
 use crate::statements::{ExtraColumn, Statements};
 use crate::table::PgTable;
 
@@ -43,7 +43,7 @@ const BYTEA_OID: i64 = 17;
 /// A table checked fit for fencing.
 #[derive(Debug)]
 pub(crate) struct Schema {
-    pub(crate) key_type: KeyType,
+    pub(crate) key_type: PgKeyType,
     pub(crate) statements: Statements,
     /// Every column's SQL type, by name.
     column_types: HashMap<String, String>,
@@ -92,7 +92,7 @@ impl Schema {
             ))));
         }
         let oid_of: HashMap<&str, i64> = names.iter().map(String::as_str).zip(oids).collect();
-        let column = |role: &str, column: &Ident, fix: &str| -> Result<i64, Unfit> {
+        let column = |role: &str, column: &PgIdent, fix: &str| -> Result<i64, Unfit> {
             oid_of.get(column.as_str()).copied().ok_or_else(|| {
                 let folded = column
                     .folded()
@@ -116,7 +116,7 @@ impl Schema {
             " (PgTable::migration_sql adds it; PgTable::add_fence_column runs that)",
         )?;
         let state_oid = column("state", table.state_column(), "")?;
-        let key_type = KeyType::from_oid(key_oid).ok_or_else(|| {
+        let key_type = PgKeyType::from_oid(key_oid).ok_or_else(|| {
             Unfit::Input(InvalidInput::new(
                 InputKind::Identifier,
                 format!(
@@ -127,7 +127,7 @@ impl Schema {
                 ),
             ))
         })?;
-        let wrong_type = |role: &str, column: &Ident, wanted: &str| {
+        let wrong_type = |role: &str, column: &PgIdent, wanted: &str| {
             Unfit::Schema(PgFailure::Schema(format!(
                 "the {role} column {column} of {name} has type {}; it must be {wanted}",
                 type_of(&names, &sql_types, column)
@@ -201,7 +201,7 @@ impl Schema {
     }
 }
 
-fn type_of<'a>(names: &[String], sql_types: &'a [String], column: &Ident) -> &'a str {
+fn type_of<'a>(names: &[String], sql_types: &'a [String], column: &PgIdent) -> &'a str {
     names
         .iter()
         .position(|n| n == column.as_str())

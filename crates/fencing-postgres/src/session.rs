@@ -1,7 +1,7 @@
 //! How this crate's types talk to PostgreSQL: with named prepared statements (the default), or,
 //! behind a pooler in transaction mode, with unnamed ones, each request inside a transaction.
 
-use fencing_core::RequestEffect;
+use fencing_core::adapter::RequestEffect;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{Acquire, AssertSqlSafe, PgConnection, Postgres};

@@ -2,15 +2,16 @@
 
 use std::borrow::Cow;
 
-use fencing_core::{FenceCheck, State, refused_char_ranges};
+use fencing_core::adapter::refused_char_ranges;
+use fencing_core::{FenceCheck, State};
 
-use crate::columns::ColumnValue;
-use crate::ident::{Ident, QualifiedName};
-use crate::key::KeyType;
+use crate::columns::PgValue;
+use crate::ident::{PgIdent, PgQualifiedName};
+use crate::key::PgKeyType;
 use crate::table::PgTable;
 
 /// A column a write also sets: its name, its SQL type as the catalog spells it, its value.
-pub(crate) type ExtraColumn<'a> = (&'a Ident, &'a str, &'a ColumnValue);
+pub(crate) type ExtraColumn<'a> = (&'a PgIdent, &'a str, &'a PgValue);
 
 /// The parameters of every write: `$1` key (or keys) as text, `$2` token, `$3` new state (or
 /// NULL), `$4` required states (or NULL for any), `$5` new payload (or NULL; bound even when
@@ -30,21 +31,21 @@ pub(crate) struct Statements {
 /// The names and key type every statement is built from.
 #[derive(Debug)]
 struct Sql {
-    table: QualifiedName,
-    key: Ident,
-    fence: Ident,
-    state: Ident,
-    payload: Option<Ident>,
-    key_type: KeyType,
+    table: PgQualifiedName,
+    key: PgIdent,
+    fence: PgIdent,
+    state: PgIdent,
+    payload: Option<PgIdent>,
+    key_type: PgKeyType,
 }
 
 /// Whether `value` travels as a parameter (the others are written as SQL: `NULL`, `now()`).
-pub(crate) fn binds(value: &ColumnValue) -> bool {
-    !matches!(value, ColumnValue::Null | ColumnValue::Now)
+pub(crate) fn binds(value: &PgValue) -> bool {
+    !matches!(value, PgValue::Null | PgValue::Now)
 }
 
 impl Statements {
-    pub(crate) fn new(table: &PgTable, key_type: KeyType) -> Self {
+    pub(crate) fn new(table: &PgTable, key_type: PgKeyType) -> Self {
         let sql = Sql {
             table: table.name().clone(),
             key: table.key_column().clone(),
@@ -120,12 +121,12 @@ impl Sql {
                     format!("CAST(${n}::{cast} AS {ty})")
                 };
                 match value {
-                    ColumnValue::Null => "NULL".to_owned(),
-                    ColumnValue::Now => format!("CAST(now() AS {ty})"),
-                    ColumnValue::Text(_) => bound("text"),
-                    ColumnValue::Int(_) => bound("int8"),
-                    ColumnValue::Bool(_) => bound("bool"),
-                    ColumnValue::Bytes(_) => bound("bytea"),
+                    PgValue::Null => "NULL".to_owned(),
+                    PgValue::Now => format!("CAST(now() AS {ty})"),
+                    PgValue::Text(_) => bound("text"),
+                    PgValue::Int(_) => bound("int8"),
+                    PgValue::Bool(_) => bound("bool"),
+                    PgValue::Bytes(_) => bound("bytea"),
                 }
             })
             .collect()

@@ -4,16 +4,17 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use fencing_core::adapter::{RecordOutcomes, RequestEffect, check_store_name};
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
-    Record, RecordKey, RecordOutcomes, RequestEffect, Result, Written, check_store_name,
+    Record, RecordKey, Result, Written,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Acquire, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::OnceCell;
 
-use crate::columns::{ColumnValue, PgWrite};
+use crate::columns::{PgValue, PgWrite};
 use crate::decode::{fence_from_db, record_from, state_from_db};
 use crate::error::PgFailure;
 use crate::schema::{INSPECT, Schema, Unfit};
@@ -25,7 +26,7 @@ use crate::table::PgTable;
 /// fence and the state in the row it changes.
 ///
 /// Before its first write the store reads the table's shape from the catalog once: the
-/// columns exist, the key column is unique and of a supported type ([`crate::KeyType`]).
+/// columns exist, the key column is unique and of a supported type ([`crate::PgKeyType`]).
 /// A failure is reported and checked again next time.
 ///
 /// The `*_with` methods take the caller's own connection or transaction instead of the pool,
@@ -43,7 +44,7 @@ pub struct PgStore {
 /// What [`PgStore::write_many`] did.
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct ManyWritten {
+pub struct PgManyWritten {
     /// The records written, in the order given, each with what it held before: pass one to
     /// [`fencing_core::Claim::Made`] to run its effect without claiming it again.
     pub written: Vec<Written>,
@@ -52,13 +53,13 @@ pub struct ManyWritten {
     pub skipped: Vec<Error>,
 }
 
-impl RecordOutcomes for ManyWritten {
+impl RecordOutcomes for PgManyWritten {
     fn refusals(&self) -> &[Error] {
         &self.skipped
     }
 }
 
-impl ManyWritten {
+impl PgManyWritten {
     /// The keys written, in the order given.
     pub fn keys(&self) -> Vec<RecordKey> {
         self.written.iter().map(|w| w.record.key.clone()).collect()
@@ -260,7 +261,7 @@ impl PgStore {
         fence: &Fence<'_>,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
-    ) -> Result<ManyWritten> {
+    ) -> Result<PgManyWritten> {
         let write = write.into();
         let records: Vec<&RecordKey> = keys.iter().collect();
         let attempt = self.write_many_unobserved(conn, fence.token(), keys, &write);
@@ -275,7 +276,7 @@ impl PgStore {
         token: FencingToken,
         keys: &[RecordKey],
         write: &PgWrite,
-    ) -> Result<ManyWritten> {
+    ) -> Result<PgManyWritten> {
         let schema = self.schema().await?;
         let mut distinct = HashSet::with_capacity(keys.len());
         if let Some(twice) = keys.iter().find(|k| !distinct.insert(*k)) {
@@ -356,7 +357,7 @@ impl PgStore {
         tx.commit()
             .await
             .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
-        Ok(ManyWritten { written, skipped })
+        Ok(PgManyWritten { written, skipped })
     }
 
     /// [`Self::write_many_with`] on the store's pool.
@@ -365,7 +366,7 @@ impl PgStore {
         fence: &Fence<'_>,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
-    ) -> Result<ManyWritten> {
+    ) -> Result<PgManyWritten> {
         self.write_many_with(&self.pool, fence, keys, write).await
     }
 
@@ -412,11 +413,11 @@ impl PgStore {
             .bind(write.new_payload().map(<[u8]>::to_vec));
         for (_, _, value) in extras.iter().filter(|(_, _, v)| binds(v)) {
             query = match value {
-                ColumnValue::Text(text) => query.bind(text.clone()),
-                ColumnValue::Int(n) => query.bind(*n),
-                ColumnValue::Bool(b) => query.bind(*b),
-                ColumnValue::Bytes(bytes) => query.bind(bytes.clone()),
-                ColumnValue::Null | ColumnValue::Now => query,
+                PgValue::Text(text) => query.bind(text.clone()),
+                PgValue::Int(n) => query.bind(*n),
+                PgValue::Bool(b) => query.bind(*b),
+                PgValue::Bytes(bytes) => query.bind(bytes.clone()),
+                PgValue::Null | PgValue::Now => query,
             };
         }
         query

@@ -4,31 +4,31 @@ use fencing_core::InvalidInput;
 use sqlx::PgPool;
 
 use crate::ddl::run_ddl;
-use crate::ident::{Ident, QualifiedName, literal};
+use crate::ident::{PgIdent, PgQualifiedName, literal};
 
 /// A table whose rows are fenced records: a unique key column, a `BIGINT` fence column
 /// (0 means no fence yet), a text state column and, optionally, a `BYTEA` payload column.
 ///
-/// Names are checked when set ([`Ident`]). The key column may be `text`, `varchar`, `uuid`,
-/// `smallint`, `integer` or `bigint` ([`crate::KeyType`]); the store reads which from the
+/// Names are checked when set ([`PgIdent`]). The key column may be `text`, `varchar`, `uuid`,
+/// `smallint`, `integer` or `bigint` ([`crate::PgKeyType`]); the store reads which from the
 /// catalog before its first write.
 #[derive(Clone, Debug)]
 pub struct PgTable {
-    name: QualifiedName,
-    key: Ident,
-    fence: Ident,
-    state: Ident,
-    payload: Option<Ident>,
+    name: PgQualifiedName,
+    key: PgIdent,
+    fence: PgIdent,
+    state: PgIdent,
+    payload: Option<PgIdent>,
 }
 
 impl PgTable {
     /// `schema.table` with columns `id` (key), `fence`, `state` and no payload column.
     pub fn new(schema: &str, table: &str) -> Result<Self, InvalidInput> {
         Self::build(
-            QualifiedName::new(schema, table)?,
-            Ident::new("id")?,
-            Ident::new("fence")?,
-            Ident::new("state")?,
+            PgQualifiedName::new(schema, table)?,
+            PgIdent::new("id")?,
+            PgIdent::new("fence")?,
+            PgIdent::new("state")?,
             None,
         )
     }
@@ -40,50 +40,50 @@ impl PgTable {
 
     /// Names the key column (unique: a primary key or a unique index).
     pub fn with_key_column(self, column: &str) -> Result<Self, InvalidInput> {
-        let key = Ident::new(column)?;
+        let key = PgIdent::new(column)?;
         Self::build(self.name, key, self.fence, self.state, self.payload)
     }
 
     /// Names the fence column.
     pub fn with_fence_column(self, column: &str) -> Result<Self, InvalidInput> {
-        let fence = Ident::new(column)?;
+        let fence = PgIdent::new(column)?;
         Self::build(self.name, self.key, fence, self.state, self.payload)
     }
 
     /// Names the state column.
     pub fn with_state_column(self, column: &str) -> Result<Self, InvalidInput> {
-        let state = Ident::new(column)?;
+        let state = PgIdent::new(column)?;
         Self::build(self.name, self.key, self.fence, state, self.payload)
     }
 
     /// Names a `BYTEA` column that carries each record's payload.
     pub fn with_payload_column(self, column: &str) -> Result<Self, InvalidInput> {
-        let payload = Some(Ident::new(column)?);
+        let payload = Some(PgIdent::new(column)?);
         Self::build(self.name, self.key, self.fence, self.state, payload)
     }
 
     /// The table's qualified name.
-    pub fn name(&self) -> &QualifiedName {
+    pub fn name(&self) -> &PgQualifiedName {
         &self.name
     }
 
     /// The key column.
-    pub fn key_column(&self) -> &Ident {
+    pub fn key_column(&self) -> &PgIdent {
         &self.key
     }
 
     /// The fence column.
-    pub fn fence_column(&self) -> &Ident {
+    pub fn fence_column(&self) -> &PgIdent {
         &self.fence
     }
 
     /// The state column.
-    pub fn state_column(&self) -> &Ident {
+    pub fn state_column(&self) -> &PgIdent {
         &self.state
     }
 
     /// The payload column, if the table has one.
-    pub fn payload_column(&self) -> Option<&Ident> {
+    pub fn payload_column(&self) -> Option<&PgIdent> {
         self.payload.as_ref()
     }
 
@@ -156,7 +156,7 @@ impl PgTable {
     }
 
     /// The name of the fence column's check: `fencing_<fence>_nonnegative`.
-    fn fence_check_name(&self) -> Ident {
+    fn fence_check_name(&self) -> PgIdent {
         derived_name(&self.fence, "nonnegative")
     }
 
@@ -166,11 +166,11 @@ impl PgTable {
     }
 
     fn build(
-        name: QualifiedName,
-        key: Ident,
-        fence: Ident,
-        state: Ident,
-        payload: Option<Ident>,
+        name: PgQualifiedName,
+        key: PgIdent,
+        fence: PgIdent,
+        state: PgIdent,
+        payload: Option<PgIdent>,
     ) -> Result<Self, InvalidInput> {
         Ok(PgTable {
             name,
@@ -183,12 +183,12 @@ impl PgTable {
 }
 
 /// `fencing_<column>_<what>`, cut to the longest name Postgres keeps.
-fn derived_name(column: &Ident, what: &str) -> Ident {
+fn derived_name(column: &PgIdent, what: &str) -> PgIdent {
     let mut name = format!("fencing_{}_{what}", column.as_str());
-    while name.len() > Ident::MAX_BYTES {
+    while name.len() > PgIdent::MAX_BYTES {
         name.pop();
     }
-    Ident::new(name).expect("fencing_ and a checked name, cut to the limit, is a name")
+    PgIdent::new(name).expect("fencing_ and a checked name, cut to the limit, is a name")
 }
 
 /// `DO $tag$ BEGIN <body> END $tag$;` with a dollar-quote tag that occurs nowhere in `body`

@@ -1,12 +1,13 @@
 //! A durable token source: one row per resource in a counter table.
 
 use async_trait::async_trait;
-use fencing_core::{Error, FencingToken, RequestEffect, ResourceName, Result, TokenSource};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{Error, FencingToken, ResourceName, Result, TokenSource};
 use sqlx::{PgPool, Row};
 
 use crate::ddl::run_ddl;
 use crate::error::PgFailure;
-use crate::ident::QualifiedName;
+use crate::ident::PgQualifiedName;
 use crate::session::Session;
 
 /// Tokens from a table of counters, `(resource TEXT PRIMARY KEY, value BIGINT)`: each `next` is
@@ -15,7 +16,7 @@ use crate::session::Session;
 #[derive(Clone, Debug)]
 pub struct PgTokenSource {
     pool: PgPool,
-    table: QualifiedName,
+    table: PgQualifiedName,
     store: String,
     next: String,
     current: String,
@@ -25,7 +26,7 @@ pub struct PgTokenSource {
 
 impl PgTokenSource {
     /// Counters in `table` (create it with [`Self::create_if_missing`]).
-    pub fn new(pool: PgPool, table: QualifiedName) -> Self {
+    pub fn new(pool: PgPool, table: PgQualifiedName) -> Self {
         let next = format!(
             "INSERT INTO {table} AS t (resource, value) VALUES ($1, 1) \
              ON CONFLICT (resource) DO UPDATE SET value = t.value + 1 \
@@ -60,7 +61,7 @@ impl PgTokenSource {
     }
 
     /// The counter table.
-    pub fn table(&self) -> &QualifiedName {
+    pub fn table(&self) -> &PgQualifiedName {
         &self.table
     }
 

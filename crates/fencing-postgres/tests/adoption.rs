@@ -9,7 +9,7 @@ use fencing_core::{
     Claim, EffectOutcome, Error, Fence, FencedStore, FencedWrite, FencingToken, InputKind,
     Lifecycle, RecordKey, State, TokenSource,
 };
-use fencing_postgres::{ColumnValue, PgStore, PgTable, PgWrite};
+use fencing_postgres::{PgStore, PgTable, PgValue, PgWrite};
 use fencing_testkit::faults::RecordingEffect;
 use sqlx::{AssertSqlSafe, Row};
 
@@ -69,7 +69,7 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
         .await
         .unwrap();
     let confirm = PgWrite::new(lifecycle.confirm())
-        .set("paid_at", ColumnValue::Now)
+        .set("paid_at", PgValue::Now)
         .unwrap()
         .set("gateway_ref", "re_3Pq81")
         .unwrap()

@@ -7,7 +7,7 @@ use common::Schema;
 use fencing_core::{
     Error, Fence, FencedStore, FencingToken, Lease, Lifecycle, RecordKey, ResourceName,
 };
-use fencing_postgres::{PgFenceFloor, PgLease, PgStore, PgTokenSource, QualifiedName};
+use fencing_postgres::{PgFenceFloor, PgLease, PgQualifiedName, PgStore, PgTokenSource};
 use fencing_test_support::services::{self, PgBouncer};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -160,10 +160,13 @@ async fn the_lease_token_source_and_floor_work_behind_transaction_pooling_too() 
     let (_bouncer, pool) = behind_pgbouncer().await;
     let tokens = PgTokenSource::new(
         pool.clone(),
-        QualifiedName::new(&schema.name, "tokens").unwrap(),
+        PgQualifiedName::new(&schema.name, "tokens").unwrap(),
     )
     .for_transaction_pooling();
-    let lease = PgLease::new(QualifiedName::new(&schema.name, "leases").unwrap(), tokens);
+    let lease = PgLease::new(
+        PgQualifiedName::new(&schema.name, "leases").unwrap(),
+        tokens,
+    );
     lease.create_if_missing().await.unwrap();
     let floor = PgFenceFloor::new(pool.clone(), &schema.table).for_transaction_pooling();
     let store = PgStore::new(pool.clone(), schema.table.clone()).for_transaction_pooling();

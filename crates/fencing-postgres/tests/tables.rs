@@ -9,7 +9,7 @@ use fencing_core::{
     InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
 };
 use fencing_postgres::{
-    Ident, PgFenceFloor, PgStore, PgTable, push_fence_condition, rows_affected_to_result,
+    PgFenceFloor, PgIdent, PgStore, PgTable, push_fence_condition, rows_affected_to_result,
 };
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder};
 
@@ -152,7 +152,7 @@ async fn the_fence_condition_fits_a_statement_of_your_own() {
         .await
         .unwrap();
 
-    let fence = Ident::new("fence").unwrap();
+    let fence = PgIdent::new("fence").unwrap();
     let update = |t: FencingToken| {
         let mut q: QueryBuilder<Postgres> = QueryBuilder::new(format!(
             "UPDATE \"{}\".records SET state = 'sent' WHERE id = ",

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use fencing_core::{RequestEffect, ResourceName, Result};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{ResourceName, Result};
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, Script};
 

@@ -1,6 +1,7 @@
 //! This adapter's failures, and how each maps onto the core's meaning-level error.
 
-use fencing_core::{Error, RequestEffect, ResourceName};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{Error, ResourceName};
 use redis::RedisError;
 
 /// The store name Redis failures carry.

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencing_core::adapter::{Clock, RequestEffect, TokioClock};
 use fencing_core::{
-    Clock, FenceFloor, Lease, LeaseGuard, LeaseStatus, OwnerId, RequestEffect, ResourceName,
-    Result, TokenSource, TokioClock, Ttl,
+    FenceFloor, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result, TokenSource, Ttl,
 };
 use redis::Script;
 use redis::aio::ConnectionLike;

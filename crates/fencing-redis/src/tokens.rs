@@ -5,9 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::{
-    FenceFloor, FencingToken, OwnerId, RequestEffect, ResourceName, Result, TokenSource, Ttl, epoch,
-};
+use fencing_core::adapter::{RequestEffect, epoch};
+use fencing_core::{FenceFloor, FencingToken, OwnerId, ResourceName, Result, TokenSource, Ttl};
 use redis::aio::ConnectionLike;
 
 use crate::client::RedisClient;
@@ -21,7 +20,7 @@ use crate::scripts::SEED;
 /// snapshot or failed over to a lagging replica can hold a counter behind the tokens already
 /// issued. Which of these this source survives depends on how it is built:
 ///
-/// * [`Self::new`] (the default) holds epoch-prefixed tokens ([`fencing_core::epoch`]): a
+/// * [`Self::new`] (the default) holds epoch-prefixed tokens ([`fencing_core::adapter::epoch`]): a
 ///   missing counter takes its next epoch from a durable [`TokenSource`] (e.g. a PostgreSQL
 ///   row counter), so every token issued after a restart is above every token issued before,
 ///   even those whose holders never wrote. One durable write per restart; every other token is

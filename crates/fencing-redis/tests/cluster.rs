@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::epoch::EPOCH_BITS;
+use fencing_core::adapter::epoch::EPOCH_BITS;
 use fencing_core::{Lease, MemoryTokenSource, ResourceName, TokenSource, Ttl};
 use fencing_redis::{RedisLease, RedisTokenSource};
 use fencing_test_support::services::RedisServer;

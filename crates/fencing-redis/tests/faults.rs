@@ -11,8 +11,8 @@ use fencing_core::{
 };
 use fencing_redis::{RedisKeys, RedisLease};
 use fencing_test_support::services::{RedisServer, RestartableServer, TestContainer};
-use fencing_test_support::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use fencing_testkit::faults::RecordingEffect;
+use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use fencing_testkit::{Fencing, unique_name};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 

@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::{FenceFloor, FencingToken, RecordKey, RequestEffect, ResourceName, Result};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{FenceFloor, FencingToken, RecordKey, ResourceName, Result};
 
 use crate::store::S3Store;
 

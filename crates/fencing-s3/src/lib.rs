@@ -2,8 +2,8 @@
 //! object, so the ETag ABA trap cannot lower it.
 //!
 //! S3 compares ETags, not numbers. [`S3Store`] is the core's compare-and-swap loop
-//! ([`fencing_core::CasStore`]) on S3's two calls: `GetObject` returns the envelope
-//! ([`fencing_core::envelope`]: fence, state, write id, payload) and its ETag; `PutObject` with
+//! ([`fencing_core::adapter::CasStore`]) on S3's two calls: `GetObject` returns the envelope
+//! ([`fencing_core::adapter::envelope`]: fence, state, write id, payload) and its ETag; `PutObject` with
 //! `If-Match` (or `If-None-Match: *`) stores the next one only if nothing changed in between.
 //! Fence and state are mirrored into user metadata (`x-amz-meta-fence`, `x-amz-meta-state`,
 //! ASCII-safe) for people browsing the bucket; the body is what counts.

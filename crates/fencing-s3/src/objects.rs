@@ -6,15 +6,14 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use fencing_core::envelope::{self, EnvelopeError};
-use fencing_core::{
-    Error, PutOutcome, Record, RecordKey, RequestEffect, Result, Versioned, VersionedStore, WriteId,
-};
+use fencing_core::adapter::envelope::{self, EnvelopeError};
+use fencing_core::adapter::{PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId};
+use fencing_core::{Error, Record, RecordKey, Result};
 
 use crate::bucket::S3Bucket;
 
 /// Objects in a bucket as a [`VersionedStore`]: the version is the ETag. Conditional writes
-/// are settled by [`fencing_core::CasStore`] (it re-reads after a lost answer), never re-sent
+/// are settled by [`fencing_core::adapter::CasStore`] (it re-reads after a lost answer), never re-sent
 /// by the SDK, so this store's client has the SDK's retries off.
 #[derive(Clone, Debug)]
 pub(crate) struct S3Objects {

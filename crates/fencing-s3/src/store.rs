@@ -2,9 +2,9 @@
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
+use fencing_core::adapter::{CasStore, check_store_name};
 use fencing_core::{
-    CasStore, FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result,
-    Written, check_store_name,
+    FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result, Written,
 };
 
 use crate::bucket::S3Bucket;
@@ -12,7 +12,7 @@ use crate::objects::S3Objects;
 
 /// Fenced records as objects, one per record at `<prefix><key>`, each body an envelope that
 /// carries the fence, the state and a per-write id ahead of the payload
-/// ([`fencing_core::envelope`]).
+/// ([`fencing_core::adapter::envelope`]).
 ///
 /// S3 cannot compare numbers, only ETags, so a write is [`CasStore`]'s loop: read the object
 /// (envelope and ETag) → decide → put with `If-Match: <etag>` (or `If-None-Match: *` for a new

@@ -7,10 +7,11 @@ mod common;
 use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
-use fencing_core::envelope::{self, FORMAT_VERSION, MAGIC};
+use fencing_core::adapter::WriteId;
+use fencing_core::adapter::envelope::{self, FORMAT_VERSION, MAGIC};
 use fencing_core::{
     Error, Fence, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, InputKind,
-    Lifecycle, MemoryTokenSource, Record, RecordKey, ResourceName, TokenSource, WriteId,
+    Lifecycle, MemoryTokenSource, Record, RecordKey, ResourceName, TokenSource,
 };
 use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
 use fencing_test_support::aws::LoseAnswers;

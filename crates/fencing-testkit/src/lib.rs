@@ -8,12 +8,17 @@
 //!   implementation, so the same suite runs against the in-memory stores, each adapter's
 //!   server, and `Box<dyn …>` / `Arc<dyn …>` of either.
 //! * [`events`]: the `tracing` events of a run, captured as text.
+//! * [`settlement`]: the worked example's settlement as a deterministic simulation in virtual
+//!   time (merchant `m_4471`'s 1,200 refunds, workers that pause, a gateway with or without
+//!   idempotency keys, and a checker that counts what went wrong), run by the `settlement`
+//!   example and the scenario tests.
 //! * [`faults`]: a store decorator that loses answers and requests, and a recording side
 //!   effect, for every store.
 
 pub mod conformance;
 pub mod events;
 pub mod faults;
+pub mod settlement;
 
 /// A name no other test uses, so tests can share one server: `prefix` plus a random suffix.
 pub fn unique_name(prefix: &str) -> String {

@@ -4,10 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{
-    CasStore, FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource,
-    MemoryVersionedStore, TokenSource, TokioClock,
-};
+use fencing_core::adapter::{CasStore, MemoryVersionedStore, TokioClock};
+use fencing_core::{FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource, TokenSource};
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 

@@ -16,7 +16,7 @@ use crate::token_source::TokenSource;
 /// Memory loses nothing unless told to: [`Self::forget_all`] plays a Redis restart without
 /// persistence. Built with [`Self::new`] the counters then start again at 1 and reissue tokens,
 /// as a Redis source without a durable epoch source does; built with [`Self::with_epochs`]
-/// they open a new epoch ([`crate::epoch`]), as the default Redis source does, and never
+/// they open a new epoch ([`crate::adapter::epoch`]), as the default Redis source does, and never
 /// reissue one.
 #[derive(Clone, Default)]
 pub struct MemoryTokenSource {
@@ -40,7 +40,7 @@ impl MemoryTokenSource {
         Self::default()
     }
 
-    /// A source whose counters hold epoch-prefixed tokens ([`crate::epoch`]): a missing
+    /// A source whose counters hold epoch-prefixed tokens ([`crate::adapter::epoch`]): a missing
     /// counter opens a new epoch from `epochs`, so [`Self::forget_all`] never leads to a token
     /// being issued twice.
     pub fn with_epochs(epochs: Arc<dyn TokenSource>) -> Self {

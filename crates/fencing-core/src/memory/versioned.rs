@@ -10,7 +10,7 @@ use crate::name::RecordKey;
 use crate::store::Record;
 
 /// Records in memory that can only be swapped on a version, as an object store keeps them:
-/// the reference [`VersionedStore`] behind [`crate::CasStore`]. Every put that applies gives
+/// the reference [`VersionedStore`] behind [`crate::adapter::CasStore`]. Every put that applies gives
 /// the record a new version number. Clones share the same records.
 #[derive(Clone, Debug)]
 pub struct MemoryVersionedStore {

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use fencing_core::{FencingToken, MemoryTokenSource, ResourceName, TokenSource};
-use fencing_postgres::{PgLease, PgStore, PgTable, PgTokenSource, QualifiedName};
+use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_test_support::services;
 use fencing_testkit::unique_name;
 use sqlx::postgres::PgPoolOptions;
@@ -39,13 +39,13 @@ impl Schema {
     pub(crate) fn tokens(&self) -> PgTokenSource {
         PgTokenSource::new(
             self.pool.clone(),
-            QualifiedName::new(&self.name, "tokens").unwrap(),
+            PgQualifiedName::new(&self.name, "tokens").unwrap(),
         )
     }
 
     pub(crate) async fn lease(&self) -> PgLease {
         let lease = PgLease::new(
-            QualifiedName::new(&self.name, "leases").unwrap(),
+            PgQualifiedName::new(&self.name, "leases").unwrap(),
             self.tokens(),
         );
         lease.create_if_missing().await.unwrap();

@@ -1,9 +1,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use fencing_core::adapter::{Clock, TokioClock};
 use fencing_core::{
-    Clock, Error, FencingToken, InputKind, Lease, LeaseGuard, OwnerId, ResourceName, RetryPolicy,
-    TokioClock, Ttl, acquire,
+    Error, FencingToken, InputKind, Lease, LeaseGuard, OwnerId, ResourceName, RetryPolicy, Ttl,
+    acquire,
 };
 
 use super::{Capabilities, OneAtATime, hostile_names, must_acquire, resource};

@@ -111,11 +111,14 @@ impl Settlement {
                             &call,
                             confirm,
                         )
-                        .await?
+                        .await
                     {
-                        EffectOutcome::Performed(reference)
-                        | EffectOutcome::Recovered(reference) => reference,
-                        EffectOutcome::AlreadyDone | EffectOutcome::Skipped(_) => continue,
+                        Ok(EffectOutcome::Performed(reference))
+                        | Ok(EffectOutcome::Recovered(reference)) => reference,
+                        Ok(EffectOutcome::AlreadyDone) => continue,
+                        // Left alone under the skip policy and listed in `batch.skipped()`.
+                        Err(err) if err.is_mismatch() => continue,
+                        Err(err) => return Err(err),
                     }
                 }
             };

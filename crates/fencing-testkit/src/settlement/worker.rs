@@ -9,7 +9,7 @@ use fencing_core::{
 use super::gateway::Gateway;
 use super::journal::{Holder, Journal, What};
 use super::{Pause, WorkerPlan};
-use fencing_testkit::Fencing;
+use crate::Fencing;
 
 /// What every worker of one run shares.
 #[derive(Debug)]
@@ -68,9 +68,7 @@ async fn run_batch(
             .run_effect(&store, key, &shared.lifecycle, &gateway)
             .await;
         let what = match outcome {
-            Ok(EffectOutcome::AlreadyDone | EffectOutcome::Skipped(_)) => {
-                What::Skipped { key: key.clone() }
-            }
+            Ok(EffectOutcome::AlreadyDone) => What::Skipped { key: key.clone() },
             Ok(EffectOutcome::Performed(())) => What::Sent { key: key.clone() },
             Ok(EffectOutcome::Recovered(())) => What::Recovered { key: key.clone() },
             Err(err) => {

@@ -1,6 +1,5 @@
 //! `use fencing::prelude::*` brings every type a job needs and leaves the store crates' own
 //! names alone.
-#![cfg(all(feature = "postgres", feature = "redis"))]
 
 use fencing::prelude::*;
 

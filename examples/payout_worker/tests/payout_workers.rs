@@ -2,16 +2,15 @@
 //! stalled past its TTL in the middle of a gateway call, the whole process stopped, renewal
 //! included. The tables are read back with plain SQL: every payout paid once, its ledger entry
 //! posted once, the stalled worker refused with its transaction rolled back.
-#![cfg(all(feature = "postgres", feature = "redis"))]
 
-#[path = "../examples/payout_worker/worker.rs"]
+#[path = "../src/worker.rs"]
 #[allow(unreachable_pub)]
 mod worker;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::postgres::{PgTokenSource, QualifiedName};
+use fencing::postgres::{PgQualifiedName, PgTokenSource};
 use fencing::prelude::*;
 use fencing_test_support::services;
 use fencing_testkit::unique_name;
@@ -20,7 +19,10 @@ use sqlx::AssertSqlSafe;
 const PAYOUTS: i64 = 30;
 
 async fn redis_lease(pool: &sqlx::PgPool, schema: &str) -> Arc<dyn Lease> {
-    let epochs = PgTokenSource::new(pool.clone(), QualifiedName::new(schema, "epochs").unwrap());
+    let epochs = PgTokenSource::new(
+        pool.clone(),
+        PgQualifiedName::new(schema, "epochs").unwrap(),
+    );
     epochs.create_if_missing().await.unwrap();
     let redis = redis::Client::open(services::redis_url())
         .unwrap()

@@ -3,8 +3,8 @@
 //! renewed while it runs, and its epochs kept in PostgreSQL.
 //!
 //! ```text
-//! cargo run --example payout_worker --features postgres,redis
-//! DATABASE_URL=postgres://… REDIS_URL=redis://… cargo run --example payout_worker --features postgres,redis
+//! cargo run -p payout-worker
+//! DATABASE_URL=postgres://… REDIS_URL=redis://… cargo run -p payout-worker
 //! ```
 //!
 //! It creates the tables in a schema `payout_demo` if missing (as they were before fencing),
@@ -16,8 +16,8 @@
 //! another in a second terminal:
 //!
 //! ```text
-//! cargo run --example payout_worker --features postgres,redis -- --ttl-secs 10 --stall-on-call 5 --stall-secs 40
-//! cargo run --example payout_worker --features postgres,redis -- --ttl-secs 10 --queue 0
+//! cargo run -p payout-worker -- --ttl-secs 10 --stall-on-call 5 --stall-secs 40
+//! cargo run -p payout-worker -- --ttl-secs 10 --queue 0
 //! ```
 
 mod worker;
@@ -97,7 +97,7 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     // cannot issue a token twice.
     let epochs = PgTokenSource::new(
         pool.clone(),
-        fencing::postgres::QualifiedName::new(SCHEMA, "epochs")?,
+        fencing::postgres::PgQualifiedName::new(SCHEMA, "epochs")?,
     );
     epochs.create_if_missing().await?;
     let redis = redis::Client::open(redis_url)?

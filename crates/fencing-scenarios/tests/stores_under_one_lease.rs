@@ -1,13 +1,12 @@
 //! One lease, real stores that each check their own fence: refunds in PostgreSQL, a ledger in
 //! DynamoDB, receipts in S3. A stale holder refused by one store aborts its batch, and nothing
 //! more reaches any store.
-#![cfg(all(feature = "postgres", feature = "redis", feature = "dynamodb"))]
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fencing::dynamodb::{DynamoStore, DynamoTable};
-use fencing::postgres::{PgStore, PgTable, PgTokenSource, QualifiedName};
+use fencing::postgres::{PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing::redis::RedisLease;
 use fencing::{
     Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, RecordKey,
@@ -25,7 +24,6 @@ fn dynamodb() -> aws_sdk_dynamodb::Client {
     aws::dynamodb_client(aws_sdk_dynamodb::Config::builder())
 }
 
-#[cfg(feature = "s3")]
 fn s3() -> aws_sdk_s3::Client {
     aws::s3_client(aws_sdk_s3::Config::builder())
 }
@@ -76,7 +74,10 @@ async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store()
     let ledger = Arc::new(DynamoStore::new(client, ledger_table));
 
     // The lease on Redis, its epochs in PostgreSQL: a Redis restart could not reissue a token.
-    let epochs = PgTokenSource::new(pool.clone(), QualifiedName::new(&schema, "epochs").unwrap());
+    let epochs = PgTokenSource::new(
+        pool.clone(),
+        PgQualifiedName::new(&schema, "epochs").unwrap(),
+    );
     epochs.create_if_missing().await.unwrap();
     let redis = redis::Client::open(services::redis_url())
         .unwrap()
@@ -155,7 +156,6 @@ async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store()
     drop_schema(&pool, &schema).await;
 }
 
-#[cfg(feature = "s3")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
     use fencing::s3::{S3Bucket, S3Store};

@@ -240,11 +240,15 @@ pub(crate) async fn run(
                 };
                 match batch
                     .run_effect_then(&payouts, Claim::Made(written), &lifecycle, &call, confirm)
-                    .await?
+                    .await
                 {
-                    EffectOutcome::Performed(_) => run.paid += 1,
-                    EffectOutcome::Recovered(_) => run.recovered += 1,
-                    EffectOutcome::AlreadyDone | EffectOutcome::Skipped(_) => run.skipped += 1,
+                    Ok(EffectOutcome::Performed(_)) => run.paid += 1,
+                    Ok(EffectOutcome::Recovered(_)) => run.recovered += 1,
+                    // A cancelled payout: left alone under the skip policy, listed in
+                    // `batch.skipped()`.
+                    Ok(EffectOutcome::AlreadyDone) => run.skipped += 1,
+                    Err(err) if err.is_mismatch() => run.skipped += 1,
+                    Err(err) => return Err(err),
                 }
             }
             renewal.stop();
@@ -266,7 +270,7 @@ async fn confirm_with_ledger_entry(
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(|e| payouts.sql_failure(e))?;
     let confirm = PgWrite::new(lifecycle().confirm())
-        .set("paid_at", ColumnValue::Now)?
+        .set("paid_at", PgValue::Now)?
         .set("gateway_ref", reference)?;
     payouts.write_in(&mut *tx, fence, key, confirm).await?;
     sqlx::query(AssertSqlSafe(format!(

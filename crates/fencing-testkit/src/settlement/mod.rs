@@ -21,7 +21,7 @@ use fencing_core::{
     RecordKey, ResourceName, RetryPolicy, State, Ttl,
 };
 
-use fencing_testkit::Fencing;
+use crate::Fencing;
 use journal::Journal;
 use worker::{Shared, work};
 

@@ -1,0 +1,72 @@
+//! What an adapter author uses and a job does not: the pieces for writing a fenced store,
+//! lease or token source for another backend (docs/adapters.md).
+//!
+//! * compare-and-swap over versions ([`CasStore`] over a
+//!   [`VersionedStore`]) and the object [`envelope`];
+//! * epoch-prefixed tokens ([`epoch`]);
+//! * the input checks every name obeys inside a store
+//!   ([`is_refused_char`],
+//!   [`refused_char_ranges`],
+//!   [`check_store_name`]);
+//! * the rules a store applies that `Fence` does not ([`is_regression`];
+//!   `FencedWrite::decide` and `apply` are methods of the write);
+//! * the error rule ([`RequestEffect`] for
+//!   `Error::failed_request`), the writes an adapter makes outside `Fence::write`
+//!   ([`RecordOutcomes`] for `Fence::run_write`), and the clock a
+//!   lease's deadline is measured on ([`Clock`]).
+
+pub mod envelope {
+    //! The envelope: how a fenced record is kept in an object store, fence inside the body.
+    //!
+    //! An object store compares ETags, and an ETag covers the body alone. With the fence only in
+    //! metadata, a newer holder that writes a byte-identical body gets the same ETag, and a stale
+    //! holder's `If-Match` on that ETag would succeed and lower the fence. The envelope puts the
+    //! fence, the state and a per-write id in the body, ahead of the payload, so every write's body
+    //! differs from every other's.
+    //!
+    //! Format version 1 (`docs/envelope.md` says the same for other languages); integers are
+    //! unsigned big-endian:
+    //!
+    //! | offset | size | field |
+    //! | ---: | ---: | --- |
+    //! | 0 | 4 | magic `FNCE` |
+    //! | 4 | 1 | format version, `1` |
+    //! | 5 | 1 | flags: bit 0 the record has a fence, bit 1 it has a state; other bits 0 |
+    //! | 6 | 8 | fence, `1 ..= 2^63 − 1` when flagged, else 0 |
+    //! | 14 | 16 | write id |
+    //! | 30 | 1 | state length `n`, `0 ..= 64` (0 when not flagged) |
+    //! | 31 | `n` | state, UTF-8, a valid state name |
+    //! | 31 + `n` | 8 | payload length `m`, equal to the bytes that follow |
+    //! | 39 + `n` | `m` | payload |
+    //!
+    //! [`decode`] is total: it never panics and never allocates more than the input it was given.
+
+    pub use crate::envelope::*;
+}
+
+pub mod epoch {
+    //! Epoch-prefixed tokens: how a counter that can lose its state (Redis without persistence)
+    //! still never issues a token twice.
+    //!
+    //! A token is `epoch · 2^32 + n`. The fast counter holds the whole number and increments it,
+    //! one round trip per token. The epoch comes from a durable [`TokenSource`](crate::TokenSource) (a PostgreSQL row
+    //! counter, a DynamoDB counter item) and is taken only when the fast counter is found missing
+    //! or has used up its epoch's `2^32 − 1` numbers. Every epoch taken after a loss is above every
+    //! epoch in use before it, so every token issued after the loss is above every token issued
+    //! before it — including tokens whose holders have not written anything yet, which no store's
+    //! `MAX(fence)` could reveal.
+    //!
+    //! The price: one durable write per loss of state (and per `2^32 − 1` tokens), and tokens that
+    //! are large numbers from the first acquisition on (epoch 1 starts at `2^32 + 1`).
+
+    pub use crate::epoch::*;
+}
+
+pub use crate::cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
+pub use crate::clock::{Clock, TokioClock};
+pub use crate::error::RequestEffect;
+pub use crate::input::{check_store_name, is_refused_char, refused_char_ranges};
+pub use crate::memory::MemoryVersionedStore;
+pub use crate::rules::is_regression;
+pub use crate::store::RecordOutcomes;
+pub use async_trait::async_trait;
