@@ -15,7 +15,7 @@ pub use fencing_core::*;
 /// author needs is in [`adapter`].
 pub mod prelude {
     pub use fencing_core::{
-        BoxError, Claim, EffectOutcome, Error, Fence, FenceCheck, FenceFloor, FencedBatch,
+        BoxError, EffectOutcome, EffectStart, Error, Fence, FenceCheck, FenceFloor, FencedBatch,
         FencedStore, FencedWrite, FencingToken, Finished, FoundFence, InputKind, InvalidInput,
         Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease, MemoryStore,
         MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Record, RecordKey, ResourceName,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencing_testkit::faults::RecordingEffect;
 
 use fencing::{
-    Claim, EffectOutcome, Error, FenceFloor, FencedBatch, FencedStore, FencedWrite, Finished,
+    EffectOutcome, EffectStart, Error, FenceFloor, FencedBatch, FencedStore, FencedWrite, Finished,
     InputKind, Lease, Lifecycle, MemoryLease, MemoryStore, Mismatch, MismatchPolicy, RecordKey,
     ResourceName, RetryPolicy, TokenSource, Ttl,
 };
@@ -348,37 +348,33 @@ async fn a_batch_that_outlived_its_ttl_without_a_newer_holder_finishes_late_not_
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_scoped_batch_releases_on_error_and_refuses_a_bad_store_set_before_acquiring() {
+async fn a_scope_releases_on_error_and_refuses_a_bad_store_set_before_acquiring() {
     let setup = Setup::new();
     let refunds: Arc<dyn FencedStore> = Arc::new(setup.refunds.clone());
-    let err = FencedBatch::scoped(
+    let err = FencedBatch::scope(
         setup.lease.clone(),
         &setup.resource,
         setup.ttl,
-        &RetryPolicy::default(),
         [refunds.clone()],
-        MismatchPolicy::Abort,
-        async |batch| {
-            batch
-                .write(&refunds, &key("r_404"), &FencedWrite::holder_only())
-                .await
-        },
     )
+    .run(async |batch| {
+        batch
+            .write(&refunds, &key("r_404"), &FencedWrite::holder_only())
+            .await
+    })
     .await
     .unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
     assert!(is_free(&setup).await);
 
     let before = setup.lease.tokens().current(&setup.resource).await.unwrap();
-    let err = FencedBatch::scoped(
+    let err = FencedBatch::scope(
         setup.lease.clone(),
         &setup.resource,
         setup.ttl,
-        &RetryPolicy::default(),
         [refunds.clone(), refunds.clone()],
-        MismatchPolicy::Abort,
-        async |_| Ok(()),
     )
+    .run(async |_| Ok(()))
     .await
     .unwrap_err();
     assert!(matches!(err, Error::InvalidInput(ref e) if e.kind() == InputKind::StoreSet));
@@ -410,7 +406,7 @@ async fn a_store_handle_writes_and_with_fence_aborts_like_a_write() {
         .await
         .unwrap();
     let err = a
-        .with_fence(&refunds, async |fence| {
+        .run_fenced(&refunds, async |fence| {
             fence
                 .write(&*refunds, &key("r_1"), &FencedWrite::claim())
                 .await
@@ -447,7 +443,7 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
         batch
             .run_effect_then(
                 "refunds",
-                Claim::Made(claimed),
+                EffectStart::Claimed(claimed),
                 &lifecycle,
                 &effect,
                 async |receipt: &u32| {
@@ -481,7 +477,7 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
     let err = batch
         .run_effect_then(
             "refunds",
-            Claim::Made(&plain),
+            EffectStart::Claimed(&plain),
             &lifecycle,
             &effect,
             async |_: &u32| Ok(()),
@@ -531,10 +527,10 @@ async fn a_crash_between_two_stores_is_completed_by_the_next_holder_without_a_se
 }
 
 /// A batch dropped while its runtime shuts down (a `?` out of `#[tokio::main]`) has no runtime
-/// left to release on: the lease stays until its TTL, as the docs say. `scoped` (or awaiting
+/// left to release on: the lease stays until its TTL, as the docs say. `scope` (or awaiting
 /// `finish` on every path) releases before the runtime ends.
 #[test]
-fn a_batch_dropped_as_its_runtime_shuts_down_keeps_the_lease_scoped_does_not() {
+fn a_batch_dropped_as_its_runtime_shuts_down_keeps_the_lease_a_scope_does_not() {
     let lease = Arc::new(MemoryLease::new());
     let refunds: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("refunds"));
     let resource = ResourceName::new("settle:m_4471").unwrap();
@@ -569,22 +565,18 @@ fn a_batch_dropped_as_its_runtime_shuts_down_keeps_the_lease_scoped_does_not() {
     assert!(main.is_err());
     assert!(!is_free(), "no runtime was left to run the release on");
 
-    // The same early return inside `scoped`: released before `main` ends.
+    // The same early return inside `scope`: released before `main` ends.
     let lease = Arc::new(MemoryLease::new());
-    let scoped = runtime().block_on(FencedBatch::scoped(
-        lease.clone(),
-        &resource,
-        ttl,
-        &RetryPolicy::once(),
-        [refunds.clone()],
-        MismatchPolicy::Abort,
-        async |_| {
-            Err::<(), Error>(Error::InvalidInput(fencing::InvalidInput::new(
-                fencing::InputKind::RecordKey,
-                "an early return",
-            )))
-        },
-    ));
+    let scoped = runtime().block_on(
+        FencedBatch::scope(lease.clone(), &resource, ttl, [refunds.clone()])
+            .retry(RetryPolicy::once())
+            .run(async |_| {
+                Err::<(), Error>(Error::InvalidInput(fencing::InvalidInput::new(
+                    fencing::InputKind::RecordKey,
+                    "an early return",
+                )))
+            }),
+    );
     assert!(scoped.is_err());
     let free = runtime().block_on(async { lease.try_acquire(&resource, ttl).await.unwrap() });
     assert!(free.is_some(), "scoped released on the early return");

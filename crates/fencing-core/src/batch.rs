@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::effect::{Claim, EffectOutcome, Lifecycle, SideEffect};
+use crate::effect::{EffectOutcome, EffectStart, Lifecycle, SideEffect};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::guard::LeaseGuard;
@@ -69,7 +69,7 @@ impl<S: FencedStore + ?Sized> StoreRef for S {
 /// its tokio runtime goes on running (an early `?` in a task, a caught panic), by a task
 /// spawned on that runtime. A batch dropped **as the runtime shuts down** (a `?` out of
 /// `#[tokio::main]`) is not released: no runtime is left to run the release on, and the lease
-/// ends at its TTL. [`FencedBatch::scoped`] acquires, runs and finishes in one call, releasing
+/// ends at its TTL. [`FencedBatch::scope`] acquires, runs and finishes in one call, releasing
 /// on every path its body takes; use it, or await `finish` on every path out of `main`.
 ///
 /// ```
@@ -124,10 +124,11 @@ impl FencedBatch {
         }
     }
 
-    /// Acquires `resource` on `lease` (waiting as `retry` says), runs `body` on a batch over
-    /// `stores` and finishes the batch on every path, releasing the lease. Returns what `body`
-    /// returned; a batch whose lease expired before the release is not an error
-    /// ([`Finished::LeaseAlreadyExpired`]), and a bad store set is refused before acquiring.
+    /// A batch to be run in one call: [`BatchScope::run`] acquires `resource` on `lease` for
+    /// `ttl`, runs its body on a batch over `stores` and finishes the batch on every path the
+    /// body takes, releasing the lease. Waiting for a busy lease follows
+    /// [`RetryPolicy::default`] and mismatches abort, unless [`BatchScope::retry`] and
+    /// [`BatchScope::mismatch_policy`] say otherwise.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -137,38 +138,30 @@ impl FencedBatch {
     /// let lease = Arc::new(MemoryLease::new());
     /// let refunds: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("refunds"));
     /// let resource = ResourceName::new("settle:m_4471")?;
-    /// let token = FencedBatch::scoped(
-    ///     lease.clone(), &resource, Ttl::from_secs(30)?, &RetryPolicy::default(),
-    ///     [refunds.clone()], MismatchPolicy::Abort,
-    ///     async |batch| {
+    /// let token = FencedBatch::scope(lease.clone(), &resource, Ttl::from_secs(30)?, [refunds.clone()])
+    ///     .mismatch_policy(MismatchPolicy::Skip)
+    ///     .run(async |batch| {
     ///         batch.write(&refunds, &RecordKey::new("r_1")?, &FencedWrite::claim()).await?;
     ///         Ok(batch.token())
-    ///     },
-    /// ).await?;
+    ///     })
+    ///     .await?;
     /// // Released: the next acquisition does not wait.
     /// assert!(lease.try_acquire(&resource, Ttl::from_secs(30)?).await?.is_some());
     /// # let _ = token; Ok(()) }
     /// ```
-    #[allow(clippy::too_many_arguments)]
-    pub async fn scoped<T>(
+    pub fn scope<'r>(
         lease: Arc<dyn Lease>,
-        resource: &ResourceName,
+        resource: &'r ResourceName,
         ttl: Ttl,
-        retry: &RetryPolicy,
         stores: impl IntoIterator<Item = Arc<dyn FencedStore>>,
-        policy: MismatchPolicy,
-        body: impl AsyncFnOnce(&FencedBatch) -> Result<T>,
-    ) -> Result<T> {
-        let stores: Vec<_> = stores.into_iter().collect();
-        check_store_set(&stores)?;
-        let guard = acquire(&*lease, resource, ttl, retry).await?;
-        let batch = FencedBatch::new(lease, guard, stores)?.with_mismatch_policy(policy);
-        let outcome = body(&batch).await;
-        let finished = batch.finish().await;
-        match (outcome, finished) {
-            (Err(err), _) => Err(err),
-            (Ok(_), Err(err)) => Err(err),
-            (Ok(value), Ok(_)) => Ok(value),
+    ) -> BatchScope<'r> {
+        BatchScope {
+            lease,
+            resource,
+            ttl,
+            stores: stores.into_iter().collect(),
+            retry: RetryPolicy::default(),
+            policy: MismatchPolicy::default(),
         }
     }
 
@@ -219,8 +212,8 @@ impl FencedBatch {
     /// the caller's transaction, a store's batch write. Refused like any write once the batch
     /// has aborted, and its rejections abort the batch (or are skipped) exactly like
     /// [`Self::write`]'s. `op` should turn a fence refusal into a regression where it is one
-    /// ([`Fence::explain`]); the adapters' fence-taking methods do.
-    pub async fn with_fence<T>(
+    /// ([`Fence::explain_and_repair`]); the adapters' fence-taking methods do.
+    pub async fn run_fenced<T>(
         &self,
         store: &(impl StoreRef + ?Sized),
         op: impl AsyncFnOnce(&Fence<'_>) -> Result<T>,
@@ -257,7 +250,7 @@ impl FencedBatch {
     pub async fn run_effect_then<E, C>(
         &self,
         store: &(impl StoreRef + ?Sized),
-        claim: Claim<'_>,
+        claim: EffectStart<'_>,
         lifecycle: &Lifecycle,
         effect: &E,
         confirm: C,
@@ -298,7 +291,7 @@ impl FencedBatch {
 
     /// The fence every write of this batch presents. Writes made through it directly are not
     /// noted by the batch: use it inside [`Self::run_effect_then`]'s confirm (whose outcome
-    /// the batch notes) and [`Self::with_fence`]'s operation, or note them with those.
+    /// the batch notes) and [`Self::run_fenced`]'s operation, or note them with those.
     pub fn fence(&self) -> Fence<'_> {
         Fence::of_guard(self.guard(), self.lease.token_source())
     }
@@ -339,6 +332,48 @@ impl FencedBatch {
             }
         }
         result
+    }
+}
+
+/// A batch that acquires, runs and finishes in one call ([`FencedBatch::scope`]).
+#[derive(Debug)]
+#[must_use = "a scope does nothing until it is run"]
+pub struct BatchScope<'r> {
+    lease: Arc<dyn Lease>,
+    resource: &'r ResourceName,
+    ttl: Ttl,
+    stores: Vec<Arc<dyn FencedStore>>,
+    retry: RetryPolicy,
+    policy: MismatchPolicy,
+}
+
+impl BatchScope<'_> {
+    /// Waits for a busy lease as `retry` says.
+    pub fn retry(self, retry: RetryPolicy) -> Self {
+        BatchScope { retry, ..self }
+    }
+
+    /// Treats missing records and unexpected states as `policy` says.
+    pub fn mismatch_policy(self, policy: MismatchPolicy) -> Self {
+        BatchScope { policy, ..self }
+    }
+
+    /// Acquires, runs `body` on the batch and finishes it on every path, releasing the lease.
+    /// Returns what `body` returned; a batch whose lease expired before the release is not an
+    /// error ([`Finished::LeaseAlreadyExpired`]), and a bad store set is refused before
+    /// acquiring.
+    pub async fn run<T>(self, body: impl AsyncFnOnce(&FencedBatch) -> Result<T>) -> Result<T> {
+        check_store_set(&self.stores)?;
+        let guard = acquire(&*self.lease, self.resource, self.ttl, &self.retry).await?;
+        let batch =
+            FencedBatch::new(self.lease, guard, self.stores)?.with_mismatch_policy(self.policy);
+        let outcome = body(&batch).await;
+        let finished = batch.finish().await;
+        match (outcome, finished) {
+            (Err(err), _) => Err(err),
+            (Ok(_), Err(err)) => Err(err),
+            (Ok(value), Ok(_)) => Ok(value),
+        }
     }
 }
 

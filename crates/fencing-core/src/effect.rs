@@ -116,15 +116,16 @@ pub enum EffectOutcome<R> {
     AlreadyDone,
 }
 
-/// Where the claim of [`Fence::run_effect_then`] comes from.
+/// How [`Fence::run_effect_then`] starts: by claiming the record now, or from a claim this
+/// holder already made.
 #[derive(Clone, Copy, Debug)]
-pub enum Claim<'a> {
+pub enum EffectStart<'a> {
     /// Claim this record now, with the lifecycle's claim.
-    Now(&'a RecordKey),
+    Claim(&'a RecordKey),
     /// This holder already claimed the record (say, a whole batch at once) and the store
     /// answered this. The effect is looked up first only if the record was in flight before
     /// that claim.
-    Made(&'a Written),
+    Claimed(&'a Written),
 }
 
 impl<'a> Fence<'a> {
@@ -152,7 +153,7 @@ impl<'a> Fence<'a> {
             // recognised as this holder's own by `Fence::write`.
             self.write(store, key, &lifecycle.confirm()).await.map(drop)
         };
-        self.run_effect_then(store, Claim::Now(key), lifecycle, effect, confirm)
+        self.run_effect_then(store, EffectStart::Claim(key), lifecycle, effect, confirm)
             .await
     }
 
@@ -161,13 +162,13 @@ impl<'a> Fence<'a> {
     ///
     /// `confirm` runs only after the effect happened (or was found), with its receipt; it must
     /// make the record done with a holder-only write under this fence's token
-    /// ([`Lifecycle::confirm`]). A record claimed through [`Claim::Made`] must carry this
+    /// ([`Lifecycle::confirm`]). A record claimed through [`EffectStart::Claimed`] must carry this
     /// fence's token and be in flight, or nothing is called and [`Error::InvalidInput`] says
     /// why.
     pub async fn run_effect_then<S, E, C>(
         &self,
         store: &S,
-        claim: Claim<'_>,
+        claim: EffectStart<'_>,
         lifecycle: &Lifecycle,
         effect: &E,
         confirm: C,
@@ -179,14 +180,14 @@ impl<'a> Fence<'a> {
     {
         let claimed_now;
         let claimed = match claim {
-            Claim::Now(key) => match self.write(store, key, &lifecycle.claim()).await {
+            EffectStart::Claim(key) => match self.write(store, key, &lifecycle.claim()).await {
                 Err(err) if lifecycle.is_done(&err) => return Ok(EffectOutcome::AlreadyDone),
                 other => {
                     claimed_now = other?;
                     &claimed_now
                 }
             },
-            Claim::Made(written) => {
+            EffectStart::Claimed(written) => {
                 let record = &written.record;
                 if record.fence != Some(self.token())
                     || record.state.as_ref() != Some(lifecycle.in_flight())

@@ -98,7 +98,7 @@ impl<'a> Fence<'a> {
     ///
     /// * an ambiguous outcome is sent again with the same token, up to
     ///   [`Self::ambiguous_retries`] times;
-    /// * a refusal is explained ([`Self::explain`]: a counter that went backwards is a
+    /// * a refusal is explained ([`Self::explain_and_repair`]: a counter that went backwards is a
     ///   [`Error::TokenRegression`], not a newer holder);
     /// * the outcome is reported for each of `records`: a `tracing` event, and the `metrics`
     ///   counters and latency when that feature is on.
@@ -124,7 +124,7 @@ impl<'a> Fence<'a> {
                         telemetry::ambiguous_retry(store, first, self.token, retries);
                     }
                 }
-                Err(err) => break Err(self.explain(err).await),
+                Err(err) => break Err(self.explain_and_repair(err).await),
                 done => break done,
             }
         };
@@ -144,7 +144,7 @@ impl<'a> Fence<'a> {
     ) -> Result<T> {
         let started = Instant::now();
         let result = match attempt.await {
-            Err(err) => Err(self.explain(err).await),
+            Err(err) => Err(self.explain_and_repair(err).await),
             done => done,
         };
         self.observe(store, records, check, started, &result);
@@ -198,7 +198,7 @@ impl<'a> Fence<'a> {
                 Err(err) if write.refusal_may_be_own(&err, retries > 0) => {
                     return self.own_earlier_attempt(store, key, write, err).await;
                 }
-                Err(err) => return Err(self.explain(err).await),
+                Err(err) => return Err(self.explain_and_repair(err).await),
             }
         }
     }
@@ -215,7 +215,7 @@ impl<'a> Fence<'a> {
             Some(record) if write.is_reflected_in(self.token, &record) => {
                 Ok(Written::over(record.fence, record.state.clone(), record))
             }
-            _ => Err(self.explain(refusal).await),
+            _ => Err(self.explain_and_repair(refusal).await),
         }
     }
 
@@ -225,7 +225,7 @@ impl<'a> Fence<'a> {
     /// returned as it is.
     ///
     /// The extra read of the source happens only here, on the rejection path.
-    pub async fn explain(&self, err: Error) -> Error {
+    pub async fn explain_and_repair(&self, err: Error) -> Error {
         let Error::Fenced {
             store,
             record,

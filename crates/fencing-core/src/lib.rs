@@ -60,8 +60,8 @@ pub mod adapter;
 /// The attribute every implementation of this crate's traits needs, a job's [`SideEffect`]
 /// included (re-exported so that implementors need no dependency of their own).
 pub use async_trait::async_trait;
-pub use batch::{FencedBatch, MismatchPolicy, StoreRef};
-pub use effect::{Claim, EffectOutcome, Lifecycle, SideEffect};
+pub use batch::{BatchScope, FencedBatch, MismatchPolicy, StoreRef};
+pub use effect::{EffectOutcome, EffectStart, Lifecycle, SideEffect};
 pub use error::{BoxError, Error, FoundFence, Result};
 pub use fence::Fence;
 pub use guard::{LeaseGuard, OwnerId};

@@ -46,7 +46,7 @@ pub struct PgStore {
 #[non_exhaustive]
 pub struct PgManyWritten {
     /// The records written, in the order given, each with what it held before: pass one to
-    /// [`fencing_core::Claim::Made`] to run its effect without claiming it again.
+    /// [`fencing_core::EffectStart::Claimed`] to run its effect without claiming it again.
     pub written: Vec<Written>,
     /// The keys left alone because the row is missing or outside the required states, each
     /// with the rejection a single write would have had.
@@ -155,7 +155,7 @@ impl PgStore {
     }
 
     /// Reads one record on the caller's connection or transaction.
-    pub async fn read_with<'c, A: Acquire<'c, Database = Postgres>>(
+    pub async fn read_on<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
         conn: A,
         key: &RecordKey,
@@ -183,7 +183,7 @@ impl PgStore {
     /// One statement locks the row, checks fence and state, applies the change and returns
     /// what the row held, so a refusal names the fence it met. A claim without a state
     /// condition on a missing row inserts it; the table's other columns need defaults.
-    pub async fn write_with<'c, A: Acquire<'c, Database = Postgres>>(
+    pub async fn write_on<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
         conn: A,
         key: &RecordKey,
@@ -227,10 +227,10 @@ impl PgStore {
         .await?
     }
 
-    /// [`Self::write_with`] under `fence`'s token, through [`Fence::run_write_once`]: a
+    /// [`Self::write_on`] under `fence`'s token, through [`Fence::run_write_once`]: a
     /// refusal is explained (a counter that went backwards is a regression, not a newer
     /// holder) and the outcome reported as [`Fence::write`] reports it. For writes inside the
-    /// caller's transaction, e.g. through [`fencing_core::FencedBatch::with_fence`]; an
+    /// caller's transaction, e.g. through [`fencing_core::FencedBatch::run_fenced`]; an
     /// ambiguous outcome is returned, not retried, since the transaction it was part of is
     /// gone.
     pub async fn write_in<'c, A: Acquire<'c, Database = Postgres>>(
@@ -241,7 +241,7 @@ impl PgStore {
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
         let write = write.into();
-        let attempt = self.write_with(conn, key, fence.token(), &write);
+        let attempt = self.write_on(conn, key, fence.token(), &write);
         fence
             .run_write_once(&self.name, &[key], write.write().check(), attempt)
             .await
@@ -255,7 +255,7 @@ impl PgStore {
     /// refusal on any row rolls the whole statement back and is returned through `fence`
     /// (so a counter that went backwards is reported as such). Missing rows and rows outside
     /// the required states are skipped and listed. Missing rows are not created.
-    pub async fn write_many_with<'c, A: Acquire<'c, Database = Postgres>>(
+    pub async fn write_many_on<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
         conn: A,
         fence: &Fence<'_>,
@@ -360,14 +360,14 @@ impl PgStore {
         Ok(PgManyWritten { written, skipped })
     }
 
-    /// [`Self::write_many_with`] on the store's pool.
+    /// [`Self::write_many_on`] on the store's pool.
     pub async fn write_many(
         &self,
         fence: &Fence<'_>,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
     ) -> Result<PgManyWritten> {
-        self.write_many_with(&self.pool, fence, keys, write).await
+        self.write_many_on(&self.pool, fence, keys, write).await
     }
 
     /// What about a write can be refused before sending, besides its keys: a payload without
@@ -486,7 +486,7 @@ impl FencedStore for PgStore {
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
-        self.read_with(&self.pool, key).await
+        self.read_on(&self.pool, key).await
     }
 
     async fn write(
@@ -495,6 +495,6 @@ impl FencedStore for PgStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        self.write_with(&self.pool, key, token, write).await
+        self.write_on(&self.pool, key, token, write).await
     }
 }

@@ -6,7 +6,7 @@ mod common;
 
 use common::Schema;
 use fencing_core::{
-    Claim, EffectOutcome, Error, Fence, FencedStore, FencedWrite, FencingToken, InputKind,
+    EffectOutcome, EffectStart, Error, Fence, FencedStore, FencedWrite, FencingToken, InputKind,
     Lifecycle, RecordKey, State, TokenSource,
 };
 use fencing_postgres::{PgStore, PgTable, PgValue, PgWrite};
@@ -76,7 +76,7 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
         .set("amount_cents", 7025)
         .unwrap();
     payouts
-        .write_with(payouts.pool(), &key(P1), token(33), &confirm)
+        .write_on(payouts.pool(), &key(P1), token(33), &confirm)
         .await
         .unwrap();
     let row = sqlx::query(AssertSqlSafe(format!(
@@ -98,7 +98,7 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
         .set("gateway_ref", "stale")
         .unwrap();
     let err = payouts
-        .write_with(payouts.pool(), &key(P1), token(32), &stale)
+        .write_on(payouts.pool(), &key(P1), token(32), &stale)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
@@ -280,7 +280,7 @@ async fn writes_the_table_cannot_carry_are_refused_before_sending() {
     ];
     for write in &cases {
         let err = payouts
-            .write_with(payouts.pool(), &key(P1), token(5), write)
+            .write_on(payouts.pool(), &key(P1), token(5), write)
             .await
             .unwrap_err();
         assert!(
@@ -334,7 +334,7 @@ async fn after_a_batch_claim_only_records_in_flight_before_it_are_looked_up() {
         let outcome = fence
             .run_effect_then(
                 &payouts,
-                Claim::Made(written),
+                EffectStart::Claimed(written),
                 &lifecycle,
                 &gateway,
                 async |_: &u32| {
@@ -410,7 +410,7 @@ async fn a_value_its_column_cannot_hold_fails_the_whole_statement_and_writes_not
         .set("amount_cents", "seventy")
         .unwrap();
     let err = payouts
-        .write_with(payouts.pool(), &key(P1), token(7), &confirm)
+        .write_on(payouts.pool(), &key(P1), token(7), &confirm)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");

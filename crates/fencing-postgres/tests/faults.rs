@@ -138,7 +138,7 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
         .await
         .unwrap();
     store
-        .write_with(&mut conn, &k, token, &lifecycle.claim())
+        .write_on(&mut conn, &k, token, &lifecycle.claim())
         .await
         .unwrap();
 
@@ -153,7 +153,7 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
     backend_gone(&schema.pool, &application).await;
 
     let err = store
-        .write_with(&mut conn, &k, token, &lifecycle.confirm())
+        .write_on(&mut conn, &k, token, &lifecycle.confirm())
         .await
         .unwrap_err();
     assert!(

@@ -115,10 +115,10 @@ async fn fenced_writes_join_the_callers_transaction() {
 
     let mut tx = schema.pool.begin().await.unwrap();
     store
-        .write_with(&mut *tx, &k, token(33), &lifecycle.claim())
+        .write_on(&mut *tx, &k, token(33), &lifecycle.claim())
         .await
         .unwrap();
-    let inside = store.read_with(&mut *tx, &k).await.unwrap().unwrap();
+    let inside = store.read_on(&mut *tx, &k).await.unwrap().unwrap();
     assert_eq!(inside.fence, Some(token(33)));
     tx.rollback().await.unwrap();
     let after = store.read(&k).await.unwrap().unwrap();
@@ -130,7 +130,7 @@ async fn fenced_writes_join_the_callers_transaction() {
 
     let mut tx = schema.pool.begin().await.unwrap();
     store
-        .write_with(&mut *tx, &k, token(33), &lifecycle.claim())
+        .write_on(&mut *tx, &k, token(33), &lifecycle.claim())
         .await
         .unwrap();
     tx.commit().await.unwrap();

@@ -180,14 +180,10 @@ pub(crate) async fn run(
     let stores: [Arc<dyn FencedStore>; 1] = [payouts.clone()];
     let retry = RetryPolicy::new(20, Duration::from_millis(100), Duration::from_secs(1))?;
     let renewing = lease.clone();
-    FencedBatch::scoped(
-        lease,
-        &resource,
-        ttl,
-        &retry,
-        stores,
-        MismatchPolicy::Skip,
-        async |batch| {
+    FencedBatch::scope(lease, &resource, ttl, stores)
+        .retry(retry)
+        .mismatch_policy(MismatchPolicy::Skip)
+        .run(async |batch| {
             let renewal = LeaseRenewal::start(renewing, batch.guard().clone(), ttl.duration() / 3);
             let mut run = Run {
                 token: Some(batch.token()),
@@ -213,7 +209,7 @@ pub(crate) async fn run(
             }
             let keys: Vec<RecordKey> = amounts.keys().cloned().collect();
             let claimed = batch
-                .with_fence(&payouts, async |fence| {
+                .run_fenced(&payouts, async |fence| {
                     payouts.write_many(fence, &keys, &lifecycle.claim()).await
                 })
                 .await?;
@@ -239,7 +235,13 @@ pub(crate) async fn run(
                     .await
                 };
                 match batch
-                    .run_effect_then(&payouts, Claim::Made(written), &lifecycle, &call, confirm)
+                    .run_effect_then(
+                        &payouts,
+                        EffectStart::Claimed(written),
+                        &lifecycle,
+                        &call,
+                        confirm,
+                    )
                     .await
                 {
                     Ok(EffectOutcome::Performed(_)) => run.paid += 1,
@@ -253,9 +255,8 @@ pub(crate) async fn run(
             }
             renewal.stop();
             Ok(run)
-        },
-    )
-    .await
+        })
+        .await
 }
 
 /// Marks the payout paid (with its time and the gateway's reference) and posts its ledger

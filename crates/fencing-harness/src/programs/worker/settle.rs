@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use fencing_core::{
-    BoxError, Claim, EffectOutcome, FencedBatch, FencedWrite, Lifecycle, Record, RecordKey, Result,
-    SideEffect, SkippedRecord,
+    BoxError, EffectOutcome, EffectStart, FencedBatch, FencedWrite, Lifecycle, Record, RecordKey,
+    Result, SideEffect, SkippedRecord,
 };
 use fencing_harness::http;
 use fencing_harness::stores::{MERCHANT, RunStores};
@@ -85,7 +85,7 @@ impl Settlement {
                 None => {
                     let claim = PgWrite::new(lifecycle.claim()).set("claimed_by", holder)?;
                     let claimed = batch
-                        .with_fence(&**refunds, async |fence| {
+                        .run_fenced(&**refunds, async |fence| {
                             refunds.write_in(&self.pool, fence, key, claim).await
                         })
                         .await;
@@ -106,7 +106,7 @@ impl Settlement {
                     match batch
                         .run_effect_then(
                             &**refunds,
-                            Claim::Made(&claimed),
+                            EffectStart::Claimed(&claimed),
                             &lifecycle,
                             &call,
                             confirm,
@@ -149,7 +149,7 @@ impl Settlement {
                 .await?;
             let mark_filed = PgWrite::new(FencedWrite::claim()).set("filed", true)?;
             batch
-                .with_fence(&**refunds, async |fence| {
+                .run_fenced(&**refunds, async |fence| {
                     refunds.write_in(&self.pool, fence, key, mark_filed).await
                 })
                 .await?;
