@@ -475,6 +475,14 @@ mod tests {
             "decided on the re-read"
         );
         assert_eq!(written.record.fence, Some(token(3)));
+        assert_eq!(
+            store.read(&key()).await.unwrap(),
+            Some(Record {
+                state: Some(state("sending")),
+                ..record(3, "sending")
+            }),
+            "the store holds this writer's claim over the interloper's record"
+        );
     }
 
     #[tokio::test]
@@ -489,6 +497,14 @@ mod tests {
             2,
             "seed and one write, not two"
         );
+        assert_eq!(
+            store.read(&key()).await.unwrap(),
+            Some(Record {
+                payload: Vec::new(),
+                ..record(3, "sending")
+            }),
+            "the write that landed is the one read back"
+        );
     }
 
     #[tokio::test]
@@ -498,6 +514,14 @@ mod tests {
         let written = store.write(&key(), token(3), &sending()).await.unwrap();
         assert_eq!(written.record.fence, Some(token(3)));
         assert_eq!(*store.inner().puts.lock().unwrap(), 2);
+        assert_eq!(
+            store.read(&key()).await.unwrap(),
+            Some(Record {
+                payload: Vec::new(),
+                ..record(3, "sending")
+            }),
+            "the write sent again is the one read back"
+        );
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use fencing_model::{Mutation, Protocol};
+use fencing_model::{Action, Mutation, Protocol};
 use stateright::{Checker, Model};
 
 /// Checks `protocol` exhaustively; returns the names of the properties with a counterexample.
@@ -73,19 +73,51 @@ fn with_an_unseeded_counter_reset_a_reissued_token_confirms_another_claim() {
     );
 }
 
-/// A counterexample of one mutation, printed for the record (the checker reports the first it
-/// meets, not necessarily the shortest).
+/// A counterexample of one mutation tells the story the mutation allows: a holder performs the
+/// effect, its lease expires, another worker acquires and performs the same effect again, and
+/// nobody looks it up; its last state carries the violation. (Printed with `--nocapture`.)
 #[test]
-fn a_counterexample_trace() {
+fn a_counterexample_trace_repeats_an_effect_after_a_takeover_without_a_lookup() {
     let protocol = Protocol::small(Mutation::NoTakeoverLookup);
     let checker = protocol.checker().spawn_bfs().join();
     let path = checker
         .discovery("no effect performed by a holder that claimed after it was done")
         .expect("a counterexample");
+    assert!(path.last_state().violations.effect_repeated, "{path:?}");
+    let actions = path.into_actions();
     println!("a counterexample without the takeover lookup:");
-    for action in path.into_actions() {
+    for action in &actions {
         println!("  {action:?}");
     }
+    let performers: std::collections::BTreeSet<u8> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Perform(w) => Some(*w),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        performers.len() >= 2,
+        "the effect by two workers: {actions:?}"
+    );
+    let acquirers: std::collections::BTreeSet<u8> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Acquire(w) => Some(*w),
+            _ => None,
+        })
+        .collect();
+    assert!(acquirers.len() >= 2, "a takeover: {actions:?}");
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Expire | Action::LoseCounter)),
+        "the first holder's lease ended under it: {actions:?}"
+    );
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Lookup(_))),
+        "no lookup happened: {actions:?}"
+    );
 }
 
 /// Three workers, two expiries: the larger size `docs/protocol.md` reports. About 5.6 million

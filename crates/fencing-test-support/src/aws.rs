@@ -122,3 +122,16 @@ impl Intercept for LoseAnswers {
         Ok(())
     }
 }
+
+/// What the suite may expect of the AWS emulator, for every adapter tested against it: it
+/// does not serialise concurrent requests (the suite's races go through
+/// `fencing_testkit::conformance::OneAtATime`), and it answers in milliseconds rather than
+/// microseconds, so leases last long enough for a dozen requests.
+pub fn emulator_capabilities() -> fencing_testkit::conformance::Capabilities {
+    fencing_testkit::conformance::Capabilities {
+        serialises_concurrent_writes: false,
+        short_ttl: fencing_core::Ttl::from_millis(1500).expect("a valid TTL"),
+        expiry_slack: std::time::Duration::from_millis(200),
+        ..fencing_testkit::conformance::Capabilities::real_server()
+    }
+}

@@ -18,16 +18,9 @@ pub(crate) fn client_with(config: aws_sdk_dynamodb::config::Builder) -> Client {
     aws::dynamodb_client(config)
 }
 
-/// The emulator does not serialise concurrent requests: the suite's races go through
-/// `OneAtATime`. It answers in milliseconds rather than microseconds, so leases last long
-/// enough for a dozen requests.
+/// The emulator's capabilities, shared by every AWS adapter's tests.
 pub(crate) fn caps() -> Capabilities {
-    Capabilities {
-        serialises_concurrent_writes: false,
-        short_ttl: fencing_core::Ttl::from_millis(1500).unwrap(),
-        expiry_slack: std::time::Duration::from_millis(200),
-        ..Capabilities::real_server()
-    }
+    aws::emulator_capabilities()
 }
 
 /// A fresh table of fenced records.

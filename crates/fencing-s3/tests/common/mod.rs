@@ -18,14 +18,9 @@ pub(crate) fn client_with(config: aws_sdk_s3::config::Builder) -> Client {
     aws::s3_client(config)
 }
 
-/// The emulator does not serialise concurrent requests, and answers in milliseconds.
+/// The emulator's capabilities, shared by every AWS adapter's tests.
 pub(crate) fn caps() -> Capabilities {
-    Capabilities {
-        serialises_concurrent_writes: false,
-        short_ttl: fencing_core::Ttl::from_millis(1500).unwrap(),
-        expiry_slack: std::time::Duration::from_millis(200),
-        ..Capabilities::real_server()
-    }
+    aws::emulator_capabilities()
 }
 
 /// A fresh bucket, with the records under `prefix`.
