@@ -13,11 +13,10 @@
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::BehaviorVersion;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use fencing_core::{
-    Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource, RecordKey,
-    ResourceName, State, TokenSource,
+    Fence, FencedStore, FencedWrite, FencingToken, MemoryTokenSource, RecordKey, ResourceName,
+    State, TokenSource,
 };
 use fencing_dynamodb::{DynamoStore, DynamoTable};
 use fencing_test_support::{aws, bench, services};
@@ -29,26 +28,11 @@ const TRANSACTION: usize = 25;
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let endpoint = services::aws_endpoint();
-    let client = Client::from_conf(
-        aws_sdk_dynamodb::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(&endpoint)
-            .region(aws::region())
-            .credentials_provider(aws::credentials())
-            .http_client(aws::http_client())
-            .build(),
-    );
+    let client = aws::dynamodb_client_at(&endpoint, aws_sdk_dynamodb::Config::builder());
     let table = DynamoTable::new(fencing_testkit::unique_name("bench")).unwrap();
     table.create(&client).await.unwrap();
     let store = DynamoStore::new(client.clone(), table);
-    let keys: Vec<_> = (1..=ITEMS)
-        .map(|n| RecordKey::new(format!("r_{n:04}")).unwrap())
-        .collect();
-    let lifecycle = Lifecycle::default();
-    let create = FencedWrite::claim().set_state(lifecycle.pending().clone());
-    for k in &keys {
-        store.write(k, FencingToken::MIN, &create).await.unwrap();
-    }
+    let keys = bench::pending_records(&store, ITEMS).await;
     let bench = Bench {
         client,
         store,

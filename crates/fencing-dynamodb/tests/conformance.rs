@@ -10,35 +10,53 @@ use fencing_dynamodb::{DynamoFenceFloor, DynamoTokenSource};
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn store_contract() {
-    let store = common::store().await;
-    store_suite(Arc::new(store.clone()), common::caps()).await;
-    store_suite(
-        Arc::new(Arc::new(store) as Arc<dyn FencedStore>),
-        common::caps(),
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn token_source_contract() {
-    let client = common::client();
-    let tokens = DynamoTokenSource::new(client, fencing_testkit::unique_name("tokens")).unwrap();
+/// A fresh token table.
+async fn tokens() -> DynamoTokenSource {
+    let tokens =
+        DynamoTokenSource::new(common::client(), fencing_testkit::unique_name("tokens")).unwrap();
     tokens.create_table().await.unwrap();
-    token_source_suite(Arc::new(tokens.clone()), common::caps()).await;
-    token_source_suite(
-        Arc::new(Box::new(tokens) as Box<dyn TokenSource>),
-        common::caps(),
-    )
-    .await;
+    tokens
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_contract() {
-    let lease = common::lease(&common::client()).await;
-    lease_suite(Arc::new(lease.clone()), common::caps()).await;
-    lease_suite(Arc::new(Box::new(lease) as Box<dyn Lease>), common::caps()).await;
+/// One test per guarantee and form, each on tables of its own.
+mod concrete {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: common::store().await,
+        caps: common::caps(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: tokens().await,
+        caps: common::caps(),
+    }
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: common::lease(&common::client()).await,
+        caps: common::caps(),
+    }
+}
+
+mod as_dyn {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Arc::new(common::store().await) as Arc<dyn FencedStore>,
+        caps: common::caps(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Box::new(tokens().await) as Box<dyn TokenSource>,
+        caps: common::caps(),
+    }
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Box::new(common::lease(&common::client()).await) as Box<dyn Lease>,
+        caps: common::caps(),
+    }
 }
 
 #[tokio::test]

@@ -36,14 +36,8 @@ async fn main() {
     let table = PgTable::refunds(&schema).unwrap();
     table.create_if_missing(&pool).await.unwrap();
     let store = PgStore::new(pool.clone(), table);
-    let keys: Vec<_> = (1..=ROWS)
-        .map(|n| RecordKey::new(format!("r_{n:04}")).unwrap())
-        .collect();
+    let keys = bench::pending_records(&store, ROWS).await;
     let lifecycle = Lifecycle::default();
-    let create = FencedWrite::claim().set_state(lifecycle.pending().clone());
-    for k in &keys {
-        store.write(k, FencingToken::MIN, &create).await.unwrap();
-    }
     let bench = Bench {
         pool: pool.clone(),
         schema: schema.clone(),

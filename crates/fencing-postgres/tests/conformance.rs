@@ -6,47 +6,68 @@ use std::sync::Arc;
 
 use common::Schema;
 use fencing_core::{FencedStore, Lease, TokenSource};
-use fencing_postgres::PgFenceFloor;
+use fencing_postgres::{PgFenceFloor, PgTokenSource};
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn store_contract() {
-    let schema = Schema::new().await;
-    store_suite(Arc::new(schema.store()), Capabilities::real_server()).await;
-    store_suite(
-        Arc::new(Box::new(schema.store()) as Box<dyn FencedStore>),
-        Capabilities::real_server(),
-    )
-    .await;
-    schema.drop_schema().await;
-}
-
-#[tokio::test]
-async fn token_source_contract() {
-    let schema = Schema::new().await;
+/// The schema's token table, created.
+async fn created_tokens(schema: &Schema) -> PgTokenSource {
     let tokens = schema.tokens();
     tokens.create_if_missing().await.unwrap();
-    token_source_suite(Arc::new(tokens.clone()), Capabilities::real_server()).await;
-    token_source_suite(
-        Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>),
-        Capabilities::real_server(),
-    )
-    .await;
-    schema.drop_schema().await;
+    tokens
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_contract() {
-    let schema = Schema::new().await;
-    let lease = schema.lease().await;
-    lease_suite(Arc::new(lease.clone()), Capabilities::real_server()).await;
-    lease_suite(
-        Arc::new(Box::new(lease) as Box<dyn Lease>),
-        Capabilities::real_server(),
-    )
-    .await;
-    schema.drop_schema().await;
+/// One test per guarantee and form, each in a schema of its own.
+mod concrete {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        setup: { let schema = Schema::new().await; }
+        subject: schema.store(),
+        caps: Capabilities::real_server(),
+        teardown: { schema.drop_schema().await; }
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        setup: { let schema = Schema::new().await; }
+        subject: created_tokens(&schema).await,
+        caps: Capabilities::real_server(),
+        teardown: { schema.drop_schema().await; }
+    }
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        setup: { let schema = Schema::new().await; }
+        subject: schema.lease().await,
+        caps: Capabilities::real_server(),
+        teardown: { schema.drop_schema().await; }
+    }
+}
+
+mod as_dyn {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        setup: { let schema = Schema::new().await; }
+        subject: Box::new(schema.store()) as Box<dyn FencedStore>,
+        caps: Capabilities::real_server(),
+        teardown: { schema.drop_schema().await; }
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        setup: { let schema = Schema::new().await; }
+        subject: Arc::new(created_tokens(&schema).await) as Arc<dyn TokenSource>,
+        caps: Capabilities::real_server(),
+        teardown: { schema.drop_schema().await; }
+    }
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        setup: { let schema = Schema::new().await; }
+        subject: Box::new(schema.lease().await) as Box<dyn Lease>,
+        caps: Capabilities::real_server(),
+        teardown: { schema.drop_schema().await; }
+    }
 }
 
 #[tokio::test]

@@ -14,10 +14,11 @@
 //! Nothing here asserts a time: the figures go to docs/benchmarks.md.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fencing_core::{Lease, ResourceName, Ttl};
 use fencing_redis::RedisLease;
+use fencing_test_support::bench;
 use fencing_test_support::services::RedisServer;
 use redis::aio::MultiplexedConnection;
 
@@ -46,56 +47,48 @@ async fn main() {
         "RedisLease::try_acquire (one script)",
         "rslock LockManager::lock (no token)",
     ];
-    let mut times = vec![Vec::new(); variants.len()];
-    for round in 0..ROUNDS {
-        for offset in 0..variants.len() {
-            let i = (round + offset) % variants.len();
-            let names: Vec<String> = (0..ACQUISITIONS)
-                .map(|n| format!("b{round}v{i}:{n}"))
-                .collect();
-            let start = Instant::now();
-            match i {
-                0 => two_commands(conn.clone(), &names, ttl).await,
-                1 => {
-                    for name in &names {
-                        let r = ResourceName::new(name.as_str()).unwrap();
-                        lease.try_acquire(&r, ttl).await.unwrap().expect("free");
-                    }
-                }
-                _ => {
-                    for name in &names {
-                        rslock
-                            .lock(name.as_bytes(), ttl.duration())
-                            .await
-                            .expect("free");
-                    }
+    let results = bench::compare(&variants, ROUNDS, async |variant, round| {
+        let names: Vec<String> = (0..ACQUISITIONS)
+            .map(|n| format!("b{round}:{}:{n}", variant.len()))
+            .collect();
+        let start = Instant::now();
+        match variant {
+            "SET NX PX + INCR (two commands)" => two_commands(conn.clone(), &names, ttl).await,
+            "RedisLease::try_acquire (one script)" => {
+                for name in &names {
+                    let r = ResourceName::new(name.as_str()).unwrap();
+                    lease.try_acquire(&r, ttl).await.unwrap().expect("free");
                 }
             }
-            times[i].push(start.elapsed());
+            _ => {
+                for name in &names {
+                    rslock
+                        .lock(name.as_bytes(), ttl.duration())
+                        .await
+                        .expect("free");
+                }
+            }
         }
-    }
-    let medians: Vec<Duration> = times
-        .into_iter()
-        .map(|mut t| {
-            t.sort();
-            t[t.len() / 2]
-        })
-        .collect();
-    println!("| variant | median per acquisition | ratio to two commands |");
-    println!("| --- | ---: | ---: |");
-    for (name, median) in variants.iter().zip(&medians) {
-        println!(
-            "| {name} | {:.1} µs | {:.3}× |",
-            median.as_secs_f64() * 1e6 / ACQUISITIONS as f64,
-            median.as_secs_f64() / medians[0].as_secs_f64()
-        );
-    }
+        start.elapsed()
+    })
+    .await;
+    bench::report(&results, ACQUISITIONS, "acquisition");
 
     println!("\n| clients | RedisLease acquisitions/s | redis-benchmark EVALSHA/s (same script) |");
     println!("| ---: | ---: | ---: |");
+    let sha = lease.acquire_script_hash();
+    // The command redis-benchmark sends, once through the client first: a script whose
+    // arguments changed fails here rather than in every one of its requests.
+    let mut check = conn.clone();
+    let token: i64 = redis::cmd(&acquire_command(sha, "check")[0])
+        .arg(&acquire_command(sha, "check")[1..])
+        .query_async(&mut check)
+        .await
+        .expect("the acquire script takes the benchmark's arguments");
+    assert_eq!(token, 1, "a fresh counter's first token");
     for clients in [1, 50] {
         let ours = concurrent(&client, clients, ttl).await;
-        let raw = redis_benchmark(&server, lease.acquire_script_hash(), clients);
+        let raw = redis_benchmark(&server, &acquire_command(sha, "{__rand_int__}"), clients);
         println!("| {clients} | {ours:.0} | {raw} |");
     }
 }
@@ -142,21 +135,31 @@ async fn concurrent(client: &redis::Client, clients: usize, ttl: Ttl) -> f64 {
     (each * clients) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// `redis-benchmark`'s rate for EVALSHA of the acquire script on random keys.
-fn redis_benchmark(server: &RedisServer, sha: &str, clients: usize) -> String {
+/// EVALSHA of the acquire script for the resource `name`: the lease and counter keys, an
+/// owner, the TTL in milliseconds, the re-establish mode of a lease without epochs, and no
+/// floor.
+fn acquire_command(sha: &str, name: &str) -> Vec<String> {
+    [
+        "EVALSHA",
+        sha,
+        "2",
+        &format!("lock:{{{name}}}"),
+        &format!("fence:{{{name}}}"),
+        "owner",
+        "10000",
+        "0",
+        "",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// `redis-benchmark`'s rate for `command` on random keys.
+fn redis_benchmark(server: &RedisServer, command: &[String], clients: usize) -> String {
     let out = Command::new("redis-benchmark")
         .args(["-p", &server.port().to_string(), "-c", &clients.to_string()])
         .args(["-n", &CONCURRENT_TOTAL.to_string(), "-r", "100000000", "-q"])
-        .args([
-            "EVALSHA",
-            sha,
-            "2",
-            "lock:{__rand_int__}",
-            "fence:{__rand_int__}",
-            "owner",
-            "10000",
-            "0",
-        ])
+        .args(command)
         .output();
     match out {
         Ok(out) => {

@@ -12,6 +12,7 @@ use fencing_redis::{RedisLease, RedisTokenSource};
 use fencing_test_support::services::RedisServer;
 use fencing_testkit::conformance::*;
 use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 
 struct Cluster {
     nodes: Vec<RedisServer>,
@@ -79,20 +80,40 @@ impl Cluster {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_and_tokens_work_across_a_three_master_cluster() {
-    let cluster = Cluster::start();
-    let conn = ClusterClient::new(cluster.urls())
+async fn connect(cluster: &Cluster) -> ClusterConnection {
+    ClusterClient::new(cluster.urls())
         .unwrap()
         .get_async_connection()
         .await
-        .unwrap();
-    let caps = Capabilities::real_server().without_braces();
-    let epochs: Arc<dyn TokenSource> = Arc::new(MemoryTokenSource::new());
-    let lease = RedisLease::new(conn.clone(), epochs.clone());
-    lease_suite(Arc::new(lease.clone()), caps).await;
-    token_source_suite(Arc::new(RedisTokenSource::new(conn, epochs)), caps).await;
+        .unwrap()
+}
 
+fn epochs() -> Arc<dyn TokenSource> {
+    Arc::new(MemoryTokenSource::new())
+}
+
+/// Every guarantee on a cluster of its own.
+mod conformance {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        setup: { let cluster = Cluster::start(); }
+        subject: RedisLease::new(connect(&cluster).await, epochs()),
+        caps: Capabilities::real_server().without_braces(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        setup: { let cluster = Cluster::start(); }
+        subject: RedisTokenSource::new(connect(&cluster).await, epochs()),
+        caps: Capabilities::real_server().without_braces(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_spread_over_every_master() {
+    let cluster = Cluster::start();
+    let lease = RedisLease::new(connect(&cluster).await, epochs());
     let ttl = Ttl::from_secs(30).unwrap();
     let mut guards = Vec::new();
     for merchant in 0..60 {

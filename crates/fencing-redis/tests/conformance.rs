@@ -57,42 +57,58 @@ async fn lose_keys_of(conn: &MultiplexedConnection, run: &str) {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_contract_over_a_multiplexed_connection() {
-    let lease = RedisLease::new(multiplexed().await, epochs()).with_keys(keys());
-    lease_suite(
-        Arc::new(lease.clone()),
-        Capabilities::real_server().without_braces(),
-    )
-    .await;
-    lease_suite(
-        Arc::new(Box::new(lease) as Box<dyn Lease>),
-        Capabilities::real_server().without_braces(),
-    )
-    .await;
+/// One test per guarantee and form, each under keys of its own.
+mod multiplexed_connection {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: RedisLease::new(multiplexed().await, epochs()).with_keys(keys()),
+        caps: Capabilities::real_server().without_braces(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        subject: RedisTokenSource::new(multiplexed().await, epochs()).with_keys(keys()),
+        caps: Capabilities::real_server(),
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_contract_over_a_connection_manager() {
-    let lease = RedisLease::new(manager().await, epochs()).with_keys(keys());
-    lease_suite(
-        Arc::new(lease),
-        Capabilities::real_server().without_braces(),
-    )
-    .await;
+mod connection_manager {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: RedisLease::new(manager().await, epochs()).with_keys(keys()),
+        caps: Capabilities::real_server().without_braces(),
+    }
 }
 
-#[tokio::test]
-async fn token_source_contract() {
-    let tokens = RedisTokenSource::new(multiplexed().await, epochs()).with_keys(keys());
-    token_source_suite(Arc::new(tokens.clone()), Capabilities::real_server()).await;
-    token_source_suite(
-        Arc::new(Arc::new(tokens) as Arc<dyn TokenSource>),
-        Capabilities::real_server(),
-    )
-    .await;
-    let reissuing = RedisTokenSource::may_reissue_tokens(multiplexed().await).with_keys(keys());
-    token_source_suite(Arc::new(reissuing), Capabilities::real_server()).await;
+mod as_dyn {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Box::new(RedisLease::new(multiplexed().await, epochs()).with_keys(keys()))
+            as Box<dyn Lease>,
+        caps: Capabilities::real_server().without_braces(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        subject: Arc::new(RedisTokenSource::new(multiplexed().await, epochs()).with_keys(keys()))
+            as Arc<dyn TokenSource>,
+        caps: Capabilities::real_server(),
+    }
+}
+
+/// Counters that start again at 1 when Redis loses them still rise while they last.
+mod reissuing {
+    use super::*;
+
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        subject: RedisTokenSource::may_reissue_tokens(multiplexed().await).with_keys(keys()),
+        caps: Capabilities::real_server(),
+    }
 }
 
 #[tokio::test]

@@ -12,7 +12,6 @@
 use std::time::Instant;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::BehaviorVersion;
 use aws_sdk_s3::primitives::ByteStream;
 use fencing_core::{FencedStore, FencedWrite, FencingToken, RecordKey};
 use fencing_s3::{S3Bucket, S3Store};
@@ -25,22 +24,11 @@ const PAYLOAD: &[u8] = b"refund r_815: 70.25 EUR to card ending 4471";
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let endpoint = services::aws_endpoint();
-    let client = Client::from_conf(
-        aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(&endpoint)
-            .region(aws::region())
-            .credentials_provider(aws::credentials())
-            .force_path_style(true)
-            .http_client(aws::http_client())
-            .build(),
-    );
+    let client = aws::s3_client_at(&endpoint, aws_sdk_s3::Config::builder());
     let name = fencing_testkit::unique_name("bench");
     client.create_bucket().bucket(&name).send().await.unwrap();
     let bucket = S3Bucket::new(name, "receipts/").unwrap();
-    let keys: Vec<_> = (1..=OBJECTS)
-        .map(|n| RecordKey::new(format!("r_{n:04}")).unwrap())
-        .collect();
+    let keys = bench::record_keys(OBJECTS);
     let bench = Bench {
         client: client.clone(),
         warm: S3Store::new(client, bucket.clone()),

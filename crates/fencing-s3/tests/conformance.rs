@@ -9,19 +9,35 @@ use fencing_core::{FencedStore, MemoryLease};
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn store_contract() {
-    store_suite(Arc::new(common::store().await), common::caps()).await;
-    store_suite(
-        Arc::new(Box::new(common::store().await) as Box<dyn FencedStore>),
-        common::caps(),
-    )
-    .await;
-    store_suite(
-        Arc::new(Arc::new(common::store().await) as Arc<dyn FencedStore>),
-        common::caps(),
-    )
-    .await;
+/// One test per guarantee and form, each in a bucket of its own.
+mod concrete {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: common::store().await,
+        caps: common::caps(),
+    }
+}
+
+mod boxed {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Box::new(common::store().await) as Box<dyn FencedStore>,
+        caps: common::caps(),
+    }
+}
+
+mod shared {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Arc::new(common::store().await) as Arc<dyn FencedStore>,
+        caps: common::caps(),
+    }
 }
 
 #[tokio::test]

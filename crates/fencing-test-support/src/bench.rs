@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use fencing_core::{FencedStore, FencedWrite, FencingToken, Lifecycle, RecordKey};
+
 /// Runs every variant once per round, rotating which goes first, and returns each variant's
 /// median. `run(variant, round)` does any set-up it needs and returns the time of the part
 /// being measured.
@@ -42,4 +44,25 @@ pub fn report(results: &[(&str, Duration)], per: usize, unit: &str) {
             time.as_secs_f64() / baseline.as_secs_f64()
         );
     }
+}
+
+/// The keys `r_0001`, `r_0002`, … of a benchmark's `count` records.
+pub fn record_keys(count: usize) -> Vec<RecordKey> {
+    (1..=count)
+        .map(|n| RecordKey::new(format!("r_{n:04}")).expect("valid record key"))
+        .collect()
+}
+
+/// Writes `count` records in the lifecycle's `pending` state under the lowest fence, as a
+/// job's producer does, and returns their keys.
+pub async fn pending_records<S: FencedStore + ?Sized>(store: &S, count: usize) -> Vec<RecordKey> {
+    let keys = record_keys(count);
+    let create = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
+    for key in &keys {
+        store
+            .write(key, FencingToken::MIN, &create)
+            .await
+            .unwrap_or_else(|err| panic!("create {key:?}: {err}"));
+    }
+    keys
 }

@@ -1,5 +1,6 @@
 //! The conformance suite against the in-memory implementations, each three ways: as the
-//! concrete type, as `Box<dyn …>` and as `Arc<dyn …>`, through the same generic bounds.
+//! concrete type, as `Box<dyn …>` and as `Arc<dyn …>`, through the same generic bounds, one
+//! test per guarantee and form.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,62 +10,92 @@ use fencing_core::{FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSour
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 
-#[tokio::test(start_paused = true)]
-async fn lease_contract_three_ways() {
-    let caps = Capabilities::in_memory();
-    lease_suite(Arc::new(MemoryLease::new()), caps).await;
-    lease_suite(
-        Arc::new(Box::new(MemoryLease::new()) as Box<dyn Lease>),
-        caps,
-    )
-    .await;
-    lease_suite(
-        Arc::new(Arc::new(MemoryLease::new()) as Arc<dyn Lease>),
-        caps,
-    )
-    .await;
+/// Each form in a module of its own: a failure names the form and the guarantee.
+mod concrete {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(start_paused = true)]
+        subject: MemoryLease::new(),
+        caps: Capabilities::in_memory(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        subject: MemoryTokenSource::new(),
+        caps: Capabilities::in_memory(),
+    }
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: MemoryStore::new("concrete"),
+        caps: Capabilities::in_memory(),
+    }
 }
 
-#[tokio::test]
-async fn token_source_contract_three_ways() {
-    token_source_suite(
-        Arc::new(MemoryTokenSource::new()),
-        Capabilities::in_memory(),
-    )
-    .await;
-    token_source_suite(
-        Arc::new(Box::new(MemoryTokenSource::new()) as Box<dyn TokenSource>),
-        Capabilities::in_memory(),
-    )
-    .await;
-    token_source_suite(
-        Arc::new(Arc::new(MemoryTokenSource::new()) as Arc<dyn TokenSource>),
-        Capabilities::in_memory(),
-    )
-    .await;
+mod boxed {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(start_paused = true)]
+        subject: Box::new(MemoryLease::new()) as Box<dyn Lease>,
+        caps: Capabilities::in_memory(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        subject: Box::new(MemoryTokenSource::new()) as Box<dyn TokenSource>,
+        caps: Capabilities::in_memory(),
+    }
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Box::new(MemoryStore::new("boxed")) as Box<dyn FencedStore>,
+        caps: Capabilities::in_memory(),
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn store_contract_three_ways() {
-    let caps = Capabilities::in_memory();
-    store_suite(Arc::new(MemoryStore::new("concrete")), caps).await;
-    store_suite(
-        Arc::new(Box::new(MemoryStore::new("boxed")) as Box<dyn FencedStore>),
-        caps,
-    )
-    .await;
-    store_suite(
-        Arc::new(Arc::new(MemoryStore::new("shared")) as Arc<dyn FencedStore>),
-        caps,
-    )
-    .await;
+mod shared {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(start_paused = true)]
+        subject: Arc::new(MemoryLease::new()) as Arc<dyn Lease>,
+        caps: Capabilities::in_memory(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        subject: Arc::new(MemoryTokenSource::new()) as Arc<dyn TokenSource>,
+        caps: Capabilities::in_memory(),
+    }
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Arc::new(MemoryStore::new("shared")) as Arc<dyn FencedStore>,
+        caps: Capabilities::in_memory(),
+    }
 }
 
 /// The compare-and-swap loop every object store shares, over the in-memory versioned store.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compare_and_swap_store_contract() {
-    let objects = CasStore::new(MemoryVersionedStore::new("objects"));
-    store_suite(Arc::new(objects), Capabilities::in_memory()).await;
+mod compare_and_swap {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: CasStore::new(MemoryVersionedStore::new("objects")),
+        caps: Capabilities::in_memory(),
+    }
+}
+
+/// A lease whose counters take a new epoch from a durable source when they are lost.
+mod with_epochs {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(start_paused = true)]
+        subject: lease_with_epochs(),
+        caps: Capabilities::in_memory(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test]
+        subject: lease_with_epochs().tokens().clone(),
+        caps: Capabilities::in_memory(),
+    }
 }
 
 #[tokio::test]
@@ -90,12 +121,6 @@ async fn no_token_is_reissued_after_the_counters_are_lost() {
     let tokens = lease.tokens().clone();
     no_token_is_reissued_after_counter_loss(&lease, &store, caps, async || tokens.forget_all())
         .await;
-    lease_suite(Arc::new(lease_with_epochs()), caps).await;
-    token_source_suite(
-        Arc::new(lease_with_epochs().tokens().clone()),
-        Capabilities::in_memory(),
-    )
-    .await;
 }
 
 /// The same schedules find the reissue where counters restart at 1: the check can fail.

@@ -9,21 +9,6 @@ use fencing_core::{
 
 use super::{Capabilities, OneAtATime, hostile_names, must_acquire, resource};
 
-/// Every [`Lease`] guarantee.
-pub async fn lease_suite<L: Lease + 'static>(lease: Arc<L>, caps: Capabilities) {
-    lease_is_exclusive(&*lease, caps).await;
-    concurrent_acquirers_get_one_lease(lease.clone(), caps).await;
-    expiry_allows_takeover_with_higher_token(&*lease, caps).await;
-    non_owner_cannot_extend_or_release(&*lease, caps).await;
-    extend_keeps_the_lease_past_its_first_ttl(&*lease, caps).await;
-    release_frees_the_resource(&*lease, caps).await;
-    tokens_rise_across_acquisitions(&*lease, caps).await;
-    local_deadline_is_conservative(&*lease, caps).await;
-    acquire_retries_until_expiry(&*lease, caps).await;
-    hostile_resource_names_are_distinct(&*lease, caps).await;
-    status_names_the_live_holder_only(&*lease, caps).await;
-}
-
 /// `status` names the holder and its token while the lease is live, and nobody once it is
 /// released or expired.
 pub async fn status_names_the_live_holder_only<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {

@@ -1,5 +1,8 @@
 //! The conformance suite: every guarantee of [`Lease`], [`TokenSource`] and [`FencedStore`]
-//! as a function that panics with a message when an implementation breaks it.
+//! as a function that panics with a message when an implementation breaks it, and the macros
+//! ([`store_conformance!`](crate::store_conformance), [`lease_conformance!`](crate::lease_conformance),
+//! [`token_source_conformance!`](crate::token_source_conformance)) that make each one a test of
+//! its own for an adapter.
 //!
 //! Functions take the implementation as a generic (so `Box<dyn …>` and `Arc<dyn …>` are tested
 //! as themselves) and a [`Capabilities`] the harness declares for the backend. Each function
@@ -13,6 +16,7 @@
 
 mod holders;
 mod lease;
+mod macros;
 mod one_at_a_time;
 mod store;
 mod tokens;

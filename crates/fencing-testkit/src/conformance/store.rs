@@ -18,29 +18,6 @@ fn state(name: &str) -> State {
     State::new(name).unwrap()
 }
 
-/// Every [`FencedStore`] guarantee: the single-writer checks, refusals that change nothing,
-/// retries after lost answers, and racing claims (run concurrently where the backend
-/// serialises concurrent writes, one by one in a shuffled order where it does not).
-pub async fn store_suite<S: FencedStore + ?Sized + 'static>(store: Arc<S>, caps: Capabilities) {
-    let single = &*store;
-    single_writer_suite(single).await;
-    refused_writes_change_nothing(single).await;
-    retried_writes_are_recognised(single).await;
-    racing_claims_serialise(store, caps).await;
-}
-
-/// The [`FencedStore`] guarantees a single writer can check.
-pub async fn single_writer_suite<S: FencedStore + ?Sized>(store: &S) {
-    claim_creates_a_missing_record(store).await;
-    stale_claim_is_rejected(store).await;
-    same_token_reclaim_is_idempotent(store).await;
-    confirm_by_a_non_claimer_is_rejected(store).await;
-    state_preconditions_are_enforced(store).await;
-    fence_is_checked_before_state(store).await;
-    payload_round_trips_bytes(store).await;
-    hostile_keys_are_distinct(store).await;
-}
-
 async fn must_claim<S: FencedStore + ?Sized>(store: &S, key: &RecordKey, t: u64) {
     store
         .write(key, token(t), &FencedWrite::claim())

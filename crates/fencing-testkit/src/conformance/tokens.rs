@@ -5,15 +5,6 @@ use fencing_core::{Error, FencingToken, TokenSource};
 
 use super::{Capabilities, OneAtATime, resource};
 
-/// Every [`TokenSource`] guarantee that needs no server fault.
-pub async fn token_source_suite<T: TokenSource + 'static>(source: Arc<T>, caps: Capabilities) {
-    tokens_strictly_increase(&*source).await;
-    advance_to_raises_and_never_lowers(&*source).await;
-    resources_have_independent_counters(&*source).await;
-    exhaustion_is_an_error(&*source).await;
-    concurrent_next_never_repeats(source, caps).await;
-}
-
 /// `next` strictly increases and `current` reports the last token issued.
 pub async fn tokens_strictly_increase<T: TokenSource + ?Sized>(source: &T) {
     let r = resource("tokens-increase");
