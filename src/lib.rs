@@ -18,16 +18,16 @@ pub mod prelude {
         BoxError, EffectOutcome, EffectStart, Error, Fence, FenceCheck, FenceFloor, FencedBatch,
         FencedStore, FencedWrite, FencingToken, Finished, FoundFence, InputKind, InvalidInput,
         Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease, MemoryStore,
-        MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Record, RecordKey, ResourceName,
-        Result, RetryPolicy, SideEffect, SkippedRecord, State, StoreRef, TokenSource, Ttl, Written,
-        acquire, async_trait, seed_from_floors,
+        MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Pipeline, Record, RecordKey,
+        ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord, State, StoreRef,
+        TokenSource, Ttl, Written, acquire, async_trait, seed_from_floors,
     };
 
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub use fencing_postgres::{
-        PgFenceFloor, PgKeyType, PgLease, PgManyWritten, PgStore, PgTable, PgTokenSource, PgValue,
-        PgWrite,
+        PgFenceFloor, PgKeyType, PgLease, PgStore, PgTable, PgTokenSource, PgValue, PgWrite,
+        PgWrittenTogether,
     };
 
     #[cfg(feature = "redis")]

@@ -296,7 +296,11 @@ impl FencedBatch {
         Fence::of_guard(self.guard(), self.lease.token_source())
     }
 
-    fn writable(&self, store: &(impl StoreRef + ?Sized)) -> Result<&Arc<dyn FencedStore>> {
+    /// The store named by `store`, or why the batch refuses to write to it.
+    pub(crate) fn writable(
+        &self,
+        store: &(impl StoreRef + ?Sized),
+    ) -> Result<&Arc<dyn FencedStore>> {
         if let Some((store, record)) = self.aborted_by() {
             return Err(Error::BatchAborted { store, record });
         }
@@ -311,6 +315,14 @@ impl FencedBatch {
                 )
                 .into()
             })
+    }
+
+    /// Notes `err` as [`Self::write`] would, and returns it unless the batch's policy
+    /// skipped it (a mismatch under [`MismatchPolicy::Skip`]).
+    pub(crate) fn note_error(&self, err: Error) -> Option<Error> {
+        let skips = self.policy == MismatchPolicy::Skip && SkippedRecord::of(&err).is_some();
+        let noted = self.note::<()>(Err(err)).err();
+        if skips { None } else { noted }
     }
 
     fn note<T>(&self, result: Result<T>) -> Result<T> {

@@ -93,7 +93,7 @@ impl Lifecycle {
             .set_state(self.done.clone())
     }
 
-    fn is_done(&self, err: &Error) -> bool {
+    pub(crate) fn is_done(&self, err: &Error) -> bool {
         matches!(err, Error::StateMismatch { found: Some(found), .. } if *found == self.done)
     }
 }
@@ -205,33 +205,42 @@ impl<'a> Fence<'a> {
                 written
             }
         };
-        let key = &claimed.record.key;
-        let effect_err = |source| Error::Effect {
-            record: key.clone(),
-            source,
-        };
-        let was_in_flight = claimed.previous_state.as_ref() == Some(lifecycle.in_flight());
-        let recovered = if was_in_flight {
-            telemetry::takeover(store.name(), key, self.token(), claimed.previous_fence);
-            let found = effect.lookup(key).await.map_err(effect_err)?;
-            telemetry::effect_looked_up(key, found.is_some());
-            found
-        } else {
-            None
-        };
-        let (receipt, was_recovered) = match recovered {
-            Some(receipt) => (receipt, true),
-            None => {
-                let performed = effect.perform(key, &claimed.record).await;
-                telemetry::effect_performed(key, performed.as_ref().map(drop));
-                (performed.map_err(effect_err)?, false)
-            }
-        };
+        let (receipt, was_recovered) = self
+            .perform_claimed(store.name(), claimed, lifecycle, effect)
+            .await?;
         confirm(&receipt).await?;
         Ok(if was_recovered {
             EffectOutcome::Recovered(receipt)
         } else {
             EffectOutcome::Performed(receipt)
         })
+    }
+
+    /// The effect of a record this holder claimed: looked up first if the claim found it in
+    /// flight (an earlier claim's effect may have happened), performed if not found. Returns
+    /// the receipt and whether it was found rather than performed.
+    pub(crate) async fn perform_claimed<E: SideEffect + ?Sized>(
+        &self,
+        store: &str,
+        claimed: &Written,
+        lifecycle: &Lifecycle,
+        effect: &E,
+    ) -> Result<(E::Receipt, bool)> {
+        let key = &claimed.record.key;
+        let effect_err = |source| Error::Effect {
+            record: key.clone(),
+            source,
+        };
+        if claimed.previous_state.as_ref() == Some(lifecycle.in_flight()) {
+            telemetry::takeover(store, key, self.token(), claimed.previous_fence);
+            let found = effect.lookup(key).await.map_err(effect_err)?;
+            telemetry::effect_looked_up(key, found.is_some());
+            if let Some(receipt) = found {
+                return Ok((receipt, true));
+            }
+        }
+        let performed = effect.perform(key, &claimed.record).await;
+        telemetry::effect_performed(key, performed.as_ref().map(drop));
+        Ok((performed.map_err(effect_err)?, false))
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RequestEffect, Result};
 use crate::guard::LeaseGuard;
 use crate::name::{RecordKey, ResourceName};
 use crate::rules::is_regression;
@@ -90,6 +90,86 @@ impl<'a> Fence<'a> {
         let result = self.write_unobserved(store, key, write).await;
         self.observe(store.name(), &[key], write.check(), started, &result);
         result
+    }
+
+    /// Writes each of `keys` in `store` with this fence's token, in one request where the
+    /// store can ([`FencedStore::write_many`]), with the rules [`Self::write`] applies to
+    /// each record: a record whose outcome was ambiguous is sent again (the ambiguous ones
+    /// together) with the same token, up to [`Self::ambiguous_retries`] times; a refusal that
+    /// may hide that record's own earlier success is read back and recognised; a refusal is
+    /// explained ([`Self::explain_and_repair`]); each record's outcome is reported.
+    ///
+    /// Returns each record's outcome in the order given, as [`Self::write`] of it alone
+    /// would. `Err` is a request that failed as a whole (after its retries, if it was
+    /// ambiguous): records of that request may or may not have been written, those of an
+    /// earlier answered round were.
+    pub async fn write_many<S: FencedStore + ?Sized>(
+        &self,
+        store: &S,
+        keys: &[RecordKey],
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        let started = Instant::now();
+        let mut outcomes: Vec<Option<Result<Written>>> = keys.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..keys.len()).collect();
+        let mut retries = 0;
+        while !pending.is_empty() {
+            let sent: Vec<RecordKey> = pending.iter().map(|&i| keys[i].clone()).collect();
+            let answers = match store.write_many(&sent, self.token, write).await {
+                Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
+                    retries += 1;
+                    telemetry::ambiguous_retry(store.name(), &sent[0], self.token, retries);
+                    continue;
+                }
+                Err(err) => {
+                    let records: Vec<&RecordKey> = sent.iter().collect();
+                    let failed = Err(self.explain_and_repair(err).await);
+                    self.observe::<()>(store.name(), &records, write.check(), started, &failed);
+                    return failed.map(|()| Vec::new());
+                }
+                Ok(answers) if answers.len() == sent.len() => answers,
+                Ok(answers) => {
+                    // A broken adapter: which records its answers belong to is unknown.
+                    let source = format!(
+                        "write_many answered {} outcomes for {} records",
+                        answers.len(),
+                        sent.len()
+                    );
+                    return Err(Error::failed_request(
+                        store.name(),
+                        RequestEffect::Writes,
+                        true,
+                        source.into(),
+                    ));
+                }
+            };
+            let mut ambiguous = Vec::new();
+            for (i, answer) in pending.into_iter().zip(answers) {
+                let key = &keys[i];
+                let outcome = match answer {
+                    Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
+                        ambiguous.push(i);
+                        continue;
+                    }
+                    Err(err) if write.refusal_may_be_own(&err, retries > 0) => {
+                        self.own_earlier_attempt(store, key, write, err).await
+                    }
+                    Err(err) => Err(self.explain_and_repair(err).await),
+                    done => done,
+                };
+                self.observe(store.name(), &[key], write.check(), started, &outcome);
+                outcomes[i] = Some(outcome);
+            }
+            if !ambiguous.is_empty() {
+                retries += 1;
+                telemetry::ambiguous_retry(store.name(), &keys[ambiguous[0]], self.token, retries);
+            }
+            pending = ambiguous;
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.expect("every record answered"))
+            .collect())
     }
 
     /// Runs a fenced write under this fence's token that an adapter makes outside

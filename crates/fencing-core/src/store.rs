@@ -1,11 +1,14 @@
 //! Fenced stores: records that carry a fence and check it on every write.
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 
 use crate::error::{Error, Result};
+use crate::input::{InputKind, InvalidInput};
 use crate::name::{RecordKey, State};
 use crate::token::FencingToken;
 
@@ -185,6 +188,8 @@ impl Written {
 /// * Concurrent writes to one record are serialised: of two claims with different tokens
 ///   racing on one record, the result is as if they ran one after the other.
 /// * An accepted write returns [`Written`]: what the record held before.
+/// * [`Self::write_many`] applies one write to many records: each record's outcome is what a
+///   single [`Self::write`] of it would have been, in the order the keys were given.
 #[async_trait]
 pub trait FencedStore: Send + Sync + Debug {
     /// The store's name in errors and batches, e.g. `postgres:public.refund`.
@@ -200,6 +205,40 @@ pub trait FencedStore: Send + Sync + Debug {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written>;
+
+    /// Applies `write` to each of `keys` under `token`, in one request where the store can,
+    /// and returns each record's outcome in the order given: exactly what [`Self::write`] of
+    /// that record alone would have returned (applied, or refused with the fence or state it
+    /// met; a refused record is unchanged). The records are not written all or nothing: a
+    /// record refused by its fence does not stop the others.
+    ///
+    /// `Err` is the request failing as a whole: [`Error::InvalidInput`] for keys that are not
+    /// distinct (nothing sent), or the error a single write would have for a store that could
+    /// not be reached or lost the answer ([`Error::Ambiguous`]: any of the records may have
+    /// been written; sending the same write again under the same token is safe).
+    ///
+    /// The default sends the single writes concurrently.
+    async fn write_many(
+        &self,
+        keys: &[RecordKey],
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        check_distinct(keys)?;
+        Ok(join_all(keys.iter().map(|key| self.write(key, token, write))).await)
+    }
+}
+
+/// Refuses a key given twice to one [`FencedStore::write_many`].
+pub fn check_distinct(keys: &[RecordKey]) -> Result<(), InvalidInput> {
+    let mut seen = HashSet::with_capacity(keys.len());
+    match keys.iter().find(|key| !seen.insert(*key)) {
+        Some(twice) => Err(InvalidInput::new(
+            InputKind::RecordKey,
+            format!("{twice:?} appears twice in one write of many records"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// What an accepted fenced write says about each record it was sent for, for the events and
@@ -236,6 +275,14 @@ macro_rules! forward_store {
                 write: &FencedWrite,
             ) -> Result<Written> {
                 (**self).write(key, token, write).await
+            }
+            async fn write_many(
+                &self,
+                keys: &[RecordKey],
+                token: FencingToken,
+                write: &FencedWrite,
+            ) -> Result<Vec<Result<Written>>> {
+                (**self).write_many(keys, token, write).await
             }
         }
     )*};

@@ -61,7 +61,7 @@ async fn main() {
     let settlements = bench
         .compare(&[
             "settlement, row-by-row claims",
-            "settlement, batch claim (write_many)",
+            "settlement, batch claim (write_together)",
         ])
         .await;
     bench::report(&settlements, ROWS, "row");
@@ -186,14 +186,14 @@ impl Bench {
                         .unwrap();
                 }
             }
-            "settlement, batch claim (write_many)" => {
+            "settlement, batch claim (write_together)" => {
                 let source = MemoryTokenSource::new();
                 let resource = ResourceName::new("settle:m_4471").unwrap();
                 source.advance_to(&resource, token).await.unwrap();
                 let fence = Fence::new(&resource, token, &source);
                 let claimed = self
                     .store
-                    .write_many(&fence, &self.keys, &self.lifecycle.claim())
+                    .write_together(&fence, &self.keys, &self.lifecycle.claim())
                     .await
                     .unwrap();
                 assert_eq!(claimed.written.len(), ROWS);

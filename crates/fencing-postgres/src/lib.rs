@@ -6,7 +6,7 @@
 //! * [`PgStore`] implements [`fencing_core::FencedStore`]: each write is one statement
 //!   `UPDATE … WHERE key = $1 AND fence <= $token AND state = ANY(…)` that also returns the
 //!   fence and state it met, so a refusal says which fence refused it. Its `*_with` methods
-//!   join the caller's own connection or transaction; [`PgStore::write_many`] claims a
+//!   join the caller's own connection or transaction; [`PgStore::write_together`] claims a
 //!   whole batch in one transaction.
 //! * [`PgTokenSource`] and [`PgLease`] keep counters and leases in tables: durable tokens, and
 //!   expiry judged by `now()` on the server.
@@ -36,6 +36,6 @@ pub use ident::{PgIdent, PgQualifiedName};
 pub use key::PgKeyType;
 pub use lease::PgLease;
 pub use query::{push_fence_condition, rows_affected_to_result};
-pub use store::{PgManyWritten, PgStore};
+pub use store::{PgStore, PgWrittenTogether};
 pub use table::PgTable;
 pub use tokens::PgTokenSource;

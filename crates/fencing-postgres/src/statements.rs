@@ -25,6 +25,8 @@ pub(crate) struct Statements {
     lock_many: String,
     claim_one: String,
     holder_only_one: String,
+    claim_group: String,
+    holder_only_group: String,
     insert: String,
 }
 
@@ -59,6 +61,8 @@ impl Statements {
             lock_many: sql.lock_many(),
             claim_one: sql.write_one(FenceCheck::Claim, &[]),
             holder_only_one: sql.write_one(FenceCheck::HolderOnly, &[]),
+            claim_group: sql.write_group(FenceCheck::Claim),
+            holder_only_group: sql.write_group(FenceCheck::HolderOnly),
             insert: sql.insert(&[]),
             sql,
         }
@@ -82,9 +86,17 @@ impl Statements {
         }
     }
 
-    /// See [`Sql::write_many`] (one per batch, so built each time).
-    pub(crate) fn write_many(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
-        self.sql.write_many(check, extras)
+    /// See [`Sql::write_together`] (one per batch, so built each time).
+    pub(crate) fn write_together(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
+        self.sql.write_together(check, extras)
+    }
+
+    /// See [`Sql::write_group`]; built once per kind of write.
+    pub(crate) fn write_group(&self, check: FenceCheck) -> &str {
+        match check {
+            FenceCheck::Claim => &self.claim_group,
+            FenceCheck::HolderOnly => &self.holder_only_group,
+        }
     }
 
     /// See [`Sql::lock_many`].
@@ -231,8 +243,35 @@ impl Sql {
         )
     }
 
+    /// Many records in one statement, each decided on its own: lock the rows of `$1` (keys
+    /// as text) in key order, apply the fenced update to each row whose key matched exactly
+    /// one row, and return one row per row found with the columns of [`Self::write_one`]
+    /// (old fence and state, applied, new state and payload, rows matching the key) and the
+    /// key as given. Keys with no row return nothing.
+    fn write_group(&self, check: FenceCheck) -> String {
+        let (table, key, state) = (&self.table, &self.key, &self.state);
+        let unique = "IN (SELECT fencing_key FROM locked WHERE fencing_given IN \
+                      (SELECT fencing_given FROM locked GROUP BY fencing_given HAVING count(*) = 1))";
+        let update = self.update(check, unique, &[]);
+        format!(
+            "WITH locked AS (SELECT k.given AS fencing_given, t.{key} AS fencing_key, \
+             COALESCE(t.{fence}, 0) AS fencing_fence, t.{state} AS fencing_state FROM {table} t \
+             JOIN unnest($1::text[]) AS k(given) ON t.{key} = k.given::{key_type} \
+             ORDER BY t.{key} FOR UPDATE OF t), \
+             upd AS ({update} RETURNING {key} AS fencing_key, {state} AS fencing_state, \
+             {payload_read} AS fencing_payload) \
+             SELECT l.fencing_fence, l.fencing_state, u.fencing_key IS NOT NULL, \
+             u.fencing_state, u.fencing_payload, \
+             (SELECT count(*) FROM locked m WHERE m.fencing_given = l.fencing_given), \
+             l.fencing_given FROM locked l LEFT JOIN upd u ON u.fencing_key = l.fencing_key",
+            fence = self.fence,
+            key_type = self.key_type.sql(),
+            payload_read = self.payload_read(),
+        )
+    }
+
     /// The fenced update of every row of `$1` (keys as text), returning one row per change.
-    fn write_many(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
+    fn write_together(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
         let keys = format!("= ANY($1::{}[])", self.key_type.sql());
         format!("{} RETURNING 1", self.update(check, &keys, extras))
     }

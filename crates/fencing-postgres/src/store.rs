@@ -1,10 +1,10 @@
 //! A Postgres table as a fenced store.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{RecordOutcomes, RequestEffect, check_store_name};
+use fencing_core::adapter::{RecordOutcomes, RequestEffect, check_distinct, check_store_name};
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
     Record, RecordKey, Result, Written,
@@ -41,10 +41,10 @@ pub struct PgStore {
     session: Session,
 }
 
-/// What [`PgStore::write_many`] did.
+/// What [`PgStore::write_together`] did.
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct PgManyWritten {
+pub struct PgWrittenTogether {
     /// The records written, in the order given, each with what it held before: pass one to
     /// [`fencing_core::EffectStart::Claimed`] to run its effect without claiming it again.
     pub written: Vec<Written>,
@@ -53,13 +53,13 @@ pub struct PgManyWritten {
     pub skipped: Vec<Error>,
 }
 
-impl RecordOutcomes for PgManyWritten {
+impl RecordOutcomes for PgWrittenTogether {
     fn refusals(&self) -> &[Error] {
         &self.skipped
     }
 }
 
-impl PgManyWritten {
+impl PgWrittenTogether {
     /// The keys written, in the order given.
     pub fn keys(&self) -> Vec<RecordKey> {
         self.written.iter().map(|w| w.record.key.clone()).collect()
@@ -255,37 +255,30 @@ impl PgStore {
     /// refusal on any row rolls the whole statement back and is returned through `fence`
     /// (so a counter that went backwards is reported as such). Missing rows and rows outside
     /// the required states are skipped and listed. Missing rows are not created.
-    pub async fn write_many_on<'c, A: Acquire<'c, Database = Postgres>>(
+    pub async fn write_together_on<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
         conn: A,
         fence: &Fence<'_>,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
-    ) -> Result<PgManyWritten> {
+    ) -> Result<PgWrittenTogether> {
         let write = write.into();
         let records: Vec<&RecordKey> = keys.iter().collect();
-        let attempt = self.write_many_unobserved(conn, fence.token(), keys, &write);
+        let attempt = self.write_together_unobserved(conn, fence.token(), keys, &write);
         fence
             .run_write_once(&self.name, &records, write.write().check(), attempt)
             .await
     }
 
-    async fn write_many_unobserved<'c, A: Acquire<'c, Database = Postgres>>(
+    async fn write_together_unobserved<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
         conn: A,
         token: FencingToken,
         keys: &[RecordKey],
         write: &PgWrite,
-    ) -> Result<PgManyWritten> {
+    ) -> Result<PgWrittenTogether> {
         let schema = self.schema().await?;
-        let mut distinct = HashSet::with_capacity(keys.len());
-        if let Some(twice) = keys.iter().find(|k| !distinct.insert(*k)) {
-            return Err(InvalidInput::new(
-                InputKind::RecordKey,
-                format!("{twice:?} appears twice in one batch write"),
-            )
-            .into());
-        }
+        check_distinct(keys)?;
         for key in keys {
             schema.key_type.check(key)?;
         }
@@ -338,7 +331,7 @@ impl PgStore {
             let texts: Vec<&str> = written.iter().map(|w| w.record.key.as_str()).collect();
             let changed = self
                 .bind_write(
-                    &schema.statements.write_many(fenced.check(), &extras),
+                    &schema.statements.write_together(fenced.check(), &extras),
                     texts,
                     token,
                     fenced,
@@ -357,17 +350,17 @@ impl PgStore {
         tx.commit()
             .await
             .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
-        Ok(PgManyWritten { written, skipped })
+        Ok(PgWrittenTogether { written, skipped })
     }
 
-    /// [`Self::write_many_on`] on the store's pool.
-    pub async fn write_many(
+    /// [`Self::write_together_on`] on the store's pool.
+    pub async fn write_together(
         &self,
         fence: &Fence<'_>,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
-    ) -> Result<PgManyWritten> {
-        self.write_many_on(&self.pool, fence, keys, write).await
+    ) -> Result<PgWrittenTogether> {
+        self.write_together_on(&self.pool, fence, keys, write).await
     }
 
     /// What about a write can be refused before sending, besides its keys: a payload without
@@ -496,5 +489,55 @@ impl FencedStore for PgStore {
         write: &FencedWrite,
     ) -> Result<Written> {
         self.write_on(&self.pool, key, token, write).await
+    }
+
+    /// One statement for the whole group (rows locked in key order, each decided on its
+    /// own); a missing record a claim may create is then inserted as a single write would.
+    async fn write_many(
+        &self,
+        keys: &[RecordKey],
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        check_distinct(keys)?;
+        let schema = self.schema().await?;
+        for key in keys {
+            schema.key_type.check(key)?;
+        }
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        let sql = schema.statements.write_group(write.check());
+        let rows = self
+            .on_one_connection(&self.pool, RequestEffect::Writes, async |conn| {
+                Ok(self
+                    .bind_write(sql, &texts, token, write, &[])
+                    .fetch_all(conn)
+                    .await?)
+            })
+            .await?;
+        let mut found: HashMap<String, PgRow> = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let given: String = row
+                .try_get(6)
+                .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
+            found.insert(given, row);
+        }
+        let mut outcomes = Vec::with_capacity(keys.len());
+        for key in keys {
+            let outcome = match found.remove(key.as_str()) {
+                Some(row) => self
+                    .updated(row, key, token, write)
+                    .map_err(|failure| self.failed(failure, RequestEffect::Writes))
+                    .and_then(|outcome| outcome),
+                None => match write.decide(&self.name, key, token, None) {
+                    Err(refusal) => Err(refusal),
+                    Ok(()) => self.write_on(&self.pool, key, token, write).await,
+                },
+            };
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
     }
 }

@@ -325,7 +325,7 @@ async fn after_a_batch_claim_only_records_in_flight_before_it_are_looked_up() {
     let mine = token(33);
     let fence = Fence::new(&resource, mine, &source);
     let claimed = payouts
-        .write_many(&fence, &[key(P1), key(P2)], &lifecycle.claim())
+        .write_together(&fence, &[key(P1), key(P2)], &lifecycle.claim())
         .await
         .unwrap();
     assert_eq!(claimed.written[0].record.payload, Vec::<u8>::new());

@@ -49,7 +49,7 @@ fn writes_in_the_callers_transaction_and_batch_writes_are_reported_per_record() 
         store.write(&keys[2], newer, &done).await.unwrap();
         let holder = Fence::new(&resource, newer, &source);
         let many = store
-            .write_many(&holder, &keys, lifecycle.claim())
+            .write_together(&holder, &keys, lifecycle.claim())
             .await
             .unwrap();
         assert_eq!(many.written.len(), 2);

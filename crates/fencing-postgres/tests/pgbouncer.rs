@@ -94,7 +94,7 @@ async fn without_named_prepared_statements_fenced_writes_work_behind_transaction
     let fence = Fence::new(&resource, token(8), &source);
     let keys: Vec<_> = (0..40).map(|i| key(&format!("r_{i:03}"))).collect();
     let again = unnamed
-        .write_many(&fence, &keys, &fencing_core::FencedWrite::claim())
+        .write_together(&fence, &keys, &fencing_core::FencedWrite::claim())
         .await
         .unwrap();
     assert_eq!(again.written.len(), 40);

@@ -44,7 +44,7 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
     let mut asked = keys.clone();
     asked.push(key("r_missing"));
     let done = store
-        .write_many(&fence, &asked, &lifecycle.claim())
+        .write_together(&fence, &asked, &lifecycle.claim())
         .await
         .unwrap();
     assert_eq!(done.written.len(), 19);
@@ -59,7 +59,7 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
     );
 
     let confirmed = store
-        .write_many(&fence, &done.keys(), &lifecycle.confirm())
+        .write_together(&fence, &done.keys(), &lifecycle.confirm())
         .await
         .unwrap();
     assert_eq!(confirmed.keys(), done.keys());
@@ -83,7 +83,7 @@ async fn batch_claim_is_all_or_nothing_when_a_newer_holder_fenced_one_row() {
     source.advance_to(&resource, token(34)).await.unwrap();
     let stale = Fence::new(&resource, token(33), &source);
     let err = store
-        .write_many(&stale, &keys, &lifecycle.claim())
+        .write_together(&stale, &keys, &lifecycle.claim())
         .await
         .unwrap_err();
     assert!(
@@ -98,7 +98,7 @@ async fn batch_claim_is_all_or_nothing_when_a_newer_holder_fenced_one_row() {
     // With the counter lost, the same refusal is a regression, not a stale holder.
     source.forget_all();
     let err = store
-        .write_many(&stale, &keys, &lifecycle.claim())
+        .write_together(&stale, &keys, &lifecycle.claim())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
@@ -535,7 +535,7 @@ async fn a_batch_write_naming_one_key_twice_is_refused_before_sending() {
     let source = MemoryTokenSource::new();
     let fence = Fence::new(&resource, token(5), &source);
     let err = store
-        .write_many(&fence, &keys, &Lifecycle::default().claim())
+        .write_together(&fence, &keys, &Lifecycle::default().claim())
         .await
         .unwrap_err();
     assert!(

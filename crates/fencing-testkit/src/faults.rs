@@ -120,6 +120,24 @@ impl<S: FencedStore> FencedStore for FaultyStore<S> {
             }
         }
     }
+
+    /// A planned fault strikes the whole request: the inner store's own write of many
+    /// records (one statement, a transaction) is what the fault loses.
+    async fn write_many(
+        &self,
+        keys: &[RecordKey],
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        match self.take_fault(write.check()) {
+            None => self.inner.write_many(keys, token, write).await,
+            Some(Fault::LoseRequest) => Err(self.lost("request lost before the store saw it")),
+            Some(Fault::LoseAnswer) => {
+                let _ = self.inner.write_many(keys, token, write).await;
+                Err(self.lost("answer lost after the store applied the writes"))
+            }
+        }
+    }
 }
 
 /// A side effect that records every call and, like a payment gateway that honours

@@ -210,7 +210,9 @@ pub(crate) async fn run(
             let keys: Vec<RecordKey> = amounts.keys().cloned().collect();
             let claimed = batch
                 .run_fenced(&payouts, async |fence| {
-                    payouts.write_many(fence, &keys, &lifecycle.claim()).await
+                    payouts
+                        .write_together(fence, &keys, &lifecycle.claim())
+                        .await
                 })
                 .await?;
             run.skipped += claimed.skipped.len() as u32;

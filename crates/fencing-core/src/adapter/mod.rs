@@ -12,7 +12,8 @@
 //!   `FencedWrite::decide` and `apply` are methods of the write);
 //! * the error rule ([`RequestEffect`] for
 //!   `Error::failed_request`), the writes an adapter makes outside `Fence::write`
-//!   ([`RecordOutcomes`] for `Fence::run_write`), and the clock a
+//!   ([`RecordOutcomes`] for `Fence::run_write`), the key check of a write of many records
+//!   ([`check_distinct`]), and the clock a
 //!   lease's deadline is measured on ([`Clock`]).
 
 pub mod envelope {
@@ -68,5 +69,5 @@ pub use crate::error::RequestEffect;
 pub use crate::input::{check_store_name, is_refused_char, refused_char_ranges};
 pub use crate::memory::MemoryVersionedStore;
 pub use crate::rules::is_regression;
-pub use crate::store::RecordOutcomes;
+pub use crate::store::{RecordOutcomes, check_distinct};
 pub use async_trait::async_trait;

@@ -39,6 +39,9 @@ macro_rules! store_conformance {
             plain refused_writes_change_nothing,
             plain retried_writes_are_recognised,
             shared racing_claims_serialise,
+            plain many_writes_answer_as_single_writes,
+            plain retried_groups_are_recognised,
+            shared a_group_racing_a_newer_holder_serialises,
         }
     };
 }

@@ -46,6 +46,16 @@ impl<S: FencedStore> FencedStore for OneAtATime<S> {
         let _turn = self.turn.lock().await;
         self.inner.write(key, token, write).await
     }
+
+    async fn write_many(
+        &self,
+        keys: &[RecordKey],
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        let _turn = self.turn.lock().await;
+        self.inner.write_many(keys, token, write).await
+    }
 }
 
 #[async_trait]

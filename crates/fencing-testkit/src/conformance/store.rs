@@ -393,3 +393,235 @@ pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
     assert_eq!(record.fence, Some(token(16)));
     assert_eq!(record.payload, b"16");
 }
+
+/// `write_many` answers each record as a single write of it would: a claim creates a missing
+/// record, takes over a lower fence, and is refused by a higher one with that record left
+/// unchanged; a holder-only write with a state condition applies where fence and state admit
+/// it and is refused (fence, state, missing) where a single write would be. Keys given twice
+/// are refused with nothing written; no keys is no writes.
+pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(store: &S) {
+    let (missing, older, newer) = (key("many-new"), key("many-older"), key("many-newer"));
+    must_claim(store, &older, 5).await;
+    must_claim(store, &newer, 9).await;
+    let newer_before = store.read(&newer).await.unwrap();
+    let claim = FencedWrite::claim()
+        .set_state(state("sending"))
+        .set_payload(b"7".to_vec());
+    let keys = [missing.clone(), older.clone(), newer.clone()];
+    let claimed = store.write_many(&keys, token(7), &claim).await.unwrap();
+    assert_eq!(claimed.len(), 3, "one outcome per key: {claimed:?}");
+    let created = claimed[0]
+        .as_ref()
+        .expect("a claim creates a missing record");
+    assert!(created.created && created.record.key == missing);
+    let taken = claimed[1]
+        .as_ref()
+        .expect("a claim takes over a lower fence");
+    assert_eq!(taken.previous_fence, Some(token(5)));
+    assert_eq!(taken.record.key, older);
+    match &claimed[2] {
+        Err(Error::Fenced {
+            record, presented, ..
+        }) => assert_eq!((record, *presented), (&newer, token(7))),
+        other => panic!("a claim below fence 9 must be fenced: {other:?}"),
+    }
+    for (k, outcome) in keys.iter().zip(&claimed).take(2) {
+        let record = store.read(k).await.unwrap().expect("written");
+        assert_eq!(&record, &outcome.as_ref().unwrap().record);
+        assert_eq!(
+            (
+                record.fence,
+                record.state.clone(),
+                record.payload.as_slice()
+            ),
+            (Some(token(7)), Some(state("sending")), &b"7"[..])
+        );
+    }
+    assert_eq!(
+        store.read(&newer).await.unwrap(),
+        newer_before,
+        "the refused record is unchanged"
+    );
+
+    let absent = key("many-absent");
+    let confirm = FencedWrite::holder_only()
+        .when_state_in([state("sending")])
+        .set_state(state("sent"));
+    let keys = [
+        missing.clone(),
+        newer.clone(),
+        absent.clone(),
+        older.clone(),
+    ];
+    let confirmed = store.write_many(&keys, token(7), &confirm).await.unwrap();
+    assert_eq!(confirmed.len(), 4, "{confirmed:?}");
+    for i in [0, 3] {
+        let written = confirmed[i].as_ref().expect("the claimer confirms");
+        assert_eq!(written.previous_state, Some(state("sending")));
+        assert_eq!(written.record.state, Some(state("sent")));
+        assert_eq!(written.record.fence, Some(token(7)));
+    }
+    assert!(
+        matches!(&confirmed[1], Err(Error::Fenced { record, .. }) if record == &newer),
+        "{:?}",
+        confirmed[1]
+    );
+    assert!(
+        matches!(&confirmed[2], Err(Error::NotFound { record, .. }) if record == &absent),
+        "{:?}",
+        confirmed[2]
+    );
+    assert_eq!(store.read(&absent).await.unwrap(), None, "nothing created");
+    let again = store
+        .write_many(&keys[..1], token(7), &confirm)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&again[0], Err(Error::StateMismatch { found: Some(s), .. }) if *s == state("sent")),
+        "a second confirm finds the record sent: {again:?}"
+    );
+
+    let twice = key("many-twice");
+    let err = store
+        .write_many(&[twice.clone(), twice.clone()], token(7), &claim)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(store.read(&twice).await.unwrap(), None, "nothing written");
+    assert!(
+        store
+            .write_many(&[], token(7), &claim)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A write of many records whose answer was lost after it applied, or whose request was lost
+/// before, is sent again by [`Fence::write_many`] and every record reported as applied, for
+/// claims and confirms alike; a record a newer holder took in between stays refused.
+pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S) {
+    let faulty = FaultyStore::new(store);
+    let r = resource("retried-group");
+    let source = MemoryTokenSource::new();
+    source.advance_to(&r, token(1000)).await.unwrap();
+    let fence = Fence::new(&r, token(20), &source);
+    let lifecycle = Lifecycle::default();
+    for fault in [Fault::LoseAnswer, Fault::LoseRequest] {
+        let keys: Vec<RecordKey> = (0..5).map(|_| key("retried-group")).collect();
+        for k in &keys {
+            make_pending(store, k).await;
+        }
+        faulty.inject(Some(FenceCheck::Claim), fault);
+        let claimed = fence
+            .write_many(&faulty, &keys, &lifecycle.claim())
+            .await
+            .unwrap_or_else(|e| panic!("claims after {fault:?}: {e}"));
+        for (k, outcome) in keys.iter().zip(&claimed) {
+            let written = outcome
+                .as_ref()
+                .unwrap_or_else(|e| panic!("claim of {k:?} after {fault:?}: {e}"));
+            assert_eq!(written.record.state.as_ref(), Some(lifecycle.in_flight()));
+        }
+        faulty.inject(Some(FenceCheck::HolderOnly), fault);
+        let confirmed = fence
+            .write_many(&faulty, &keys, &lifecycle.confirm())
+            .await
+            .unwrap_or_else(|e| panic!("confirms after {fault:?}: {e}"));
+        for (k, outcome) in keys.iter().zip(&confirmed) {
+            outcome
+                .as_ref()
+                .unwrap_or_else(|e| panic!("confirm of {k:?} after {fault:?}: {e}"));
+            let record = store.read(k).await.unwrap().unwrap();
+            assert_eq!(record.state.as_ref(), Some(lifecycle.done()));
+            assert_eq!(record.fence, Some(token(20)));
+        }
+    }
+    assert_eq!(faulty.injected(), 4);
+
+    // A newer holder claims one record between the lost answer and the retry: that record
+    // is refused by its fence, the others are this holder's.
+    let keys: Vec<RecordKey> = (0..3).map(|_| key("retried-taken")).collect();
+    for k in &keys {
+        make_pending(store, k).await;
+    }
+    fence
+        .write_many(store, &keys, &lifecycle.claim())
+        .await
+        .unwrap();
+    must_claim(store, &keys[1], 21).await;
+    faulty.inject(None, Fault::LoseRequest);
+    let confirmed = fence
+        .write_many(&faulty, &keys, &lifecycle.confirm())
+        .await
+        .unwrap();
+    assert!(
+        confirmed[0].is_ok() && confirmed[2].is_ok(),
+        "{confirmed:?}"
+    );
+    assert!(
+        matches!(&confirmed[1], Err(Error::Fenced { record, .. }) if record == &keys[1]),
+        "{:?}",
+        confirmed[1]
+    );
+    assert_eq!(
+        store.read(&keys[1]).await.unwrap().unwrap().fence,
+        Some(token(21))
+    );
+}
+
+/// A group of claims under one token racing single claims of a newer holder on the same
+/// records ends as if each record's writes ran one after another: every record ends under
+/// the newer fence; each of the group's records was either applied before the newer claim
+/// (which then found the group's fence) or refused by the newer fence.
+pub async fn a_group_racing_a_newer_holder_serialises<S: FencedStore + ?Sized + 'static>(
+    store: Arc<S>,
+    caps: Capabilities,
+) {
+    let store: Arc<dyn FencedStore> = if caps.serialises_concurrent_writes {
+        Arc::new(store)
+    } else {
+        Arc::new(OneAtATime::new(store))
+    };
+    let keys: Vec<RecordKey> = (0..12).map(|_| key("group-race")).collect();
+    for k in &keys {
+        make_pending(&*store, k).await;
+    }
+    let claim = Lifecycle::default().claim();
+    let group = {
+        let (store, keys, claim) = (store.clone(), keys.clone(), claim.clone());
+        tokio::spawn(async move { store.write_many(&keys, token(33), &claim).await })
+    };
+    let mut newer = tokio::task::JoinSet::new();
+    for k in keys.iter().rev() {
+        let (store, k, claim) = (store.clone(), k.clone(), claim.clone());
+        newer.spawn(async move { (k.clone(), store.write(&k, token(34), &claim).await) });
+    }
+    let newer = newer.join_all().await;
+    let group = group.await.unwrap().unwrap();
+    for (k, outcome) in keys.iter().zip(&group) {
+        let (_, takeover) = newer.iter().find(|(n, _)| n == k).unwrap();
+        let takeover = takeover
+            .as_ref()
+            .unwrap_or_else(|e| panic!("the newer holder's claim of {k:?}: {e}"));
+        match outcome {
+            Ok(_) => assert_eq!(
+                takeover.previous_fence,
+                Some(token(33)),
+                "{k:?}: the group's claim applied, so it came first"
+            ),
+            Err(Error::Fenced { .. }) => assert_ne!(
+                takeover.previous_fence,
+                Some(token(33)),
+                "{k:?}: the group was refused, so the newer claim came first"
+            ),
+            Err(other) => panic!("{k:?}: {other:?}"),
+        }
+        let record = store.read(k).await.unwrap().unwrap();
+        assert_eq!(
+            record.fence,
+            Some(token(34)),
+            "{k:?} ends under the newer fence"
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! A batch's records settled concurrently: claims grouped a bounded window ahead, effects in
+//! flight side by side, confirms grouped, under the serial protocol's rules.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use crate::batch::{FencedBatch, StoreRef};
+use crate::effect::{EffectOutcome, Lifecycle, SideEffect};
+use crate::error::{Error, Result};
+use crate::input::{InputKind, InvalidInput};
+use crate::name::RecordKey;
+use crate::store::{FencedStore, Written, check_distinct};
+
+/// Settles many records of one store through a [`FencedBatch`]: each record is claimed,
+/// its side effect performed (or looked up) and confirmed, as [`FencedBatch::run_effect`]
+/// does one record, but with records side by side ([`FencedBatch::pipeline`]).
+///
+/// * **Claims** go out in groups ([`Self::group_size`], one [`FencedStore::write_many`] per
+///   group), never more than [`Self::window`] records claimed and not yet confirmed: the
+///   window bounds what a takeover after this holder stalls must look up.
+/// * **Effects** run [`Self::concurrency`] at a time, each keyed by its record. A record the
+///   claim found in flight under an earlier claim is looked up before it is performed.
+/// * **Confirms** go out in groups, when a group is full or [`Self::flush_after`] has passed
+///   since the oldest unconfirmed effect finished, and whenever nothing else is left to do.
+/// * **The first error stops it**: a fence refusal (or any rejection the batch's
+///   [`crate::MismatchPolicy`] does not skip), a failed effect, a store error. No claim and
+///   no effect starts after it; effects already in flight finish and their confirms are
+///   sent, still fenced; nothing is retried. A record already done is reported
+///   [`EffectOutcome::AlreadyDone`] with nothing sent.
+///
+/// A record claimed and never confirmed (a stop, a crash, a dropped future) stays in flight
+/// under this holder's fence, exactly as in the serial protocol: the next holder's claim finds
+/// it in flight and looks its effect up before performing it.
+///
+/// **Dropping the future** cancels every write and effect still in flight at that moment:
+/// each request was either sent or not, so each record is left pending, in flight under this
+/// fence, or done — states the serial protocol produces — and the next holder (or this one
+/// running the pipeline again) settles them.
+#[must_use = "a pipeline does nothing until it is run"]
+pub struct Pipeline<'b, E: ?Sized> {
+    batch: &'b FencedBatch,
+    store: Result<Arc<dyn FencedStore>>,
+    lifecycle: &'b Lifecycle,
+    effect: &'b E,
+    concurrency: usize,
+    group_size: usize,
+    window: usize,
+    flush_after: Duration,
+}
+
+/// What a [`Pipeline`] did: every record it settled, and the error that stopped it, if one
+/// did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Settled<R> {
+    /// Each record settled, in the order its confirm was answered (records already done in
+    /// the order their claims were answered).
+    pub outcomes: Vec<(RecordKey, EffectOutcome<R>)>,
+    /// The first error, after which nothing new was started. Records claimed and not
+    /// settled are in flight under the batch's fence.
+    pub error: Option<Error>,
+}
+
+impl<R> Settled<R> {
+    /// The outcomes if nothing stopped the pipeline, or the error that did.
+    pub fn into_result(self) -> Result<Vec<(RecordKey, EffectOutcome<R>)>> {
+        match self.error {
+            Some(err) => Err(err),
+            None => Ok(self.outcomes),
+        }
+    }
+}
+
+impl FencedBatch {
+    /// A [`Pipeline`] settling records of `store` (the store itself, or its name) through
+    /// `lifecycle` and `effect`, under this batch's token. Defaults: 16 effects in flight,
+    /// groups of 32, a window of 64 records, confirms flushed 5 ms after the oldest finished
+    /// effect.
+    pub fn pipeline<'b, E: SideEffect + ?Sized>(
+        &'b self,
+        store: &(impl StoreRef + ?Sized),
+        lifecycle: &'b Lifecycle,
+        effect: &'b E,
+    ) -> Pipeline<'b, E> {
+        Pipeline {
+            batch: self,
+            store: self.writable(store).cloned(),
+            lifecycle,
+            effect,
+            concurrency: 16,
+            group_size: 32,
+            window: 64,
+            flush_after: Duration::from_millis(5),
+        }
+    }
+}
+
+/// What one of the pipeline's requests came back with.
+enum Answer<R> {
+    Claimed(Vec<RecordKey>, Result<Vec<Result<Written>>>),
+    Performed(Result<(RecordKey, R, bool)>),
+    Confirmed(Vec<(R, bool)>, Vec<RecordKey>, Result<Vec<Result<Written>>>),
+}
+
+type InFlight<'a, R> = FuturesUnordered<Pin<Box<dyn Future<Output = Answer<R>> + Send + 'a>>>;
+
+impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
+    /// At most `n` side effects in flight at once (1: one after another).
+    pub fn concurrency(self, n: usize) -> Self {
+        Pipeline {
+            concurrency: n,
+            ..self
+        }
+    }
+
+    /// At most `n` records per claim and per confirm request.
+    pub fn group_size(self, n: usize) -> Self {
+        Pipeline {
+            group_size: n,
+            ..self
+        }
+    }
+
+    /// At most `n` records claimed and not yet confirmed at any moment.
+    pub fn window(self, n: usize) -> Self {
+        Pipeline { window: n, ..self }
+    }
+
+    /// How long a finished effect waits for its group of confirms to fill.
+    pub fn flush_after(self, wait: Duration) -> Self {
+        Pipeline {
+            flush_after: wait,
+            ..self
+        }
+    }
+
+    fn check(&self, keys: &[RecordKey]) -> Result<(), InvalidInput> {
+        let bad = |what: &str| Err(InvalidInput::new(InputKind::Write, what.to_owned()));
+        if self.concurrency == 0 || self.group_size == 0 {
+            return bad("a pipeline needs a concurrency and a group size of at least 1");
+        }
+        if self.window < self.concurrency {
+            return bad("a pipeline's window must hold at least its concurrency in records");
+        }
+        check_distinct(keys)
+    }
+
+    /// Settles every record of `keys`, in that order of claiming, and returns what it did.
+    /// Bad settings or a key given twice are refused before anything is sent.
+    pub async fn run(self, keys: impl IntoIterator<Item = RecordKey>) -> Settled<E::Receipt> {
+        let keys: Vec<RecordKey> = keys.into_iter().collect();
+        let mut settled = Settled {
+            outcomes: Vec::new(),
+            error: None,
+        };
+        let store = match (&self.store, self.check(&keys)) {
+            (Err(_), _) => {
+                settled.error = self.store.err();
+                return settled;
+            }
+            (_, Err(err)) => {
+                settled.error = Some(err.into());
+                return settled;
+            }
+            (Ok(store), Ok(())) => store.clone(),
+        };
+        self.settle(&*store, keys, &mut settled).await;
+        settled
+    }
+
+    async fn settle(
+        &self,
+        store: &dyn FencedStore,
+        keys: Vec<RecordKey>,
+        settled: &mut Settled<E::Receipt>,
+    ) {
+        let fence = self.batch.fence();
+        let (claim, confirm) = (self.lifecycle.claim(), self.lifecycle.confirm());
+        let mut queue: VecDeque<RecordKey> = keys.into();
+        let mut claimed: VecDeque<Written> = VecDeque::new();
+        let mut performed: Vec<(RecordKey, E::Receipt, bool)> = Vec::new();
+        let mut oldest_performed: Option<Instant> = None;
+        let mut in_flight: InFlight<'_, E::Receipt> = FuturesUnordered::new();
+        let (mut claiming, mut effects, mut confirming) = (false, 0, false);
+        // Records claimed (or being claimed) whose confirm has not been answered.
+        let mut open = 0;
+        let stop = |settled: &mut Settled<E::Receipt>, err: Error| {
+            if let Some(err) = self.batch.note_error(err) {
+                settled.error.get_or_insert(err);
+            }
+        };
+        loop {
+            let stopped = settled.error.is_some();
+            if !stopped && !claiming && !queue.is_empty() && open < self.window {
+                let n = self.group_size.min(self.window - open).min(queue.len());
+                let group: Vec<RecordKey> = queue.drain(..n).collect();
+                open += n;
+                claiming = true;
+                let claim = &claim;
+                in_flight.push(Box::pin(async move {
+                    let answer = fence.write_many(store, &group, claim).await;
+                    Answer::Claimed(group, answer)
+                }));
+            }
+            while !stopped && effects < self.concurrency {
+                let Some(written) = claimed.pop_front() else {
+                    break;
+                };
+                effects += 1;
+                let fence = &fence;
+                in_flight.push(Box::pin(async move {
+                    let done = fence
+                        .perform_claimed(store.name(), &written, self.lifecycle, self.effect)
+                        .await;
+                    let key = written.record.key;
+                    Answer::Performed(done.map(|(receipt, found)| (key, receipt, found)))
+                }));
+            }
+            let idle = !claiming && effects == 0 && (queue.is_empty() || stopped);
+            let due = oldest_performed.is_some_and(|t| t.elapsed() >= self.flush_after);
+            if !confirming
+                && !performed.is_empty()
+                && (performed.len() >= self.group_size || idle || stopped || due)
+            {
+                let n = self.group_size.min(performed.len());
+                let group: Vec<(RecordKey, E::Receipt, bool)> = performed.drain(..n).collect();
+                oldest_performed = (!performed.is_empty()).then(Instant::now);
+                confirming = true;
+                let confirm = &confirm;
+                in_flight.push(Box::pin(async move {
+                    let keys: Vec<RecordKey> = group.iter().map(|(k, _, _)| k.clone()).collect();
+                    let answer = fence.write_many(store, &keys, confirm).await;
+                    let receipts = group.into_iter().map(|(_, r, found)| (r, found)).collect();
+                    Answer::Confirmed(receipts, keys, answer)
+                }));
+            }
+            if in_flight.is_empty() {
+                // Nothing in flight: either everything is settled, or the stop left records
+                // claimed and unstarted (in flight under this fence, as the protocol allows).
+                break;
+            }
+            let flush_at = oldest_performed.map(|t| t + self.flush_after);
+            let answer = tokio::select! {
+                answer = in_flight.next() => answer.expect("in flight is not empty"),
+                () = sleep_until(flush_at), if flush_at.is_some() && !confirming => continue,
+            };
+            match answer {
+                Answer::Claimed(group, Err(err)) => {
+                    open -= group.len();
+                    claiming = false;
+                    stop(settled, err);
+                }
+                Answer::Claimed(group, Ok(answers)) => {
+                    claiming = false;
+                    for (key, answer) in group.into_iter().zip(answers) {
+                        match answer {
+                            Ok(written) => claimed.push_back(written),
+                            Err(err) if self.lifecycle.is_done(&err) => {
+                                open -= 1;
+                                settled.outcomes.push((key, EffectOutcome::AlreadyDone));
+                            }
+                            Err(err) => {
+                                open -= 1;
+                                stop(settled, err);
+                            }
+                        }
+                    }
+                }
+                Answer::Performed(done) => {
+                    effects -= 1;
+                    match done {
+                        Ok((key, receipt, found)) => {
+                            oldest_performed.get_or_insert_with(Instant::now);
+                            performed.push((key, receipt, found));
+                        }
+                        Err(err) => {
+                            open -= 1;
+                            stop(settled, err);
+                        }
+                    }
+                }
+                Answer::Confirmed(receipts, keys, answer) => {
+                    confirming = false;
+                    open -= keys.len();
+                    match answer {
+                        Err(err) => stop(settled, err),
+                        Ok(answers) => {
+                            for ((key, (receipt, found)), answer) in
+                                keys.into_iter().zip(receipts).zip(answers)
+                            {
+                                match answer {
+                                    Ok(_) if found => settled
+                                        .outcomes
+                                        .push((key, EffectOutcome::Recovered(receipt))),
+                                    Ok(_) => settled
+                                        .outcomes
+                                        .push((key, EffectOutcome::Performed(receipt))),
+                                    Err(err) => stop(settled, err),
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

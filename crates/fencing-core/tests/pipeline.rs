@@ -1,0 +1,517 @@
+//! The pipelined batch in virtual time: records side by side under the serial protocol's
+//! rules — a stale holder stopped at its first refusal, no refund sent twice, a takeover that
+//! looks up no more than the stalled holder's window, grouped requests.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencing_core::{
+    BoxError, EffectOutcome, Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease,
+    Lifecycle, MemoryLease, MemoryStore, MismatchPolicy, Record, RecordKey, ResourceName, Result,
+    SideEffect, State, Ttl, Written, async_trait,
+};
+
+fn key(n: usize) -> RecordKey {
+    RecordKey::new(format!("r_{n:04}")).unwrap()
+}
+
+fn keys(count: usize) -> Vec<RecordKey> {
+    (1..=count).map(key).collect()
+}
+
+/// A payment gateway with idempotency keys: a refund is sent once per key however often it
+/// is asked for, and every call is counted.
+#[derive(Default)]
+struct Gateway {
+    latency: Duration,
+    /// A record whose perform fails.
+    fail: Option<RecordKey>,
+    calls: Mutex<Calls>,
+}
+
+#[derive(Default)]
+struct Calls {
+    sent: HashMap<RecordKey, u32>,
+    performs: HashMap<RecordKey, u32>,
+    lookups: Vec<RecordKey>,
+    in_flight: usize,
+    most_in_flight: usize,
+}
+
+impl Gateway {
+    fn with_latency(latency: Duration) -> Self {
+        Gateway {
+            latency,
+            ..Gateway::default()
+        }
+    }
+
+    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl SideEffect for Gateway {
+    type Receipt = u32;
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<u32>, BoxError> {
+        let mut calls = self.calls();
+        calls.lookups.push(key.clone());
+        Ok(calls.sent.get(key).copied())
+    }
+
+    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<u32, BoxError> {
+        {
+            let mut calls = self.calls();
+            *calls.performs.entry(key.clone()).or_default() += 1;
+            calls.in_flight += 1;
+            calls.most_in_flight = calls.most_in_flight.max(calls.in_flight);
+        }
+        tokio::time::sleep(self.latency).await;
+        let mut calls = self.calls();
+        calls.in_flight -= 1;
+        if self.fail.as_ref() == Some(key) {
+            return Err("gateway timeout".into());
+        }
+        let next = u32::try_from(calls.sent.len()).unwrap() + 1;
+        Ok(*calls.sent.entry(key.clone()).or_insert(next))
+    }
+}
+
+/// One worker's calls to the shared gateway. The worker's process pauses (a GC pause, a
+/// frozen VM) when it starts the refund of `pause_at`: from then on none of its calls goes
+/// out until the pause is over.
+struct Worker<'g> {
+    gateway: &'g Gateway,
+    pause_at: Option<(RecordKey, Duration)>,
+    paused_until: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl<'g> Worker<'g> {
+    fn new(gateway: &'g Gateway, pause_at: Option<(RecordKey, Duration)>) -> Self {
+        Worker {
+            gateway,
+            pause_at,
+            paused_until: Mutex::new(None),
+        }
+    }
+
+    async fn wait_out_the_pause(&self, key: &RecordKey) {
+        let until = {
+            let mut paused = self.paused_until.lock().unwrap();
+            if let Some((at, pause)) = &self.pause_at
+                && at == key
+                && paused.is_none()
+            {
+                *paused = Some(tokio::time::Instant::now() + *pause);
+            }
+            *paused
+        };
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
+        }
+    }
+}
+
+#[async_trait]
+impl SideEffect for Worker<'_> {
+    type Receipt = u32;
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<u32>, BoxError> {
+        self.wait_out_the_pause(key).await;
+        self.gateway.lookup(key).await
+    }
+
+    async fn perform(&self, key: &RecordKey, record: &Record) -> Result<u32, BoxError> {
+        self.wait_out_the_pause(key).await;
+        self.gateway.perform(key, record).await
+    }
+}
+
+/// A store that counts the requests it is sent.
+#[derive(Debug)]
+struct Counted {
+    inner: MemoryStore,
+    singles: AtomicUsize,
+    groups: AtomicUsize,
+}
+
+impl Counted {
+    fn new(records: &[RecordKey]) -> Arc<Self> {
+        let inner = MemoryStore::new("refunds");
+        for key in records {
+            inner.insert_unfenced(
+                key.clone(),
+                Some(Lifecycle::default().pending().clone()),
+                Vec::new(),
+            );
+        }
+        Arc::new(Counted {
+            inner,
+            singles: AtomicUsize::new(0),
+            groups: AtomicUsize::new(0),
+        })
+    }
+
+    fn states(&self) -> HashMap<RecordKey, (Option<FencingToken>, Option<State>)> {
+        self.inner
+            .records()
+            .into_iter()
+            .map(|r| (r.key, (r.fence, r.state)))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl FencedStore for Counted {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+        self.inner.read(key).await
+    }
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        w: &FencedWrite,
+    ) -> Result<Written> {
+        self.singles.fetch_add(1, Ordering::SeqCst);
+        self.inner.write(key, token, w).await
+    }
+    async fn write_many(
+        &self,
+        keys: &[RecordKey],
+        token: FencingToken,
+        w: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        self.groups.fetch_add(1, Ordering::SeqCst);
+        self.inner.write_many(keys, token, w).await
+    }
+}
+
+fn resource() -> ResourceName {
+    ResourceName::new("settle:m_4471").unwrap()
+}
+
+fn ttl() -> Ttl {
+    Ttl::from_secs(30).unwrap()
+}
+
+async fn batch(lease: &Arc<MemoryLease>, store: &Arc<Counted>) -> FencedBatch {
+    let guard = lease
+        .try_acquire(&resource(), ttl())
+        .await
+        .unwrap()
+        .unwrap();
+    FencedBatch::new(
+        lease.clone(),
+        guard,
+        [store.clone() as Arc<dyn FencedStore>],
+    )
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_record_is_settled_once_with_effects_side_by_side_and_writes_grouped() {
+    let records = keys(1200);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::with_latency(Duration::from_millis(5));
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store).await;
+    let started = tokio::time::Instant::now();
+    let settled = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(32)
+        .group_size(32)
+        .window(96)
+        .run(records.clone())
+        .await;
+    let elapsed = started.elapsed();
+    let outcomes = settled.into_result().unwrap();
+    assert_eq!(outcomes.len(), 1200);
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, o)| matches!(o, EffectOutcome::Performed(_)))
+    );
+    {
+        let calls = gateway.calls();
+        assert_eq!(calls.sent.len(), 1200);
+        assert!(
+            calls.performs.values().all(|&n| n == 1),
+            "a refund asked twice"
+        );
+        assert!(calls.lookups.is_empty(), "nothing was in flight before");
+        assert_eq!(calls.most_in_flight, 32, "32 effects side by side");
+    }
+    // 1,200 effects of 5 ms, 32 at a time: about 190 ms of virtual time, not 6 s.
+    assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
+    assert_eq!(store.singles.load(Ordering::SeqCst), 0);
+    let groups = store.groups.load(Ordering::SeqCst);
+    assert!(
+        groups <= 2 * 1200 / 16,
+        "{groups} requests for 2,400 writes"
+    );
+    let token = batch.token();
+    assert!(
+        store
+            .states()
+            .values()
+            .all(|(fence, state)| *fence == Some(token) && state.as_ref() == Some(lifecycle.done()))
+    );
+    batch.finish().await.unwrap();
+}
+
+/// The worked example, pipelined: A's process pauses as it starts the refund of r_0815, past
+/// its TTL; B takes over, finds A's window in flight, looks those up (never more than A's
+/// window) and settles everything; A wakes, its refunds in flight go out (the gateway's
+/// idempotency keys answer with B's), its confirms are refused, and it stops.
+#[tokio::test(start_paused = true)]
+async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent_twice() {
+    let records = keys(1200);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let gateway = Arc::new(Gateway::with_latency(Duration::from_millis(5)));
+    let paused_at = key(815);
+    let a = batch(&lease, &store).await;
+    let a_token = a.token();
+    let a_run = {
+        let (store, records, gateway, lifecycle) = (
+            store.clone(),
+            records.clone(),
+            gateway.clone(),
+            lifecycle.clone(),
+        );
+        let paused_at = paused_at.clone();
+        tokio::spawn(async move {
+            let worker = Worker::new(&gateway, Some((paused_at, Duration::from_secs(40))));
+            let settled = a
+                .pipeline(&*store, &lifecycle, &worker)
+                .concurrency(8)
+                .group_size(16)
+                .window(32)
+                .run(records)
+                .await;
+            let aborted = a.aborted_by();
+            let _ = a.finish().await;
+            (settled, aborted)
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let in_flight_at_takeover: Vec<RecordKey> = store
+        .states()
+        .into_iter()
+        .filter(|(_, (_, s))| s.as_ref() == Some(lifecycle.in_flight()))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        in_flight_at_takeover.len() <= 32,
+        "A's window bounds what it left in flight"
+    );
+    assert!(in_flight_at_takeover.contains(&paused_at));
+
+    let b = batch(&lease, &store).await;
+    let b_token = b.token();
+    assert!(b_token > a_token);
+    let b_worker = Worker::new(&gateway, None);
+    let b_settled = b
+        .pipeline(&*store, &lifecycle, &b_worker)
+        .concurrency(8)
+        .group_size(16)
+        .window(32)
+        .run(records.clone())
+        .await;
+    let b_outcomes = b_settled.into_result().unwrap();
+    b.finish().await.unwrap();
+    let lookups_by_b = gateway.calls().lookups.clone();
+
+    let (a_settled, a_aborted) = a_run.await.unwrap();
+    let err = a_settled.error.expect("A is stopped");
+    assert!(err.is_rejection(), "{err:?}");
+    assert!(a_aborted.is_some());
+    let a_done: Vec<&RecordKey> = a_settled.outcomes.iter().map(|(k, _)| k).collect();
+    assert!(!a_done.contains(&&paused_at));
+
+    // B looked up exactly what A left in flight: the window, not the batch.
+    let mut looked_up = lookups_by_b.clone();
+    looked_up.sort();
+    let mut expected = in_flight_at_takeover.clone();
+    expected.sort();
+    assert_eq!(looked_up, expected);
+    assert_eq!(b_outcomes.len(), 1200);
+    let already_done = b_outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, EffectOutcome::AlreadyDone))
+        .count();
+    assert_eq!(
+        already_done,
+        a_done.len(),
+        "B skips exactly what A confirmed"
+    );
+
+    // No refund sent twice: one send per key. Only the refunds A had in flight when it paused
+    // were asked for twice (B, finding them unsent, and A on waking), and the idempotency key
+    // answered A's with B's.
+    let calls = gateway.calls();
+    assert_eq!(calls.sent.len(), 1200);
+    for record in &records {
+        let asked = calls.performs.get(record).copied().unwrap_or(0);
+        assert!((1..=2).contains(&asked), "{record:?} asked {asked} times");
+        if asked == 2 {
+            assert!(in_flight_at_takeover.contains(record), "{record:?}");
+        }
+    }
+    // Every record is done, under A's fence only where A confirmed it before pausing.
+    for (record, (fence, state)) in store.states() {
+        assert_eq!(state.as_ref(), Some(lifecycle.done()), "{record:?}");
+        let expected = if a_done.contains(&&record) {
+            a_token
+        } else {
+            b_token
+        };
+        assert_eq!(fence, Some(expected), "{record:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_effect_stops_new_work_and_confirms_what_finished() {
+    let records = keys(200);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let gateway = Gateway {
+        latency: Duration::from_millis(5),
+        fail: Some(key(40)),
+        ..Gateway::default()
+    };
+    let batch = batch(&lease, &store).await;
+    let settled = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(4)
+        .group_size(8)
+        .window(16)
+        .run(records.clone())
+        .await;
+    assert!(
+        matches!(&settled.error, Some(Error::Effect { record, .. }) if *record == key(40)),
+        "{:?}",
+        settled.error
+    );
+    let states = store.states();
+    let in_state = |s: &State| {
+        states
+            .values()
+            .filter(|(_, st)| st.as_ref() == Some(s))
+            .count()
+    };
+    // Every effect that finished is confirmed; what was claimed and not performed stays in
+    // flight (at most the window); nothing beyond the window was claimed.
+    assert_eq!(in_state(lifecycle.done()), settled.outcomes.len());
+    assert_eq!(in_state(lifecycle.done()), gateway.calls().sent.len());
+    assert!(in_state(lifecycle.in_flight()) <= 16);
+    assert!(in_state(lifecycle.pending()) >= 200 - 40 - 16);
+    // A failed effect is not a rejection: the batch is not aborted, the lease released.
+    assert_eq!(batch.aborted_by(), None);
+    batch.finish().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn done_records_are_reported_and_mismatches_skipped_or_stopping_by_policy() {
+    let records = keys(20);
+    let lifecycle = Lifecycle::default();
+    let cancelled = State::new("cancelled").unwrap();
+    for policy in [MismatchPolicy::Skip, MismatchPolicy::Abort] {
+        let store = Counted::new(&records);
+        store
+            .inner
+            .insert_unfenced(key(3), Some(lifecycle.done().clone()), Vec::new());
+        store
+            .inner
+            .insert_unfenced(key(7), Some(cancelled.clone()), Vec::new());
+        let lease = Arc::new(MemoryLease::new());
+        let gateway = Gateway::default();
+        let batch = batch(&lease, &store).await.with_mismatch_policy(policy);
+        let settled = batch
+            .pipeline(&*store, &lifecycle, &gateway)
+            .concurrency(2)
+            .group_size(4)
+            .window(4)
+            .run(records.clone())
+            .await;
+        let done = settled
+            .outcomes
+            .iter()
+            .find(|(k, _)| *k == key(3))
+            .map(|(_, o)| o);
+        assert_eq!(done, Some(&EffectOutcome::AlreadyDone), "{policy:?}");
+        assert!(!gateway.calls().performs.contains_key(&key(7)));
+        match policy {
+            MismatchPolicy::Skip => {
+                assert!(settled.error.is_none(), "{:?}", settled.error);
+                assert_eq!(settled.outcomes.len(), 19);
+                assert_eq!(batch.skipped().len(), 1);
+            }
+            MismatchPolicy::Abort => {
+                let err = settled.error.expect("a mismatch aborts");
+                assert!(err.is_mismatch(), "{err:?}");
+                assert!(settled.outcomes.len() < 19);
+                assert_eq!(batch.aborted_by().map(|(_, r)| r), Some(key(7)));
+            }
+        }
+        let _ = batch.finish().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_settings_and_repeated_keys_are_refused_with_nothing_written() {
+    let records = keys(4);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let gateway = Gateway::default();
+    let batch = batch(&lease, &store).await;
+    let before = store.states();
+    let refused = |settled: fencing_core::Settled<u32>| {
+        assert!(settled.outcomes.is_empty());
+        matches!(settled.error, Some(Error::InvalidInput(_)))
+    };
+    let pipeline = || batch.pipeline(&*store, &lifecycle, &gateway);
+    assert!(refused(
+        pipeline().concurrency(0).run(records.clone()).await
+    ));
+    assert!(refused(pipeline().group_size(0).run(records.clone()).await));
+    assert!(refused(
+        pipeline()
+            .concurrency(8)
+            .window(4)
+            .run(records.clone())
+            .await
+    ));
+    let twice = vec![key(1), key(2), key(1)];
+    assert!(refused(pipeline().run(twice).await));
+    let elsewhere = MemoryStore::new("not-in-the-batch");
+    assert!(refused(
+        batch
+            .pipeline(&elsewhere, &lifecycle, &gateway)
+            .run(records.clone())
+            .await
+    ));
+    assert_eq!(store.states(), before);
+    assert_eq!(store.groups.load(Ordering::SeqCst), 0);
+    assert!(gateway.calls().performs.is_empty());
+    assert!(
+        pipeline()
+            .run(Vec::new())
+            .await
+            .into_result()
+            .unwrap()
+            .is_empty()
+    );
+    batch.finish().await.unwrap();
+}
