@@ -6,6 +6,7 @@
 //! cargo run --example settlement                    # fences on: nothing sent twice
 //! cargo run --example settlement -- --no-fence      # every write presents the same token
 //! cargo run --example settlement -- --no-fence --gateway-ignores-keys
+//! cargo run --example settlement -- --concurrency 32   # pipelined: 32 refunds in flight
 //! RUST_LOG=fencing=info cargo run --example settlement   # and the library's events
 //! ```
 
@@ -35,12 +36,25 @@ fn main() {
     }
     let mut fencing = Fencing::On;
     let mut gateway = GatewayMode::Idempotent;
-    for arg in std::env::args().skip(1) {
+    let mut concurrency = 1;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--no-fence" => fencing = Fencing::Off,
             "--gateway-ignores-keys" => gateway = GatewayMode::IgnoresKeys,
+            "--concurrency" => {
+                concurrency = match args.next().map(|n| n.parse::<usize>()) {
+                    Some(Ok(n)) if n >= 1 => n,
+                    _ => {
+                        eprintln!("--concurrency takes a whole number of at least 1");
+                        std::process::exit(2);
+                    }
+                }
+            }
             "-h" | "--help" => {
-                println!("usage: settlement [--no-fence] [--gateway-ignores-keys]");
+                println!(
+                    "usage: settlement [--no-fence] [--gateway-ignores-keys] [--concurrency N]"
+                );
                 return;
             }
             other => {
@@ -50,7 +64,7 @@ fn main() {
         }
     }
 
-    let config = SettlementConfig::worked_example(fencing, gateway);
+    let config = SettlementConfig::worked_example(fencing, gateway).with_concurrency(concurrency);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -65,6 +79,13 @@ fn main() {
         euros(config.cents_each),
         config.resource(),
         config.ttl.duration().as_secs(),
+    );
+    println!(
+        "refunds in flight per worker: {}",
+        match concurrency {
+            1 => "1 (one by one)".to_owned(),
+            n => format!("{n} (pipelined)"),
+        }
     );
     println!(
         "fences: {}, gateway: {}\n",

@@ -1,6 +1,8 @@
 //! Randomised schedules in virtual time: 2–8 workers, random start times, stalls shorter and
 //! longer than the TTL, leases expiring mid-batch, redeliveries. With fences every schedule
-//! must be safe; without them the same checker must find damage.
+//! must be safe; without them the same checker must find damage. The same again with
+//! pipelined workers: 2–8 refunds in flight per worker, claims and confirms grouped, stalls
+//! mid-window.
 
 use std::time::Duration;
 
@@ -13,9 +15,17 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const SCHEDULES: u64 = 500;
+const PIPELINED_SCHEDULES: u64 = 1000;
 const REFUNDS: usize = 30;
 
-fn schedule(seed: u64, fencing: Fencing) -> SettlementConfig {
+/// How many refunds each worker has in flight.
+#[derive(Clone, Copy)]
+enum Mode {
+    OneByOne,
+    Pipelined,
+}
+
+fn schedule(seed: u64, fencing: Fencing, mode: Mode) -> SettlementConfig {
     let mut rng = StdRng::seed_from_u64(seed);
     let ttl = Ttl::from_secs(1).unwrap();
     let worker_count = rng.random_range(2..=8);
@@ -46,6 +56,10 @@ fn schedule(seed: u64, fencing: Fencing) -> SettlementConfig {
             }
         })
         .collect();
+    let concurrency = match mode {
+        Mode::OneByOne => 1,
+        Mode::Pipelined => rng.random_range(2..=8),
+    };
     SettlementConfig {
         merchant: format!("m_{seed}"),
         refunds: REFUNDS,
@@ -56,15 +70,17 @@ fn schedule(seed: u64, fencing: Fencing) -> SettlementConfig {
         gateway: GatewayMode::Idempotent,
         fencing,
         workers,
+        concurrency,
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn every_schedule_is_safe_with_fences() {
+/// Runs `schedules` fenced schedules: every one safe, every refund sent once, and takeovers
+/// and stale writes among them.
+async fn all_safe_with_fences(schedules: u64, mode: Mode) {
     let mut takeovers = 0;
     let mut stale_rejected = 0;
-    for seed in 0..SCHEDULES {
-        let report = settlement::run(&schedule(seed, Fencing::On)).await;
+    for seed in 0..schedules {
+        let report = settlement::run(&schedule(seed, Fencing::On, mode)).await;
         let audit = &report.audit;
         assert_eq!(
             audit.violations(),
@@ -83,7 +99,7 @@ async fn every_schedule_is_safe_with_fences() {
         stale_rejected += audit.stale_writes_rejected;
     }
     println!(
-        "{SCHEDULES} schedules: {takeovers} takeovers, {stale_rejected} stale writes rejected"
+        "{schedules} schedules: {takeovers} takeovers, {stale_rejected} stale writes rejected"
     );
     assert!(
         takeovers > 0 && stale_rejected > 0,
@@ -91,18 +107,38 @@ async fn every_schedule_is_safe_with_fences() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_checker_finds_damage_without_fences() {
+/// How many of `schedules` unfenced schedules broke a guarantee; the checker must bite.
+async fn unsafe_without_fences(schedules: u64, mode: Mode) {
     let mut unsafe_schedules = 0;
-    for seed in 0..SCHEDULES {
-        let report = settlement::run(&schedule(seed, Fencing::Off)).await;
+    for seed in 0..schedules {
+        let report = settlement::run(&schedule(seed, Fencing::Off, mode)).await;
         if !report.audit.violations().is_empty() {
             unsafe_schedules += 1;
         }
     }
-    println!("{unsafe_schedules} of {SCHEDULES} schedules broke a guarantee without fences");
+    println!("{unsafe_schedules} of {schedules} schedules broke a guarantee without fences");
     assert!(
-        unsafe_schedules > SCHEDULES / 10,
+        unsafe_schedules > schedules / 10,
         "only {unsafe_schedules} unsafe schedules: the checker is not biting"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_schedule_is_safe_with_fences() {
+    all_safe_with_fences(SCHEDULES, Mode::OneByOne).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_checker_finds_damage_without_fences() {
+    unsafe_without_fences(SCHEDULES, Mode::OneByOne).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_pipelined_schedule_is_safe_with_fences() {
+    all_safe_with_fences(PIPELINED_SCHEDULES, Mode::Pipelined).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_checker_finds_damage_in_pipelined_schedules_without_fences() {
+    unsafe_without_fences(PIPELINED_SCHEDULES, Mode::Pipelined).await;
 }

@@ -177,3 +177,35 @@ async fn the_same_configuration_gives_the_same_journal() {
     let second = worked_example(Fencing::On, GatewayMode::Idempotent).await;
     assert_eq!(first.events, second.events);
 }
+
+/// The same job pipelined, 32 refunds in flight: the same tally (every refund sent once, none
+/// twice, no stale write accepted), and A finishes well inside its 30-second TTL, so B, handed
+/// the job at 31 s, finds everything sent.
+#[tokio::test(start_paused = true)]
+async fn pipelined_the_job_finishes_inside_its_ttl_with_the_same_tally() {
+    let config =
+        SettlementConfig::worked_example(Fencing::On, GatewayMode::Idempotent).with_concurrency(32);
+    let report = settlement::run(&config).await;
+    let audit = &report.audit;
+    assert_eq!(audit.violations(), Vec::<String>::new(), "{audit:?}");
+    assert_eq!(audit.rows_sent, 1200);
+    assert_eq!(audit.gateway.refunds_created, 1200);
+    assert_eq!(audit.gateway.keys_paid_twice, 0);
+    let finished = find(&report, "A", |w| matches!(w, What::Finished));
+    assert!(
+        finished.at < Duration::from_secs(10),
+        "A finished at {:?}",
+        finished.at
+    );
+    let serial = worked_example(Fencing::On, GatewayMode::Idempotent).await;
+    let b_finished = find(&serial, "B", |w| matches!(w, What::Finished));
+    assert!(b_finished.at > Duration::from_secs(31), "one by one, B has to finish the job");
+    assert!(
+        report
+            .events
+            .iter()
+            .filter(|e| e.worker == "B")
+            .all(|e| !matches!(e.what, What::Sent { .. } | What::Recovered { .. })),
+        "B has nothing left to send"
+    );
+}

@@ -3,7 +3,6 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -13,6 +12,7 @@ use tokio::time::Instant;
 use crate::batch::{FencedBatch, StoreRef};
 use crate::effect::{EffectOutcome, Lifecycle, SideEffect};
 use crate::error::{Error, Result};
+use crate::fence::Fence;
 use crate::input::{InputKind, InvalidInput};
 use crate::name::RecordKey;
 use crate::store::{FencedStore, Written, check_distinct};
@@ -44,8 +44,10 @@ use crate::store::{FencedStore, Written, check_distinct};
 /// running the pipeline again) settles them.
 #[must_use = "a pipeline does nothing until it is run"]
 pub struct Pipeline<'b, E: ?Sized> {
-    batch: &'b FencedBatch,
-    store: Result<Arc<dyn FencedStore>>,
+    fence: Fence<'b>,
+    /// The batch that notes its refusals and skips, when it runs in one.
+    batch: Option<&'b FencedBatch>,
+    store: Result<&'b dyn FencedStore>,
     lifecycle: &'b Lifecycle,
     effect: &'b E,
     concurrency: usize,
@@ -88,16 +90,23 @@ impl FencedBatch {
         lifecycle: &'b Lifecycle,
         effect: &'b E,
     ) -> Pipeline<'b, E> {
-        Pipeline {
-            batch: self,
-            store: self.writable(store).cloned(),
-            lifecycle,
-            effect,
-            concurrency: 16,
-            group_size: 32,
-            window: 64,
-            flush_after: Duration::from_millis(5),
-        }
+        let store = self.writable(store).map(|store| &**store);
+        Pipeline::new(self.fence(), Some(self), store, lifecycle, effect)
+    }
+}
+
+impl<'a> Fence<'a> {
+    /// A [`Pipeline`] settling records of `store` under this fence's token, outside any
+    /// [`FencedBatch`]: nothing notes its refusals, and a record in an unexpected state stops
+    /// it (as [`crate::MismatchPolicy::Abort`]). The same defaults as
+    /// [`FencedBatch::pipeline`].
+    pub fn pipeline<E: SideEffect + ?Sized>(
+        self,
+        store: &'a dyn FencedStore,
+        lifecycle: &'a Lifecycle,
+        effect: &'a E,
+    ) -> Pipeline<'a, E> {
+        Pipeline::new(self, None, Ok(store), lifecycle, effect)
     }
 }
 
@@ -111,6 +120,26 @@ enum Answer<R> {
 type InFlight<'a, R> = FuturesUnordered<Pin<Box<dyn Future<Output = Answer<R>> + Send + 'a>>>;
 
 impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
+    fn new(
+        fence: Fence<'b>,
+        batch: Option<&'b FencedBatch>,
+        store: Result<&'b dyn FencedStore>,
+        lifecycle: &'b Lifecycle,
+        effect: &'b E,
+    ) -> Self {
+        Pipeline {
+            fence,
+            batch,
+            store,
+            lifecycle,
+            effect,
+            concurrency: 16,
+            group_size: 32,
+            window: 64,
+            flush_after: Duration::from_millis(5),
+        }
+    }
+
     /// At most `n` side effects in flight at once (1: one after another).
     pub fn concurrency(self, n: usize) -> Self {
         Pipeline {
@@ -159,18 +188,12 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
             outcomes: Vec::new(),
             error: None,
         };
-        let store = match (&self.store, self.check(&keys)) {
-            (Err(_), _) => {
-                settled.error = self.store.err();
-                return settled;
-            }
-            (_, Err(err)) => {
-                settled.error = Some(err.into());
-                return settled;
-            }
-            (Ok(store), Ok(())) => store.clone(),
-        };
-        self.settle(&*store, keys, &mut settled).await;
+        let checked = self.check(&keys);
+        match (&self.store, checked) {
+            (Ok(store), Ok(())) => self.settle(*store, keys, &mut settled).await,
+            (_, Err(err)) => settled.error = Some(err.into()),
+            (Err(_), Ok(())) => settled.error = self.store.err(),
+        }
         settled
     }
 
@@ -180,7 +203,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         keys: Vec<RecordKey>,
         settled: &mut Settled<E::Receipt>,
     ) {
-        let fence = self.batch.fence();
+        let fence = self.fence;
         let (claim, confirm) = (self.lifecycle.claim(), self.lifecycle.confirm());
         let mut queue: VecDeque<RecordKey> = keys.into();
         let mut claimed: VecDeque<Written> = VecDeque::new();
@@ -191,7 +214,11 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         // Records claimed (or being claimed) whose confirm has not been answered.
         let mut open = 0;
         let stop = |settled: &mut Settled<E::Receipt>, err: Error| {
-            if let Some(err) = self.batch.note_error(err) {
+            let kept = match self.batch {
+                Some(batch) => batch.note_error(err),
+                None => Some(err),
+            };
+            if let Some(err) = kept {
                 settled.error.get_or_insert(err);
             }
         };

@@ -71,6 +71,10 @@ pub struct SettlementConfig {
     pub fencing: Fencing,
     /// The workers.
     pub workers: Vec<WorkerPlan>,
+    /// How many refunds a worker has in flight at once: 1 settles them one by one with
+    /// `Fence::run_effect`; more runs a `Pipeline` with that many effects in flight, claims
+    /// and confirms grouped by as many and a window of twice as many.
+    pub concurrency: usize,
 }
 
 /// The refund id of the `n`th refund (from 1): `r_001`, …, `r_815`, …, `r_1200`.
@@ -112,6 +116,15 @@ impl SettlementConfig {
                     redeliveries: 0,
                 },
             ],
+            concurrency: 1,
+        }
+    }
+
+    /// The same run with `concurrency` refunds in flight per worker.
+    pub fn with_concurrency(self, concurrency: usize) -> Self {
+        SettlementConfig {
+            concurrency,
+            ..self
         }
     }
 
@@ -165,6 +178,7 @@ pub async fn run_on(
         resource,
         ttl: config.ttl,
         fencing: config.fencing,
+        concurrency: config.concurrency,
         lifecycle,
         keys,
         lease,

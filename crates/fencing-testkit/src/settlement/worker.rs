@@ -17,6 +17,7 @@ pub(crate) struct Shared {
     pub(crate) resource: ResourceName,
     pub(crate) ttl: Ttl,
     pub(crate) fencing: Fencing,
+    pub(crate) concurrency: usize,
     pub(crate) lifecycle: Lifecycle,
     pub(crate) keys: Vec<RecordKey>,
     pub(crate) lease: Arc<dyn Lease>,
@@ -63,29 +64,66 @@ async fn run_batch(
         worker: &holder.worker,
         pauses,
     };
+    if shared.concurrency > 1 {
+        let settled = fence
+            .pipeline(&store, &shared.lifecycle, &gateway)
+            .concurrency(shared.concurrency)
+            .group_size(shared.concurrency)
+            .window(2 * shared.concurrency)
+            .run(shared.keys.iter().cloned())
+            .await;
+        for (key, outcome) in settled.outcomes {
+            shared
+                .journal
+                .record(&holder.worker, settled_as(key, outcome));
+        }
+        return match settled.error {
+            None => true,
+            Some(err) => {
+                let key = stopped_at(&err).unwrap_or_else(|| shared.keys[0].clone());
+                aborted(shared, holder, key, &err);
+                false
+            }
+        };
+    }
     for key in &shared.keys {
         let outcome = fence
             .run_effect(&store, key, &shared.lifecycle, &gateway)
             .await;
-        let what = match outcome {
-            Ok(EffectOutcome::AlreadyDone) => What::Skipped { key: key.clone() },
-            Ok(EffectOutcome::Performed(())) => What::Sent { key: key.clone() },
-            Ok(EffectOutcome::Recovered(())) => What::Recovered { key: key.clone() },
+        match outcome {
+            Ok(outcome) => shared
+                .journal
+                .record(&holder.worker, settled_as(key.clone(), outcome)),
             Err(err) => {
-                let reason = err.to_string();
-                shared.journal.record(
-                    &holder.worker,
-                    What::Aborted {
-                        key: key.clone(),
-                        reason,
-                    },
-                );
+                aborted(shared, holder, key.clone(), &err);
                 return false;
             }
-        };
-        shared.journal.record(&holder.worker, what);
+        }
     }
     true
+}
+
+fn settled_as(key: RecordKey, outcome: EffectOutcome<()>) -> What {
+    match outcome {
+        EffectOutcome::AlreadyDone => What::Skipped { key },
+        EffectOutcome::Performed(()) => What::Sent { key },
+        EffectOutcome::Recovered(()) => What::Recovered { key },
+    }
+}
+
+/// The record whose write or effect stopped a pipeline.
+fn stopped_at(err: &Error) -> Option<RecordKey> {
+    match err {
+        Error::Effect { record, .. } => Some(record.clone()),
+        other => other.rejected_at().map(|(_, record)| record.clone()),
+    }
+}
+
+fn aborted(shared: &Shared, holder: &Holder, key: RecordKey, err: &Error) {
+    let reason = err.to_string();
+    shared
+        .journal
+        .record(&holder.worker, What::Aborted { key, reason });
 }
 
 /// The refund store as one holder sees it: every write journaled with whether it was stale.
