@@ -199,7 +199,10 @@ async fn pipelined_the_job_finishes_inside_its_ttl_with_the_same_tally() {
     );
     let serial = worked_example(Fencing::On, GatewayMode::Idempotent).await;
     let b_finished = find(&serial, "B", |w| matches!(w, What::Finished));
-    assert!(b_finished.at > Duration::from_secs(31), "one by one, B has to finish the job");
+    assert!(
+        b_finished.at > Duration::from_secs(31),
+        "one by one, B has to finish the job"
+    );
     assert!(
         report
             .events

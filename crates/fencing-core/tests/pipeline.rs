@@ -137,6 +137,8 @@ struct Counted {
     inner: MemoryStore,
     singles: AtomicUsize,
     groups: AtomicUsize,
+    /// How long each request takes to be answered (it applies at once).
+    latency: Duration,
 }
 
 impl Counted {
@@ -153,6 +155,7 @@ impl Counted {
             inner,
             singles: AtomicUsize::new(0),
             groups: AtomicUsize::new(0),
+            latency: Duration::ZERO,
         })
     }
 
@@ -189,7 +192,9 @@ impl FencedStore for Counted {
         w: &FencedWrite,
     ) -> Result<Vec<Result<Written>>> {
         self.groups.fetch_add(1, Ordering::SeqCst);
-        self.inner.write_many(keys, token, w).await
+        let answer = self.inner.write_many(keys, token, w).await;
+        tokio::time::sleep(self.latency).await;
+        answer
     }
 }
 
@@ -514,4 +519,100 @@ async fn bad_settings_and_repeated_keys_are_refused_with_nothing_written() {
             .is_empty()
     );
     batch.finish().await.unwrap();
+}
+
+/// A pipeline dropped at every moment of its run (every millisecond of virtual time, with
+/// store answers taking 1 ms and calls 3 ms) leaves each record pending, in flight under its
+/// fence, or done; the next holder settles them all, looking up only what was in flight, and
+/// no refund is sent twice.
+#[tokio::test(start_paused = true)]
+async fn a_pipeline_dropped_at_any_moment_leaves_states_the_protocol_produces() {
+    let lifecycle = Lifecycle::default();
+    let records = keys(40);
+    let mut dropped_with_work_in_flight = 0;
+    for drop_at in 0..=60 {
+        let store = {
+            let counted = Counted::new(&records);
+            let mut counted = Arc::into_inner(counted).unwrap();
+            counted.latency = Duration::from_millis(1);
+            Arc::new(counted)
+        };
+        let lease = Arc::new(MemoryLease::new());
+        let gateway = Gateway::with_latency(Duration::from_millis(3));
+        let first = batch(&lease, &store).await;
+        let run = first
+            .pipeline(&*store, &lifecycle, &gateway)
+            .concurrency(4)
+            .group_size(4)
+            .window(8)
+            .flush_after(Duration::from_millis(2))
+            .run(records.clone());
+        let finished = tokio::time::timeout(Duration::from_millis(drop_at), run).await;
+        let first_token = first.token();
+        let in_flight: Vec<RecordKey> = store
+            .states()
+            .into_iter()
+            .filter_map(|(key, (fence, state))| {
+                let state = state.expect("every record has a state");
+                if state == *lifecycle.in_flight() {
+                    assert_eq!(
+                        fence,
+                        Some(first_token),
+                        "{key:?} in flight under another fence"
+                    );
+                    Some(key)
+                } else {
+                    assert!(
+                        state == *lifecycle.pending() || state == *lifecycle.done(),
+                        "dropped at {drop_at} ms: {key:?} is {state}"
+                    );
+                    None
+                }
+            })
+            .collect();
+        if finished.is_err() && !in_flight.is_empty() {
+            dropped_with_work_in_flight += 1;
+        }
+        assert!(
+            in_flight.len() <= 8,
+            "the window bounds what is left in flight"
+        );
+        drop(first); // released in the background, as a dropped batch is
+        tokio::time::sleep(Duration::from_millis(1)).await;
+
+        let next = batch(&lease, &store).await;
+        let lookups_before = gateway.calls().lookups.len();
+        let outcomes = next
+            .pipeline(&*store, &lifecycle, &gateway)
+            .run(records.clone())
+            .await
+            .into_result()
+            .unwrap();
+        assert_eq!(outcomes.len(), 40);
+        next.finish().await.unwrap();
+        let calls = gateway.calls();
+        assert_eq!(
+            calls.lookups.len() - lookups_before,
+            in_flight.len(),
+            "dropped at {drop_at} ms"
+        );
+        assert_eq!(calls.sent.len(), 40, "every refund sent");
+        for record in &records {
+            let asked = calls.performs.get(record).copied().unwrap_or(0);
+            assert!(
+                asked == 1 || (asked == 2 && in_flight.contains(record)),
+                "{record:?}: {asked}"
+            );
+        }
+        assert!(
+            store
+                .states()
+                .values()
+                .all(|(_, s)| s.as_ref() == Some(lifecycle.done()))
+        );
+    }
+    assert!(
+        dropped_with_work_in_flight > 10,
+        "{dropped_with_work_in_flight}"
+    );
 }
