@@ -4,7 +4,10 @@
 //! (`pending|sending → sending`), look the effect up if the record was in flight, perform the
 //! effect with the record key as idempotency key, and confirm (`sending → sent`) — while the
 //! world does everything a real deployment can: leases expire under paused workers, a write's
-//! answer or its request is lost, and the token counter loses its state. Every decision the
+//! answer or its request is lost, and the token counter loses its state. A pipelined worker
+//! has several records in flight at once (one lane each), and its first refusal stops every
+//! lane that has not yet performed its effect, while a lane whose effect is done still sends
+//! its confirm, as `Pipeline` does. Every decision the
 //! workers and the store make is the library's own code: [`FencedWrite::decide`] and
 //! [`FencedWrite::apply`] in the store, the [`Lifecycle`] writes, the retry rules
 //! [`FencedWrite::refusal_may_be_own`] and [`FencedWrite::is_reflected_in`] of `Fence::write`,
@@ -39,7 +42,13 @@ pub enum Mutation {
     NoTakeoverLookup,
     /// A lost counter starts again at 1 (no durable epoch).
     UnseededCounterReset,
+    /// A pipelined worker's refusal stops only the lane it struck: the worker's other lanes
+    /// go on claiming and performing.
+    RefusalDoesNotStopQueued,
 }
+
+/// The most records one worker has in flight at once.
+pub const MAX_LANES: usize = 2;
 
 /// The size of the world and what may go wrong in it.
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +67,9 @@ pub struct Protocol {
     pub lost_requests: u8,
     /// Restarts of the counter's store that lose the counter and the lease.
     pub counter_losses: u8,
+    /// Records each worker has in flight at once (1: one by one; at most [`MAX_LANES`]).
+    /// Lane `l` settles records `l`, `l + lanes`, ….
+    pub lanes: u8,
     /// The rule changed, if any.
     pub mutation: Mutation,
 }
@@ -73,15 +85,27 @@ impl Protocol {
             lost_answers: 1,
             lost_requests: 1,
             counter_losses: 1,
+            lanes: 1,
             mutation,
+        }
+    }
+
+    /// Two pipelined workers, each with both records in flight at once, and one expiry and
+    /// one lost answer.
+    pub fn pipelined(mutation: Mutation) -> Self {
+        Protocol {
+            lanes: 2,
+            lost_requests: 0,
+            counter_losses: 0,
+            ..Protocol::small(mutation)
         }
     }
 }
 
-/// Where a worker is in its job.
+/// Where one lane of a worker is in its job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Step {
-    /// Waiting to acquire the lease.
+    /// Waiting for the worker to acquire the lease.
     Idle,
     /// About to claim record `n`.
     Claim(u8),
@@ -91,13 +115,22 @@ pub enum Step {
     Perform(u8),
     /// About to confirm record `n`.
     Confirm(u8),
-    /// Done with this acquisition (finished or aborted): about to release the lease.
-    Release {
-        /// Whether the job was aborted (it is redelivered while attempts remain).
-        aborted: bool,
-    },
+    /// Done with this acquisition: nothing left, or stopped.
+    Done,
     /// The job is over for this worker.
     Finished,
+}
+
+/// One record in flight of a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lane {
+    step: Step,
+    /// The current write was sent again after an ambiguous outcome.
+    retried: bool,
+    /// An earlier attempt of the current write was applied by the store.
+    earlier_applied: bool,
+    /// When this lane's claim of its current record was applied.
+    claimed_at: u8,
 }
 
 /// One worker.
@@ -105,13 +138,30 @@ pub enum Step {
 pub struct Worker {
     attempts_left: u8,
     token: Option<FencingToken>,
-    step: Step,
-    /// The current write was sent again after an ambiguous outcome.
-    retried: bool,
-    /// An earlier attempt of the current write was applied by the store.
-    earlier_applied: bool,
-    /// When this worker's claim of its current record was applied.
-    claimed_at: u8,
+    lanes: [Lane; MAX_LANES],
+    /// One of this acquisition's writes was refused.
+    refused: bool,
+}
+
+impl Worker {
+    /// Whether `lane` may take its next step: a refusal stops every lane that has not
+    /// performed its effect (unless mutated); a confirm is still sent.
+    fn may_step(&self, lane: usize, mutation: Mutation) -> bool {
+        let stopped = self.refused && mutation != Mutation::RefusalDoesNotStopQueued;
+        !stopped || matches!(self.lanes[lane].step, Step::Confirm(_))
+    }
+
+    /// Whether this acquisition is over: every lane done, or stopped where it stood.
+    fn ready_to_release(&self, lanes: u8, mutation: Mutation) -> bool {
+        self.token.is_some()
+            && self.lanes[..usize::from(lanes)]
+                .iter()
+                .enumerate()
+                .all(|(l, lane)| {
+                    lane.step == Step::Done
+                        || (lane.step != Step::Idle && !self.may_step(l, mutation))
+                })
+    }
 }
 
 /// What a write's request and answer went through.
@@ -130,12 +180,12 @@ pub enum Delivery {
 pub enum Action {
     /// Worker `w` acquires the lease and a token.
     Acquire(u8),
-    /// Worker `w` sends its claim or confirm.
-    Write(u8, Delivery),
-    /// Worker `w` looks its record's effect up by idempotency key.
-    Lookup(u8),
-    /// Worker `w` performs its record's effect.
-    Perform(u8),
+    /// Worker `w`'s lane `l` sends its claim or confirm.
+    Write(u8, u8, Delivery),
+    /// Worker `w`'s lane `l` looks its record's effect up by idempotency key.
+    Lookup(u8, u8),
+    /// Worker `w`'s lane `l` performs its record's effect.
+    Perform(u8, u8),
     /// Worker `w` releases the lease (owner-only).
     Release(u8),
     /// The lease expires under its holder, who does not know.
@@ -156,6 +206,9 @@ pub struct Violations {
     /// A claim retried after its first attempt applied, on a record still showing that
     /// attempt, was refused by the store itself.
     pub retried_claim_refused: bool,
+    /// A worker sent a claim or performed an effect after one of its writes under the same
+    /// token was refused.
+    pub worked_after_refusal: bool,
 }
 
 /// The world: the store, the lease, the counter, the gateway and the workers.
@@ -291,25 +344,39 @@ impl Protocol {
         world.counter = Some(world.counter.unwrap_or(0).max(target.get()));
     }
 
-    fn next_record(&self, n: u8) -> Step {
-        if n + 1 < self.records {
-            Step::Claim(n + 1)
+    /// The lane's first record, or nothing for a lane beyond the records.
+    fn first_record(&self, lane: u8) -> Step {
+        if lane < self.records {
+            Step::Claim(lane)
         } else {
-            Step::Release { aborted: false }
+            Step::Done
         }
     }
 
-    /// Worker `w` sends the write of its step.
-    fn write(&self, world: &mut World, w: u8, delivery: Delivery) {
+    fn next_record(&self, n: u8) -> Step {
+        if n + self.lanes < self.records {
+            Step::Claim(n + self.lanes)
+        } else {
+            Step::Done
+        }
+    }
+
+    /// Worker `w`'s lane `l` sends the write of its step.
+    fn write(&self, world: &mut World, w: u8, l: u8, delivery: Delivery) {
         let lifecycle = Lifecycle::default();
-        let worker = world.workers[usize::from(w)];
-        let (n, write) = match worker.step {
+        let (wi, li) = (usize::from(w), usize::from(l));
+        let worker = world.workers[wi];
+        let lane = worker.lanes[li];
+        let (n, write) = match lane.step {
             Step::Claim(n) => (n, lifecycle.claim()),
             Step::Confirm(n) => (n, lifecycle.confirm()),
             _ => return,
         };
         let i = usize::from(n);
         let token = worker.token.expect("a worker writes under a token");
+        if write.check() == FenceCheck::Claim && worker.refused {
+            world.violations.worked_after_refusal = true;
+        }
         let before = world.records[i].clone();
         let decided = self.decide(&write, token, &before);
         let applied = delivery != Delivery::RequestLost && decided.is_ok();
@@ -322,9 +389,9 @@ impl Protocol {
             match write.check() {
                 FenceCheck::Claim => {
                     world.last_claimer[i] = Some(w);
-                    if !worker.earlier_applied {
+                    if !lane.earlier_applied {
                         let at = world.tick();
-                        world.workers[usize::from(w)].claimed_at = at;
+                        world.workers[wi].lanes[li].claimed_at = at;
                     }
                 }
                 FenceCheck::HolderOnly => {
@@ -334,16 +401,16 @@ impl Protocol {
                 }
             }
         }
-        let worker = &mut world.workers[usize::from(w)];
+        let lane = &mut world.workers[wi].lanes[li];
         if delivery != Delivery::Normal {
             // Ambiguous: `Fence::write` sends the same write again.
-            worker.retried = true;
-            worker.earlier_applied |= applied;
+            lane.retried = true;
+            lane.earlier_applied |= applied;
             return;
         }
-        let (retried, earlier_applied) = (worker.retried, worker.earlier_applied);
-        worker.retried = false;
-        worker.earlier_applied = false;
+        let (retried, earlier_applied) = (lane.retried, lane.earlier_applied);
+        lane.retried = false;
+        lane.earlier_applied = false;
         let previous_state = match decided {
             Ok(()) => before.state.clone(),
             Err(refusal) => {
@@ -365,17 +432,18 @@ impl Protocol {
                     if write.check() == FenceCheck::Claim && s == lifecycle.done())
                 {
                     // Already done: `run_effect` moves on without a call.
-                    world.workers[usize::from(w)].step = self.next_record(n);
+                    world.workers[wi].lanes[li].step = self.next_record(n);
                     return;
                 } else {
                     self.repair(world, &refusal);
-                    world.workers[usize::from(w)].step = Step::Release { aborted: true };
+                    let worker = &mut world.workers[wi];
+                    worker.refused = true;
+                    worker.lanes[li].step = Step::Done;
                     return;
                 }
             }
         };
-        let worker = &mut world.workers[usize::from(w)];
-        worker.step = match write.check() {
+        world.workers[wi].lanes[li].step = match write.check() {
             FenceCheck::Claim
                 if previous_state.as_ref() == Some(lifecycle.in_flight())
                     && self.mutation != Mutation::NoTakeoverLookup =>
@@ -402,13 +470,21 @@ impl Model for Protocol {
                 payload: Vec::new(),
             })
             .collect();
-        let worker = Worker {
-            attempts_left: self.attempts,
-            token: None,
+        assert!(
+            (1..=MAX_LANES).contains(&usize::from(self.lanes)),
+            "1 to {MAX_LANES} lanes"
+        );
+        let lane = Lane {
             step: Step::Idle,
             retried: false,
             earlier_applied: false,
             claimed_at: 0,
+        };
+        let worker = Worker {
+            attempts_left: self.attempts,
+            token: None,
+            lanes: [lane; MAX_LANES],
+            refused: false,
         };
         vec![World {
             records,
@@ -430,23 +506,32 @@ impl Model for Protocol {
     fn actions(&self, world: &World, actions: &mut Vec<Action>) {
         let lease_free = world.lease.is_none_or(|(_, live)| !live);
         for (w, worker) in (0u8..).zip(&world.workers) {
-            match worker.step {
-                Step::Idle if worker.attempts_left > 0 && lease_free => {
-                    actions.push(Action::Acquire(w));
+            let idle = worker.lanes[0].step == Step::Idle;
+            if idle && worker.attempts_left > 0 && lease_free {
+                actions.push(Action::Acquire(w));
+            }
+            if worker.ready_to_release(self.lanes, self.mutation) {
+                actions.push(Action::Release(w));
+                continue;
+            }
+            for (l, lane) in (0u8..self.lanes).zip(&worker.lanes) {
+                if !worker.may_step(usize::from(l), self.mutation) {
+                    continue;
                 }
-                Step::Claim(_) | Step::Confirm(_) => {
-                    actions.push(Action::Write(w, Delivery::Normal));
-                    if world.lost_answers > 0 {
-                        actions.push(Action::Write(w, Delivery::AnswerLost));
+                match lane.step {
+                    Step::Claim(_) | Step::Confirm(_) => {
+                        actions.push(Action::Write(w, l, Delivery::Normal));
+                        if world.lost_answers > 0 {
+                            actions.push(Action::Write(w, l, Delivery::AnswerLost));
+                        }
+                        if world.lost_requests > 0 {
+                            actions.push(Action::Write(w, l, Delivery::RequestLost));
+                        }
                     }
-                    if world.lost_requests > 0 {
-                        actions.push(Action::Write(w, Delivery::RequestLost));
-                    }
+                    Step::Lookup(_) => actions.push(Action::Lookup(w, l)),
+                    Step::Perform(_) => actions.push(Action::Perform(w, l)),
+                    Step::Idle | Step::Done | Step::Finished => {}
                 }
-                Step::Lookup(_) => actions.push(Action::Lookup(w)),
-                Step::Perform(_) => actions.push(Action::Perform(w)),
-                Step::Release { .. } => actions.push(Action::Release(w)),
-                Step::Idle | Step::Finished => {}
             }
         }
         if world.expiries > 0 && world.lease.is_some_and(|(_, live)| live) {
@@ -466,38 +551,43 @@ impl Model for Protocol {
                 let worker = &mut next.workers[usize::from(w)];
                 worker.attempts_left -= 1;
                 worker.token = Some(token);
-                worker.step = Step::Claim(0);
+                worker.refused = false;
+                for (l, lane) in (0u8..self.lanes).zip(&mut worker.lanes) {
+                    lane.step = self.first_record(l);
+                }
             }
-            Action::Write(w, delivery) => {
+            Action::Write(w, l, delivery) => {
                 match delivery {
                     Delivery::AnswerLost => next.lost_answers -= 1,
                     Delivery::RequestLost => next.lost_requests -= 1,
                     Delivery::Normal => {}
                 }
-                self.write(&mut next, w, delivery);
+                self.write(&mut next, w, l, delivery);
             }
-            Action::Lookup(w) => {
-                let worker = &mut next.workers[usize::from(w)];
-                if let Step::Lookup(n) = worker.step {
-                    worker.step = if next.performed_at[usize::from(n)].is_some() {
+            Action::Lookup(w, l) => {
+                let lane = &mut next.workers[usize::from(w)].lanes[usize::from(l)];
+                if let Step::Lookup(n) = lane.step {
+                    lane.step = if next.performed_at[usize::from(n)].is_some() {
                         Step::Confirm(n)
                     } else {
                         Step::Perform(n)
                     };
                 }
             }
-            Action::Perform(w) => {
+            Action::Perform(w, l) => {
                 let worker = next.workers[usize::from(w)];
-                if let Step::Perform(n) = worker.step {
+                let lane = worker.lanes[usize::from(l)];
+                if let Step::Perform(n) = lane.step {
+                    if worker.refused {
+                        next.violations.worked_after_refusal = true;
+                    }
                     let i = usize::from(n);
                     match next.performed_at[i] {
-                        Some(at) if at < worker.claimed_at => {
-                            next.violations.effect_repeated = true
-                        }
+                        Some(at) if at < lane.claimed_at => next.violations.effect_repeated = true,
                         Some(_) => {}
                         None => next.performed_at[i] = Some(next.tick()),
                     }
-                    next.workers[usize::from(w)].step = Step::Confirm(n);
+                    next.workers[usize::from(w)].lanes[usize::from(l)].step = Step::Confirm(n);
                 }
             }
             Action::Release(w) => {
@@ -505,12 +595,17 @@ impl Model for Protocol {
                     next.lease = None;
                 }
                 let worker = &mut next.workers[usize::from(w)];
-                let aborted = matches!(worker.step, Step::Release { aborted: true });
-                worker.step = if aborted && worker.attempts_left > 0 {
+                let step = if worker.refused && worker.attempts_left > 0 {
                     Step::Idle
                 } else {
                     Step::Finished
                 };
+                for lane in &mut worker.lanes {
+                    lane.step = step;
+                    lane.retried = false;
+                    lane.earlier_applied = false;
+                }
+                worker.token = None;
             }
             Action::Expire => {
                 next.expiries -= 1;
@@ -541,6 +636,10 @@ impl Model for Protocol {
             Property::always(
                 "a claim retried after its first attempt applied is accepted by the store",
                 |_, w: &World| !w.violations.retried_claim_refused,
+            ),
+            Property::always(
+                "no claim and no effect after a refusal under the same token",
+                |_, w: &World| !w.violations.worked_after_refusal,
             ),
             Property::eventually("every record ends done", |_, w: &World| w.all_done()),
         ]

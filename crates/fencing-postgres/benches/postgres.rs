@@ -13,8 +13,9 @@
 use std::time::{Duration, Instant};
 
 use fencing_core::{
-    Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource,
-    RecordKey, ResourceName, State, TokenSource,
+    BoxError, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, Lifecycle,
+    MemoryTokenSource, Record, RecordKey, ResourceName, SideEffect, State, TokenSource,
+    async_trait,
 };
 use fencing_postgres::{PgIdent, PgStore, PgTable, push_fence_condition};
 use fencing_test_support::bench;
@@ -44,6 +45,9 @@ async fn main() {
         store,
         keys,
         lifecycle,
+        gateway: Gateway {
+            latency: Duration::ZERO,
+        },
     };
 
     println!(
@@ -66,6 +70,21 @@ async fn main() {
         .await;
     bench::report(&settlements, ROWS, "row");
     println!();
+    for latency in [Duration::ZERO, Duration::from_millis(5)] {
+        println!("gateway latency {latency:?}:\n");
+        let bench = Bench {
+            gateway: Gateway { latency },
+            ..bench.clone()
+        };
+        let pipelined = bench
+            .compare(&[
+                "settlement, row-by-row (Fence::run_effect)",
+                "settlement, pipelined (32 in flight, groups of 32)",
+            ])
+            .await;
+        bench::report(&pipelined, ROWS, "refund");
+        println!();
+    }
     let observed = bench
         .compare(&[
             "Fence::write (claim), no subscriber",
@@ -80,12 +99,45 @@ async fn main() {
         .unwrap();
 }
 
+/// A token source that has issued `token` for the settlement's resource.
+async fn issued(token: FencingToken) -> (MemoryTokenSource, ResourceName) {
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    source.advance_to(&resource, token).await.unwrap();
+    (source, resource)
+}
+
+#[derive(Clone)]
 struct Bench {
     pool: PgPool,
     schema: String,
     store: PgStore,
     keys: Vec<RecordKey>,
     lifecycle: Lifecycle,
+    gateway: Gateway,
+}
+
+/// An in-process payment gateway: every refund takes `latency` and nothing is ever found
+/// by lookup (no record is in flight when a round starts).
+#[derive(Clone)]
+struct Gateway {
+    latency: Duration,
+}
+
+#[async_trait]
+impl SideEffect for Gateway {
+    type Receipt = ();
+
+    async fn lookup(&self, _: &RecordKey) -> Result<Option<()>, BoxError> {
+        Ok(None)
+    }
+
+    async fn perform(&self, _: &RecordKey, _: &Record) -> Result<(), BoxError> {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        Ok(())
+    }
 }
 
 impl Bench {
@@ -104,9 +156,7 @@ impl Bench {
     /// A claim of every row through a `Fence` (so with its events and, with the `metrics`
     /// feature, its counters).
     async fn fenced_claims(&self, token: FencingToken) {
-        let source = MemoryTokenSource::new();
-        let resource = ResourceName::new("settle:m_4471").unwrap();
-        source.advance_to(&resource, token).await.unwrap();
+        let (source, resource) = issued(token).await;
         let fence = Fence::new(&resource, token, &source);
         let claim = self.lifecycle.claim();
         for k in &self.keys {
@@ -186,10 +236,29 @@ impl Bench {
                         .unwrap();
                 }
             }
+            "settlement, row-by-row (Fence::run_effect)" => {
+                let (source, resource) = issued(token).await;
+                let fence = Fence::new(&resource, token, &source);
+                for k in &self.keys {
+                    fence
+                        .run_effect(&self.store, k, &self.lifecycle, &self.gateway)
+                        .await
+                        .unwrap();
+                }
+            }
+            "settlement, pipelined (32 in flight, groups of 32)" => {
+                let (source, resource) = issued(token).await;
+                let fence = Fence::new(&resource, token, &source);
+                let settled = fence
+                    .pipeline(&self.store, &self.lifecycle, &self.gateway)
+                    .concurrency(32)
+                    .group_size(32)
+                    .run(self.keys.iter().cloned())
+                    .await;
+                assert_eq!(settled.into_result().unwrap().len(), ROWS);
+            }
             "settlement, batch claim (write_together)" => {
-                let source = MemoryTokenSource::new();
-                let resource = ResourceName::new("settle:m_4471").unwrap();
-                source.advance_to(&resource, token).await.unwrap();
+                let (source, resource) = issued(token).await;
                 let fence = Fence::new(&resource, token, &source);
                 let claimed = self
                     .store
