@@ -56,6 +56,19 @@ pub struct Pipeline<'b, E: ?Sized> {
     flush_after: Duration,
 }
 
+impl<E: ?Sized> std::fmt::Debug for Pipeline<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("token", &self.fence.token())
+            .field("store", &self.store.as_ref().map(|s| s.name()))
+            .field("concurrency", &self.concurrency)
+            .field("group_size", &self.group_size)
+            .field("window", &self.window)
+            .field("flush_after", &self.flush_after)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What a [`Pipeline`] did: every record it settled, and the error that stopped it, if one
 /// did.
 #[derive(Debug)]

@@ -97,13 +97,11 @@ fn when_a_refusal_does_not_stop_the_other_lanes_a_stale_holder_claims_and_perfor
     );
 }
 
+/// (Without the fence check the pipelined model has 2.5 million states, minutes unoptimised:
+/// that mutation is checked at the serial size above.)
 #[test]
 fn the_mutations_are_caught_with_pipelined_workers_too() {
     for (mutation, property) in [
-        (
-            Mutation::NoFenceCheck,
-            "no record confirmed by a worker other than its claimer",
-        ),
         (
             Mutation::ClaimStrictlyBelow,
             "a claim retried after its first attempt applied is accepted by the store",
