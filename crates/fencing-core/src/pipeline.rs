@@ -52,18 +52,19 @@ pub struct Pipeline<'b, E: ?Sized> {
     effect: &'b E,
     concurrency: usize,
     group_size: usize,
-    window: usize,
+    /// `None`: twice the concurrency, and at least 64.
+    window: Option<usize>,
     flush_after: Duration,
 }
 
-impl<E: ?Sized> std::fmt::Debug for Pipeline<'_, E> {
+impl<E: SideEffect + ?Sized> std::fmt::Debug for Pipeline<'_, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pipeline")
             .field("token", &self.fence.token())
             .field("store", &self.store.as_ref().map(|s| s.name()))
             .field("concurrency", &self.concurrency)
             .field("group_size", &self.group_size)
-            .field("window", &self.window)
+            .field("window", &self.window_size())
             .field("flush_after", &self.flush_after)
             .finish_non_exhaustive()
     }
@@ -95,8 +96,8 @@ impl<R> Settled<R> {
 impl FencedBatch {
     /// A [`Pipeline`] settling records of `store` (the store itself, or its name) through
     /// `lifecycle` and `effect`, under this batch's token. Defaults: 16 effects in flight,
-    /// groups of 32, a window of 64 records, confirms flushed 5 ms after the oldest finished
-    /// effect.
+    /// groups of 32, a window of twice the concurrency (at least 64 records), confirms flushed
+    /// 5 ms after the oldest finished effect.
     pub fn pipeline<'b, E: SideEffect + ?Sized>(
         &'b self,
         store: &(impl StoreRef + ?Sized),
@@ -148,7 +149,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
             effect,
             concurrency: 16,
             group_size: 32,
-            window: 64,
+            window: None,
             flush_after: Duration::from_millis(5),
         }
     }
@@ -170,8 +171,12 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     }
 
     /// At most `n` records claimed and not yet confirmed at any moment.
+    /// (Unless set: twice the concurrency, and at least 64.)
     pub fn window(self, n: usize) -> Self {
-        Pipeline { window: n, ..self }
+        Pipeline {
+            window: Some(n),
+            ..self
+        }
     }
 
     /// How long a finished effect waits for its group of confirms to fill.
@@ -182,12 +187,17 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         }
     }
 
+    fn window_size(&self) -> usize {
+        self.window
+            .unwrap_or_else(|| (2 * self.concurrency).max(64))
+    }
+
     fn check(&self, keys: &[RecordKey]) -> Result<(), InvalidInput> {
         let bad = |what: &str| Err(InvalidInput::new(InputKind::Write, what.to_owned()));
         if self.concurrency == 0 || self.group_size == 0 {
             return bad("a pipeline needs a concurrency and a group size of at least 1");
         }
-        if self.window < self.concurrency {
+        if self.window_size() < self.concurrency {
             return bad("a pipeline's window must hold at least its concurrency in records");
         }
         check_distinct(keys)
@@ -237,8 +247,11 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         };
         loop {
             let stopped = settled.error.is_some();
-            if !stopped && !claiming && !queue.is_empty() && open < self.window {
-                let n = self.group_size.min(self.window - open).min(queue.len());
+            if !stopped && !claiming && !queue.is_empty() && open < self.window_size() {
+                let n = self
+                    .group_size
+                    .min(self.window_size() - open)
+                    .min(queue.len());
                 let group: Vec<RecordKey> = queue.drain(..n).collect();
                 open += n;
                 claiming = true;
