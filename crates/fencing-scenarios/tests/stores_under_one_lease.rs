@@ -227,3 +227,156 @@ async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
 
     drop_schema(&pool, &schema).await;
 }
+
+/// A payout's effect across stores: the gateway call (idempotent on the refund id), then the
+/// ledger entry in DynamoDB and the receipt in S3, each written through the batch, so each
+/// carries the batch's token to its own fence.
+struct Payout<'a> {
+    batch: &'a FencedBatch,
+    ledger: &'a DynamoStore,
+    receipts: &'a fencing::s3::S3Store,
+    sent: &'a std::sync::Mutex<std::collections::HashMap<RecordKey, u32>>,
+    /// This worker stalls this long before its call for this refund.
+    pause: Option<(RecordKey, Duration)>,
+}
+
+#[fencing::async_trait]
+impl fencing::SideEffect for Payout<'_> {
+    type Receipt = ();
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<()>, fencing::BoxError> {
+        Ok(self.sent.lock().unwrap().contains_key(key).then_some(()))
+    }
+
+    async fn perform(&self, key: &RecordKey, _: &fencing::Record) -> Result<(), fencing::BoxError> {
+        if let Some((at, pause)) = &self.pause
+            && at == key
+        {
+            tokio::time::sleep(*pause).await;
+        }
+        *self.sent.lock().unwrap().entry(key.clone()).or_default() += 1;
+        let entry = FencedWrite::claim().set_payload(self.batch.token().to_string().into_bytes());
+        self.batch.write(self.ledger, key, &entry).await?;
+        self.batch.write(self.receipts, key, &entry).await?;
+        Ok(())
+    }
+}
+
+/// The pipeline over three stores: A settles refunds 16 at a time and stalls past its TTL in
+/// the call for r_10; B takes over, looks up what A left in flight, pays r_10 and writes its
+/// ledger entry and receipt; A wakes, and its late ledger entry is refused by DynamoDB's own
+/// fence, so neither its receipt nor its confirm is written. Every refund is paid once (the
+/// stalled one asked for twice, paid once by its idempotency key), and every ledger entry and
+/// receipt exists under a holder's token; r_10's carry B's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_across_three_stores_stops_a_stale_holder_at_its_first_refusal() {
+    use fencing::s3::{S3Bucket, S3Store};
+
+    let Refunds {
+        pool,
+        schema,
+        store: refunds,
+    } = Refunds::in_a_fresh_schema().await;
+    let client = dynamodb();
+    let ledger_table = DynamoTable::new(unique_name("ledger")).unwrap();
+    ledger_table.create(&client).await.unwrap();
+    let ledger = Arc::new(DynamoStore::new(client, ledger_table));
+    let s3 = s3();
+    let bucket = unique_name("receipts");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let receipts = Arc::new(S3Store::new(s3, S3Bucket::new(&bucket, "m_4471/").unwrap()));
+    let keys: Vec<RecordKey> = (1..=20).map(|n| key(&format!("r_{n:02}"))).collect();
+    let lifecycle = Lifecycle::default();
+    let pending = FencedWrite::claim().set_state(lifecycle.pending().clone());
+    for k in &keys {
+        refunds.write(k, FencingToken::MIN, &pending).await.unwrap();
+    }
+    let stores =
+        || -> [Arc<dyn FencedStore>; 3] { [refunds.clone(), ledger.clone(), receipts.clone()] };
+    let lease: Arc<dyn Lease> = Arc::new(fencing::MemoryLease::new());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_secs(3).unwrap();
+    let sent = std::sync::Mutex::new(std::collections::HashMap::new());
+    let stalled = key("r_10");
+
+    let a = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    let a_token = a.token();
+    let batch_a = FencedBatch::new(lease.clone(), a, stores()).unwrap();
+    let a_payout = Payout {
+        batch: &batch_a,
+        ledger: &ledger,
+        receipts: &receipts,
+        sent: &sent,
+        pause: Some((stalled.clone(), Duration::from_secs(7))),
+    };
+    let a_run = batch_a
+        .pipeline(&*refunds, &lifecycle, &a_payout)
+        .concurrency(16)
+        .run(keys.clone());
+    let b_run = async {
+        // B is handed the job once A's lease has run out.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let b = lease
+            .try_acquire(&resource, ttl)
+            .await
+            .unwrap()
+            .expect("A's lease expired");
+        let b_token = b.token();
+        let batch_b = FencedBatch::new(lease.clone(), b, stores()).unwrap();
+        let b_payout = Payout {
+            batch: &batch_b,
+            ledger: &ledger,
+            receipts: &receipts,
+            sent: &sent,
+            pause: None,
+        };
+        let settled = batch_b
+            .pipeline(&*refunds, &lifecycle, &b_payout)
+            .concurrency(16)
+            .run(keys.clone())
+            .await
+            .into_result()
+            .unwrap();
+        batch_b.finish().await.unwrap();
+        (b_token, settled)
+    };
+    let (a_settled, (b_token, b_settled)) = tokio::join!(a_run, b_run);
+    assert!(b_token > a_token);
+
+    let err = a_settled.error.expect("A is stopped");
+    let aborted = batch_a.aborted_by().expect("a fence refused A");
+    // As planned, DynamoDB refuses A's late ledger entry for r_10; on a machine slow enough
+    // that A had not confirmed everything else within its TTL, a confirm B got to first is
+    // refused earlier. Either way a fence stopped A.
+    let as_planned = matches!(&err, Error::Effect { record, .. } if *record == stalled)
+        && aborted == (ledger.name().to_owned(), stalled.clone());
+    assert!(as_planned || err.is_rejection(), "{err:?}, {aborted:?}");
+    let _ = batch_a.finish().await;
+    assert_eq!(b_settled.len(), 20, "B settles every refund, done or not");
+
+    let sent = sent.into_inner().unwrap();
+    for k in &keys {
+        let refund = refunds.read(k).await.unwrap().unwrap();
+        assert_eq!(refund.state.as_ref(), Some(lifecycle.done()), "{k:?}");
+        for store in [&*ledger as &dyn FencedStore, &*receipts] {
+            let record = store.read(k).await.unwrap();
+            let record = record.unwrap_or_else(|| panic!("{k:?} missing in {}", store.name()));
+            let by = record.fence.unwrap();
+            assert!(by == a_token || by == b_token, "{k:?} in {}", store.name());
+            assert_eq!(record.payload, by.to_string().into_bytes());
+            if *k == stalled {
+                assert_eq!(by, b_token, "A's late write over B's in {}", store.name());
+            }
+        }
+        // Asked for twice only where both holders had it in flight: planned, r_10 alone.
+        let asked = sent[k];
+        let twice_allowed = *k == stalled || !as_planned;
+        assert!(
+            asked == 1 || (asked == 2 && twice_allowed),
+            "{k:?} asked {asked} times"
+        );
+    }
+    let r_10 = refunds.read(&stalled).await.unwrap().unwrap();
+    assert_eq!(r_10.fence, Some(b_token));
+    drop_schema(&pool, &schema).await;
+}
