@@ -120,7 +120,11 @@ async fn main() {
     )
     .await;
     bench::report(&results, REFUNDS, "refund");
-    let sample = ledger.read(&keys[0]).await.unwrap().expect("a ledger entry");
+    let sample = ledger
+        .read(&keys[0])
+        .await
+        .unwrap()
+        .expect("a ledger entry");
     assert!(sample.fence > Some(FencingToken::MIN));
     sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
         .execute(&pool)
