@@ -54,6 +54,14 @@ impl Refunds {
     }
 }
 
+/// A ledger in a DynamoDB table of this test's own.
+async fn fresh_ledger() -> DynamoStore {
+    let client = dynamodb();
+    let table = DynamoTable::new(unique_name("ledger")).unwrap();
+    table.create(&client).await.unwrap();
+    DynamoStore::new(client, table)
+}
+
 async fn drop_schema(pool: &sqlx::PgPool, schema: &str) {
     sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
         .execute(pool)
@@ -68,10 +76,7 @@ async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store()
         schema,
         store: refunds,
     } = Refunds::in_a_fresh_schema().await;
-    let client = dynamodb();
-    let ledger_table = DynamoTable::new(unique_name("ledger")).unwrap();
-    ledger_table.create(&client).await.unwrap();
-    let ledger = Arc::new(DynamoStore::new(client, ledger_table));
+    let ledger = Arc::new(fresh_ledger().await);
 
     // The lease on Redis, its epochs in PostgreSQL: a Redis restart could not reissue a token.
     let epochs = PgTokenSource::new(
@@ -277,10 +282,7 @@ async fn a_pipeline_across_three_stores_stops_a_stale_holder_at_its_first_refusa
         schema,
         store: refunds,
     } = Refunds::in_a_fresh_schema().await;
-    let client = dynamodb();
-    let ledger_table = DynamoTable::new(unique_name("ledger")).unwrap();
-    ledger_table.create(&client).await.unwrap();
-    let ledger = Arc::new(DynamoStore::new(client, ledger_table));
+    let ledger = Arc::new(fresh_ledger().await);
     let s3 = s3();
     let bucket = unique_name("receipts");
     s3.create_bucket().bucket(&bucket).send().await.unwrap();
