@@ -188,20 +188,7 @@ impl<'a> Fence<'a> {
                 }
             },
             EffectStart::Claimed(written) => {
-                let record = &written.record;
-                if record.fence != Some(self.token())
-                    || record.state.as_ref() != Some(lifecycle.in_flight())
-                {
-                    return Err(InvalidInput::new(
-                        InputKind::State,
-                        format!(
-                            "{:?} is not claimed by token {}: its fence is {:?} and its state {:?}, \
-                             expected {} in flight",
-                            record.key, self.token(), record.fence.map(|f| f.get()), record.state.as_ref().map(State::as_str), lifecycle.in_flight()
-                        ),
-                    )
-                    .into());
-                }
+                self.check_claimed(&written.record.key, written, lifecycle)?;
                 written
             }
         };
@@ -214,6 +201,35 @@ impl<'a> Fence<'a> {
         } else {
             EffectOutcome::Performed(receipt)
         })
+    }
+
+    /// Refuses a claim's answer that does not leave `key` in flight under this fence's token.
+    pub(crate) fn check_claimed(
+        &self,
+        key: &RecordKey,
+        written: &Written,
+        lifecycle: &Lifecycle,
+    ) -> Result<(), InvalidInput> {
+        let record = &written.record;
+        if record.key == *key
+            && record.fence == Some(self.token())
+            && record.state.as_ref() == Some(lifecycle.in_flight())
+        {
+            return Ok(());
+        }
+        Err(InvalidInput::new(
+            InputKind::State,
+            format!(
+                "{:?} is not claimed by token {}: the claim answered {:?} with fence {:?} and \
+                 state {:?}, expected {} in flight",
+                key.as_str(),
+                self.token(),
+                record.key.as_str(),
+                record.fence.map(|f| f.get()),
+                record.state.as_ref().map(State::as_str),
+                lifecycle.in_flight()
+            ),
+        ))
     }
 
     /// The effect of a record this holder claimed: looked up first if the claim found it in

@@ -72,7 +72,7 @@ pub use lease::{Lease, LeaseStatus};
 pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
 pub use name::{RecordKey, ResourceName, State};
 pub use outcome::{Finished, Mismatch, SkippedRecord};
-pub use pipeline::{Pipeline, Settled};
+pub use pipeline::{Pipeline, RecordWrites, Settled};
 pub use renewal::LeaseRenewal;
 pub use retry::{RetryPolicy, acquire};
 pub use store::{FenceCheck, FencedStore, FencedWrite, Record, Written};

@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures_util::StreamExt;
+use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
@@ -43,13 +45,15 @@ use crate::store::{FencedStore, Written, check_distinct};
 /// fence, or done — states the serial protocol produces — and the next holder (or this one
 /// running the pipeline again) settles them.
 #[must_use = "a pipeline does nothing until it is run"]
-pub struct Pipeline<'b, E: ?Sized> {
+pub struct Pipeline<'b, E: SideEffect + ?Sized> {
     fence: Fence<'b>,
     /// The batch that notes its refusals and skips, when it runs in one.
     batch: Option<&'b FencedBatch>,
     store: Result<&'b dyn FencedStore>,
     lifecycle: &'b Lifecycle,
     effect: &'b E,
+    /// `None`: the lifecycle's claims and confirms, grouped through the store.
+    writes: Option<&'b dyn RecordWrites<E::Receipt>>,
     concurrency: usize,
     group_size: usize,
     /// `None`: twice the concurrency, and at least 64.
@@ -66,8 +70,35 @@ impl<E: SideEffect + ?Sized> std::fmt::Debug for Pipeline<'_, E> {
             .field("group_size", &self.group_size)
             .field("window", &self.window_size())
             .field("flush_after", &self.flush_after)
+            .field("own_writes", &self.writes.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// The claim and confirm of each record of a [`Pipeline`], written by the caller: for writes
+/// that carry more than the lifecycle's states (a PostgreSQL row's other columns, the
+/// effect's receipt, a ledger entry and a receipt object written before the confirm).
+/// [`Pipeline::writes`] sends them one record at a time, side by side, in place of the
+/// store's grouped [`FencedStore::write_many`].
+///
+/// # Contract
+///
+/// * `claim` makes [`Lifecycle::claim`]'s write of `key` under `fence`'s token (it may set
+///   more with it). What it returns is the store's answer for `key`: on success, the record
+///   in flight under that token, or the pipeline stops with [`Error::InvalidInput`] before
+///   any effect of it.
+/// * `confirm` runs once the effect of `key` happened (or was found), with its receipt, and
+///   ends with [`Lifecycle::confirm`]'s holder-only write under `fence`'s token; whatever
+///   else it writes goes under the same fence. It returns that confirm's answer.
+/// * Both return refusals as the adapters' fence-taking methods do (explained by
+///   [`Fence::explain_and_repair`]); any error stops the pipeline as a grouped write's would.
+#[async_trait]
+pub trait RecordWrites<R>: Send + Sync {
+    /// Claims `key` under `fence`'s token.
+    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written>;
+
+    /// Makes `key` done under `fence`'s token, its effect's `receipt` in hand.
+    async fn confirm(&self, fence: &Fence<'_>, key: &RecordKey, receipt: &R) -> Result<Written>;
 }
 
 /// What a [`Pipeline`] did: every record it settled, and the error that stopped it, if one
@@ -147,6 +178,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
             store,
             lifecycle,
             effect,
+            writes: None,
             concurrency: 16,
             group_size: 32,
             window: None,
@@ -183,6 +215,15 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     pub fn flush_after(self, wait: Duration) -> Self {
         Pipeline {
             flush_after: wait,
+            ..self
+        }
+    }
+
+    /// Claims and confirms each record through `writes` rather than the lifecycle's writes
+    /// grouped through the store: one request per record, side by side.
+    pub fn writes(self, writes: &'b dyn RecordWrites<E::Receipt>) -> Self {
+        Pipeline {
+            writes: Some(writes),
             ..self
         }
     }
@@ -257,7 +298,10 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 claiming = true;
                 let claim = &claim;
                 in_flight.push(Box::pin(async move {
-                    let answer = fence.write_many(store, &group, claim).await;
+                    let answer = match self.writes {
+                        Some(writes) => Ok(self.own_claims(writes, &fence, &group).await),
+                        None => fence.write_many(store, &group, claim).await,
+                    };
                     Answer::Claimed(group, answer)
                 }));
             }
@@ -288,7 +332,14 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 let confirm = &confirm;
                 in_flight.push(Box::pin(async move {
                     let keys: Vec<RecordKey> = group.iter().map(|(k, _, _)| k.clone()).collect();
-                    let answer = fence.write_many(store, &keys, confirm).await;
+                    let answer = match self.writes {
+                        Some(writes) => {
+                            let confirms =
+                                group.iter().map(|(k, r, _)| writes.confirm(&fence, k, r));
+                            Ok(join_all(confirms).await)
+                        }
+                        None => fence.write_many(store, &keys, confirm).await,
+                    };
                     let receipts = group.into_iter().map(|(_, r, found)| (r, found)).collect();
                     Answer::Confirmed(receipts, keys, answer)
                 }));
@@ -362,6 +413,25 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 }
             }
         }
+    }
+}
+
+impl<E: SideEffect + ?Sized> Pipeline<'_, E> {
+    /// Each of `keys` claimed through the caller's `writes`, side by side; an answer that
+    /// does not leave its record in flight under this fence is refused as the serial
+    /// protocol refuses such a claim ([`EffectStart::Claimed`](crate::EffectStart)).
+    async fn own_claims(
+        &self,
+        writes: &dyn RecordWrites<E::Receipt>,
+        fence: &Fence<'_>,
+        keys: &[RecordKey],
+    ) -> Vec<Result<Written>> {
+        let claims = keys.iter().map(async |key| {
+            let written = writes.claim(fence, key).await?;
+            fence.check_claimed(key, &written, self.lifecycle)?;
+            Ok(written)
+        });
+        join_all(claims).await
     }
 }
 

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencing_core::{
-    BoxError, EffectOutcome, Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease,
-    Lifecycle, MemoryLease, MemoryStore, MismatchPolicy, Record, RecordKey, ResourceName, Result,
-    SideEffect, State, Ttl, Written, async_trait,
+    BoxError, EffectOutcome, Error, Fence, FencedBatch, FencedStore, FencedWrite, FencingToken,
+    Lease, Lifecycle, MemoryLease, MemoryStore, MismatchPolicy, Record, RecordKey, RecordWrites,
+    ResourceName, Result, SideEffect, State, Ttl, Written, async_trait,
 };
 
 fn key(n: usize) -> RecordKey {
@@ -615,4 +615,133 @@ async fn a_pipeline_dropped_at_any_moment_leaves_states_the_protocol_produces() 
         dropped_with_work_in_flight > 10,
         "{dropped_with_work_in_flight}"
     );
+}
+
+/// Claims and confirms of the caller's own: each confirm records its own receipt beside the
+/// state (what a gateway reference column or a ledger entry needs), one request per record.
+struct ReceiptWrites<'s> {
+    store: &'s Counted,
+    lifecycle: &'s Lifecycle,
+    /// Claims that leave the record as it was (a broken caller), to be refused.
+    claims_nothing: bool,
+}
+
+#[async_trait]
+impl RecordWrites<u32> for ReceiptWrites<'_> {
+    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
+        let claim = if self.claims_nothing {
+            FencedWrite::claim()
+        } else {
+            self.lifecycle.claim()
+        };
+        fence.write(self.store, key, &claim).await
+    }
+
+    async fn confirm(&self, fence: &Fence<'_>, key: &RecordKey, receipt: &u32) -> Result<Written> {
+        let confirm = self
+            .lifecycle
+            .confirm()
+            .set_payload(receipt.to_string().into_bytes());
+        fence.write(self.store, key, &confirm).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn own_writes_carry_each_records_receipt_one_request_per_record() {
+    let records = keys(200);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::with_latency(Duration::from_millis(5));
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store).await;
+    let writes = ReceiptWrites {
+        store: &store,
+        lifecycle: &lifecycle,
+        claims_nothing: false,
+    };
+    let outcomes = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(16)
+        .writes(&writes)
+        .run(records.clone())
+        .await
+        .into_result()
+        .unwrap();
+    assert_eq!(outcomes.len(), 200);
+    assert_eq!(gateway.calls().most_in_flight, 16);
+    assert_eq!(store.singles.load(Ordering::SeqCst), 400);
+    assert_eq!(store.groups.load(Ordering::SeqCst), 0);
+    for (key, outcome) in outcomes {
+        let EffectOutcome::Performed(receipt) = outcome else {
+            panic!("{key:?}: {outcome:?}");
+        };
+        let record = store.inner.read(&key).await.unwrap().unwrap();
+        assert_eq!(record.state.as_ref(), Some(lifecycle.done()));
+        assert_eq!(record.fence, Some(batch.token()));
+        assert_eq!(record.payload, receipt.to_string().into_bytes(), "{key:?}");
+    }
+    batch.finish().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn own_writes_of_a_stale_holder_are_refused_before_any_effect() {
+    let records = keys(40);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::default();
+    let lifecycle = Lifecycle::default();
+    let a = batch(&lease, &store).await;
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let b = batch(&lease, &store).await;
+    b.write(&*store, &key(3), &lifecycle.claim()).await.unwrap();
+    let writes = ReceiptWrites {
+        store: &store,
+        lifecycle: &lifecycle,
+        claims_nothing: false,
+    };
+    let settled = a
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(4)
+        .group_size(8)
+        .writes(&writes)
+        .run(records.clone())
+        .await;
+    let err = settled.error.expect("A is refused");
+    assert!(err.is_rejection(), "{err:?}");
+    assert_eq!(a.aborted_by().map(|(_, r)| r), Some(key(3)));
+    assert!(settled.outcomes.is_empty());
+    assert!(
+        gateway.calls().performs.is_empty(),
+        "no effect after the refusal"
+    );
+    let b_record = store.inner.read(&key(3)).await.unwrap().unwrap();
+    assert_eq!(b_record.fence, Some(b.token()));
+    assert_eq!(b_record.state.as_ref(), Some(lifecycle.in_flight()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_own_claim_that_does_not_claim_stops_the_pipeline_before_its_effect() {
+    let records = keys(8);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::default();
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store).await;
+    let writes = ReceiptWrites {
+        store: &store,
+        lifecycle: &lifecycle,
+        claims_nothing: true,
+    };
+    let settled = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .writes(&writes)
+        .run(records)
+        .await;
+    assert!(
+        matches!(settled.error, Some(Error::InvalidInput(_))),
+        "{:?}",
+        settled.error
+    );
+    assert!(gateway.calls().performs.is_empty());
+    assert!(settled.outcomes.is_empty());
 }
