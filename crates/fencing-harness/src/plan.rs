@@ -123,6 +123,9 @@ pub struct RunPlan {
     pub sizing: Sizing,
     /// The faults, in the order they strike.
     pub faults: Vec<Fault>,
+    /// Refunds each worker keeps in flight (1: one after another; more: the batch's
+    /// pipeline). Not drawn from the seed: a campaign setting.
+    pub concurrency: usize,
 }
 
 impl RunPlan {
@@ -173,6 +176,15 @@ impl RunPlan {
             lease,
             sizing,
             faults,
+            concurrency: 1,
+        }
+    }
+
+    /// This plan with each worker keeping `concurrency` refunds in flight.
+    pub fn with_concurrency(self, concurrency: usize) -> Self {
+        RunPlan {
+            concurrency,
+            ..self
         }
     }
 
@@ -208,13 +220,17 @@ impl fmt::Display for RunPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {} ({} lease, fences {}, {} refunds, TTL {} ms):",
+            "seed {} ({} lease, fences {}, {} refunds, TTL {} ms)",
             self.seed,
             self.lease.name(),
             if self.fences { "on" } else { "off" },
             self.sizing.refunds,
             self.sizing.ttl.as_millis()
         )?;
+        if self.concurrency > 1 {
+            write!(f, " [pipelined, {} in flight]", self.concurrency)?;
+        }
+        f.write_str(":")?;
         for fault in &self.faults {
             match fault.kind {
                 FaultKind::KillAfterCall => write!(

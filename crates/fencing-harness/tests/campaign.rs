@@ -44,9 +44,24 @@ fn seed_covering_every_fault(runs: u64, sizing: Sizing, containers: bool) -> u64
 
 #[test]
 fn a_short_campaign_injects_every_fault_and_finds_violations_only_without_fences() {
+    short_campaign(120, 1);
+}
+
+/// The same with 8 refunds in flight per worker. More refunds per run than one at a time: a
+/// pipelined holder finishes so fast that a control run's stalled worker often wakes to find
+/// the job done, and side by side writing is what the control must show.
+#[test]
+fn a_short_pipelined_campaign_injects_every_fault_and_finds_violations_only_without_fences() {
+    short_campaign(240, 8);
+}
+
+/// Four fenced runs that inject every fault kind between them and three control runs, each
+/// of `refunds` with `concurrency` in flight per worker; every fenced run must pass its audit
+/// and the control must find violations.
+fn short_campaign(refunds: usize, concurrency: usize) {
     let containers = ServiceMode::from_env() == ServiceMode::Containers;
     let sizing = Sizing {
-        refunds: 120,
+        refunds,
         ttl: Duration::from_millis(800),
     };
     let first = seed_covering_every_fault(4, sizing, containers);
@@ -61,7 +76,8 @@ fn a_short_campaign_injects_every_fault_and_finds_violations_only_without_fences
             "--full",
             "0",
         ])
-        .args(["--refunds", "120", "--ttl-ms", "800"])
+        .args(["--refunds", &refunds.to_string(), "--ttl-ms", "800"])
+        .args(["--concurrency", &concurrency.to_string()])
         .args(["--first-seed", &first.to_string()])
         .arg("--logs")
         .arg(&logs)

@@ -50,6 +50,10 @@ pub(crate) struct Args {
     /// With --replay: the run is one of the worked example's (--full).
     #[arg(long)]
     worked_example: bool,
+    /// Refunds each worker keeps in flight: 1 settles one after another, more runs the
+    /// batch's pipeline (the pipelined campaign writes docs/reliability-pipelined.md).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    concurrency: u16,
     /// Writes the results as Markdown here (the full campaign writes docs/reliability.md).
     #[arg(long)]
     report: Option<PathBuf>,
@@ -90,6 +94,10 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             }))
             .collect(),
     };
+    let plans: Vec<RunPlan> = plans
+        .into_iter()
+        .map(|plan| plan.with_concurrency(args.concurrency.into()))
+        .collect();
     let mut services = match tokio::task::block_in_place(|| start_services(containers)) {
         Ok(services) => services,
         Err(why) => {

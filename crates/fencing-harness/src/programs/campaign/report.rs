@@ -154,10 +154,11 @@ pub(crate) fn document(
     wall: Duration,
     containers: bool,
 ) -> String {
+    let concurrency = results.first().map_or(1, |r| r.plan.concurrency);
     let mut out = String::new();
     let _ = write!(
         out,
-        "# Reliability: the settlement under real faults{}
+        "# Reliability: the settlement under real faults{}{}
 
 This page is written by the harness (`crates/fencing-harness`); every figure below was
 measured by the command at the end, on a 2-core machine, against PostgreSQL, Redis and the
@@ -228,8 +229,20 @@ its full figures: 1,200 refunds, a 30 s TTL, the holder stalled at r_0815 for 45
             ", stores in containers"
         } else {
             ""
-        }
+        },
+        if concurrency > 1 { ", pipelined" } else { "" }
     );
+    if concurrency > 1 {
+        let _ = write!(
+            out,
+            "Each worker keeps {concurrency} refunds in flight through the batch's pipeline\n\
+             (`--concurrency {concurrency}`): claims, gateway calls and confirms side by side, each\n\
+             confirm followed by the refund's ledger entry, receipt and `filed`, under the rules of\n\
+             one at a time (the first refusal stops every new claim and call; what is in flight\n\
+             finishes, still fenced). The campaign one refund at a time:\n\
+             [reliability.md](reliability.md).\n\n"
+        );
+    }
     out.push_str(if containers {
         "PostgreSQL and the AWS emulator ran in containers (`FENCING_TEST_SERVICES=containers`,\n\
          images from `containers/prepare.sh`), so a store's container could be paused too. The\n\

@@ -254,6 +254,7 @@ impl Spawner<'_> {
             .args(["--redis-url", &self.services.redis.url()])
             .args(["--aws-endpoint", &self.services.aws_endpoint])
             .args(["--gateway", &self.gateway])
+            .args(["--concurrency", &self.plan.concurrency.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(

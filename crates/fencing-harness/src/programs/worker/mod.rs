@@ -2,7 +2,8 @@
 //! claims each refund in PostgreSQL, sends it to the gateway (the refund id as idempotency
 //! key), confirms it, posts its ledger entry in DynamoDB and its receipt in S3, and marks it
 //! filed; every one of those writes carries the lease's fencing token. It exits when every
-//! refund is filed.
+//! refund is filed. With `--concurrency N` it keeps N refunds in flight through the batch's
+//! pipeline.
 //!
 //! It reports on standard output, one line per step (`acquired`, `claimed <id>`, `called
 //! <id>`, `filed <id>`, `ended`, `done`), which is what the campaign watches to time its
@@ -50,6 +51,10 @@ pub(crate) struct Args {
     /// The gateway, as HOST:PORT.
     #[arg(long)]
     gateway: String,
+    /// Refunds in flight at once: 1 settles one after another, more runs the batch's
+    /// pipeline.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    concurrency: u16,
     /// Stop this process (SIGSTOP) right after the gateway answers for this refund, before
     /// the confirm: the campaign then kills it there.
     #[arg(long)]
@@ -147,7 +152,10 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             Ok(batch) => batch.with_mismatch_policy(MismatchPolicy::Skip),
             Err(err) => return unfit(err.to_string()),
         };
-        let settled = settlement.settle(&batch, &holder).await;
+        let settled = match args.concurrency {
+            1 => settlement.settle(&batch, &holder).await,
+            n => settlement.settle_pipelined(&batch, &holder, n.into()).await,
+        };
         renewal.stop();
         let finished = batch.finish().await;
         match (settled, finished) {

@@ -1,15 +1,17 @@
-//! One acquisition's work: every refund not yet filed, in id order.
+//! One acquisition's work: every refund not yet filed, in id order, one at a time or
+//! pipelined (several refunds in flight, [`fencing_core::Pipeline`]).
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use fencing_core::{
-    BoxError, EffectOutcome, EffectStart, FencedBatch, FencedWrite, Lifecycle, Record, RecordKey,
-    Result, SideEffect, SkippedRecord,
+    BoxError, EffectOutcome, EffectStart, Fence, FencedBatch, FencedWrite, Lifecycle, Record,
+    RecordKey, RecordWrites, Result, SideEffect, SkippedRecord, Written,
 };
 use fencing_harness::http;
 use fencing_harness::stores::{MERCHANT, RunStores};
 use fencing_postgres::PgWrite;
+use futures_util::TryStreamExt;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 /// What a worker settles with.
@@ -21,6 +23,7 @@ pub(crate) struct Settlement {
 }
 
 /// A refund not yet filed, as a plain read found it.
+#[derive(Clone)]
 struct Unfiled {
     key: RecordKey,
     amount_cents: i64,
@@ -122,41 +125,157 @@ impl Settlement {
                     }
                 }
             };
-            let entry = serde_json::json!({
-                "refund": key.as_str(),
-                "amount_cents": refund.amount_cents,
-                "reference": reference,
-                "by": holder,
-            });
-            batch
-                .write(
-                    &*self.stores.ledger,
-                    key,
-                    &FencedWrite::claim().set_payload(entry.to_string().into_bytes()),
-                )
+            self.file(batch, holder, key, refund.amount_cents, &reference)
                 .await?;
-            let receipt = format!(
-                "refund {key} of {}.{:02} EUR to merchant {MERCHANT}: gateway reference {reference}, filed by {holder}",
-                refund.amount_cents / 100,
-                refund.amount_cents % 100
-            );
-            batch
-                .write(
-                    &*self.stores.receipts,
-                    key,
-                    &FencedWrite::claim().set_payload(receipt.into_bytes()),
-                )
-                .await?;
-            let mark_filed = PgWrite::new(FencedWrite::claim()).set("filed", true)?;
-            batch
-                .run_fenced(&**refunds, async |fence| {
-                    refunds.write_in(&self.pool, fence, key, mark_filed).await
-                })
-                .await?;
-            println!("filed {key}");
             filed += 1;
         }
         Ok(filed)
+    }
+
+    /// Settles every unfiled refund under `batch` as [`Self::settle`] does, `concurrency`
+    /// of them in flight at once: those an earlier holder confirmed are filed side by side,
+    /// the rest go through a pipeline whose claims and confirms carry this holder's name and
+    /// the gateway's reference, each confirm followed by the refund's filing.
+    pub(crate) async fn settle_pipelined(
+        &self,
+        batch: &FencedBatch,
+        holder: &str,
+        concurrency: usize,
+    ) -> Result<usize> {
+        let lifecycle = Lifecycle::default();
+        let unfiled = self.list().await?;
+        let (confirmed, unsent): (Vec<Unfiled>, Vec<Unfiled>) = unfiled
+            .into_iter()
+            .partition(|u| u.confirmed_reference.is_some());
+        let earlier = confirmed.len();
+        futures_util::stream::iter(confirmed.iter().map(Ok))
+            .try_for_each_concurrent(concurrency, async |refund| {
+                let reference = refund.confirmed_reference.as_deref().unwrap_or_default();
+                self.file(batch, holder, &refund.key, refund.amount_cents, reference)
+                    .await
+            })
+            .await?;
+        let amounts: HashMap<RecordKey, i64> = unsent
+            .iter()
+            .map(|u| (u.key.clone(), u.amount_cents))
+            .collect();
+        let call = GatewayCall {
+            settlement: self,
+            holder,
+            amounts: &amounts,
+        };
+        let writes = RefundWrites {
+            settlement: self,
+            batch,
+            holder,
+            lifecycle: &lifecycle,
+            amounts: &amounts,
+        };
+        let settled = batch
+            .pipeline(&*self.stores.refunds, &lifecycle, &call)
+            .concurrency(concurrency)
+            .writes(&writes)
+            .run(unsent.into_iter().map(|u| u.key))
+            .await;
+        let outcomes = settled.into_result()?;
+        let sent_here = outcomes
+            .iter()
+            .filter(|(_, o)| !matches!(o, EffectOutcome::AlreadyDone))
+            .count();
+        Ok(earlier + sent_here)
+    }
+
+    /// Files a confirmed refund: its ledger entry, its receipt, then `filed` on its row, each
+    /// under the batch's fence.
+    async fn file(
+        &self,
+        batch: &FencedBatch,
+        holder: &str,
+        key: &RecordKey,
+        amount_cents: i64,
+        reference: &str,
+    ) -> Result<()> {
+        let refunds = &self.stores.refunds;
+        let entry = serde_json::json!({
+            "refund": key.as_str(),
+            "amount_cents": amount_cents,
+            "reference": reference,
+            "by": holder,
+        });
+        batch
+            .write(
+                &*self.stores.ledger,
+                key,
+                &FencedWrite::claim().set_payload(entry.to_string().into_bytes()),
+            )
+            .await?;
+        let receipt = format!(
+            "refund {key} of {}.{:02} EUR to merchant {MERCHANT}: gateway reference {reference}, filed by {holder}",
+            amount_cents / 100,
+            amount_cents % 100
+        );
+        batch
+            .write(
+                &*self.stores.receipts,
+                key,
+                &FencedWrite::claim().set_payload(receipt.into_bytes()),
+            )
+            .await?;
+        let mark_filed = PgWrite::new(FencedWrite::claim()).set("filed", true)?;
+        batch
+            .run_fenced(&**refunds, async |fence| {
+                refunds.write_in(&self.pool, fence, key, mark_filed).await
+            })
+            .await?;
+        println!("filed {key}");
+        Ok(())
+    }
+}
+
+/// The pipeline's claims and confirms of one acquisition: the refund row names the holder
+/// that claimed and confirmed it and the gateway's reference, and each confirm is followed by
+/// the refund's filing (ledger entry, receipt, `filed`), as one record at a time does.
+struct RefundWrites<'a> {
+    settlement: &'a Settlement,
+    batch: &'a FencedBatch,
+    holder: &'a str,
+    lifecycle: &'a Lifecycle,
+    amounts: &'a HashMap<RecordKey, i64>,
+}
+
+#[async_trait]
+impl RecordWrites<String> for RefundWrites<'_> {
+    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
+        let s = self.settlement;
+        let claim = PgWrite::new(self.lifecycle.claim()).set("claimed_by", self.holder)?;
+        let claimed = s
+            .stores
+            .refunds
+            .write_in(&s.pool, fence, key, claim)
+            .await?;
+        println!("claimed {key}");
+        Ok(claimed)
+    }
+
+    async fn confirm(
+        &self,
+        fence: &Fence<'_>,
+        key: &RecordKey,
+        reference: &String,
+    ) -> Result<Written> {
+        let s = self.settlement;
+        let confirm = PgWrite::new(self.lifecycle.confirm())
+            .set("confirmed_by", self.holder)?
+            .set("gateway_ref", reference.as_str())?;
+        let confirmed = s
+            .stores
+            .refunds
+            .write_in(&s.pool, fence, key, confirm)
+            .await?;
+        let amount_cents = self.amounts[key];
+        s.file(self.batch, self.holder, key, amount_cents, reference)
+            .await?;
+        Ok(confirmed)
     }
 }
 
