@@ -43,6 +43,10 @@ pub mod prelude {
     #[cfg(feature = "s3")]
     #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
     pub use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
+
+    #[cfg(feature = "etcd")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+    pub use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
 }
 
 /// PostgreSQL: fenced tables, batch claims, a durable token source and a database-clock lease.
@@ -65,3 +69,9 @@ pub use fencing_dynamodb as dynamodb;
 #[cfg(feature = "s3")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
 pub use fencing_s3 as s3;
+
+/// etcd: a lease and a token source on a consensus cluster, their tokens from etcd's
+/// revision.
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use fencing_etcd as etcd;

@@ -5,11 +5,13 @@
 //! cargo bench -p fencing-s3 --bench s3
 //! ```
 //!
-//! Each round times every variant once, in rotating order, over the same objects; the medians
-//! of the rounds are reported with their ratio to the unconditional put. Emulator times are not
-//! the service's: only the ratios mean anything. Nothing here asserts a time.
+//! The variants alternate object by object (each object is put by every variant in turn, in
+//! rotating order, every round), so the emulator's drift falls on all of them alike; the
+//! medians of the rounds are reported with their ratio to the unconditional put, and the
+//! ratios paired round by round with their quartiles. Emulator times are not the service's:
+//! only the ratios mean anything. Nothing here asserts a time.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
@@ -18,7 +20,7 @@ use fencing_s3::{S3Bucket, S3Store};
 use fencing_test_support::{aws, bench, services};
 
 const OBJECTS: usize = 100;
-const ROUNDS: usize = 7;
+const ROUNDS: usize = 21;
 const PAYLOAD: &[u8] = b"refund r_815: 70.25 EUR to card ending 4471";
 
 #[tokio::main(flavor = "current_thread")]
@@ -38,7 +40,7 @@ async fn main() {
     };
 
     println!("S3 at {endpoint}, {OBJECTS} objects, {ROUNDS} rounds, median per round\n");
-    let results = bench::compare(
+    let rounds = bench::compare_per_item(
         &[
             "unconditional PutObject, raw SDK",
             "conditional PutObject, raw SDK (If-Match its own last ETag)",
@@ -46,15 +48,16 @@ async fn main() {
             "fenced put, cold (GetObject + conditional PutObject)",
         ],
         ROUNDS,
-        async |variant, round| {
+        OBJECTS,
+        async |variant, round, object| {
             let token = FencingToken::new(round as u64 + 1).unwrap();
-            let start = Instant::now();
-            bench.run(variant, token).await;
-            start.elapsed()
+            bench.put(variant, token, &bench.keys[object]).await
         },
     )
     .await;
-    bench::report(&results, OBJECTS, "put");
+    bench::report(&bench::medians(&rounds), OBJECTS, "put");
+    println!();
+    bench::report_paired_ratios(&rounds);
 }
 
 struct Bench {
@@ -68,50 +71,51 @@ struct Bench {
 }
 
 impl Bench {
-    async fn run(&self, variant: &str, token: FencingToken) {
+    /// Puts object `k` as `variant` does and returns the time of that put alone.
+    async fn put(&self, variant: &str, token: FencingToken, k: &RecordKey) -> Duration {
         let write = FencedWrite::claim().set_payload(PAYLOAD.to_vec());
         match variant {
             "unconditional PutObject, raw SDK" => {
-                for k in &self.keys {
-                    self.client
-                        .put_object()
-                        .bucket(self.bucket.bucket())
-                        .key(format!("raw/{k}"))
-                        .body(ByteStream::from(PAYLOAD.to_vec()))
-                        .send()
-                        .await
-                        .unwrap();
-                }
+                let put = self
+                    .client
+                    .put_object()
+                    .bucket(self.bucket.bucket())
+                    .key(format!("raw/{k}"))
+                    .body(ByteStream::from(PAYLOAD.to_vec()));
+                let start = Instant::now();
+                put.send().await.unwrap();
+                start.elapsed()
             }
             "conditional PutObject, raw SDK (If-Match its own last ETag)" => {
-                for k in &self.keys {
-                    let last = self.etags.lock().unwrap().get(k).cloned();
-                    let put = self
-                        .client
-                        .put_object()
-                        .bucket(self.bucket.bucket())
-                        .key(format!("conditional/{k}"))
-                        .body(ByteStream::from(PAYLOAD.to_vec()));
-                    let put = match last {
-                        Some(etag) => put.if_match(etag),
-                        None => put.if_none_match("*"),
-                    };
-                    let etag = put.send().await.unwrap().e_tag().unwrap().to_owned();
-                    self.etags.lock().unwrap().insert(k.clone(), etag);
-                }
+                let last = self.etags.lock().unwrap().get(k).cloned();
+                let put = self
+                    .client
+                    .put_object()
+                    .bucket(self.bucket.bucket())
+                    .key(format!("conditional/{k}"))
+                    .body(ByteStream::from(PAYLOAD.to_vec()));
+                let put = match last {
+                    Some(etag) => put.if_match(etag),
+                    None => put.if_none_match("*"),
+                };
+                let start = Instant::now();
+                let etag = put.send().await.unwrap().e_tag().unwrap().to_owned();
+                let elapsed = start.elapsed();
+                self.etags.lock().unwrap().insert(k.clone(), etag);
+                elapsed
             }
             "fenced put, the holder's own ETag remembered" => {
-                for k in &self.keys {
-                    self.warm.write(k, token, &write).await.unwrap();
-                }
+                let start = Instant::now();
+                self.warm.write(k, token, &write).await.unwrap();
+                start.elapsed()
             }
             "fenced put, cold (GetObject + conditional PutObject)" => {
-                // A store that has seen nothing: every put reads first.
+                // A store that has seen nothing: the put reads first.
                 let cold = S3Store::new(self.client.clone(), self.bucket.clone());
-                for k in &self.keys {
-                    let k = RecordKey::new(format!("cold-{k}")).unwrap();
-                    cold.write(&k, token, &write).await.unwrap();
-                }
+                let k = RecordKey::new(format!("cold-{k}")).unwrap();
+                let start = Instant::now();
+                cold.write(&k, token, &write).await.unwrap();
+                start.elapsed()
             }
             other => unreachable!("no variant {other}"),
         }

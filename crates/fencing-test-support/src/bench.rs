@@ -1,5 +1,6 @@
 //! How this repository's benchmarks time variants against a baseline on the same server, in
-//! the same run: every variant once per round, in rotating order, medians compared.
+//! the same run: every variant once per round (or once per item of every round), in rotating
+//! order, medians compared.
 
 use std::time::Duration;
 
@@ -20,14 +21,64 @@ pub async fn compare(
             times[i].push(run(variants[i], round).await);
         }
     }
-    variants
+    medians(&variants.iter().copied().zip(times).collect::<Vec<_>>())
+}
+
+/// Each variant's time of every round, the variants alternating item by item: in each round,
+/// every item is handled by every variant in turn (rotating which goes first from item to
+/// item), so a server that drifts within a round slows every variant alike.
+/// `run(variant, round, item)` returns the time of that one operation.
+pub async fn compare_per_item(
+    variants: &[&'static str],
+    rounds: usize,
+    items: usize,
+    mut run: impl AsyncFnMut(&'static str, usize, usize) -> Duration,
+) -> Vec<(&'static str, Vec<Duration>)> {
+    let mut times = vec![Vec::new(); variants.len()];
+    for round in 0..rounds {
+        let mut totals = vec![Duration::ZERO; variants.len()];
+        for item in 0..items {
+            for offset in 0..variants.len() {
+                let i = (round + item + offset) % variants.len();
+                totals[i] += run(variants[i], round, item).await;
+            }
+        }
+        for (i, total) in totals.into_iter().enumerate() {
+            times[i].push(total);
+        }
+    }
+    variants.iter().copied().zip(times).collect()
+}
+
+/// The median of each variant's rounds.
+pub fn medians(times: &[(&'static str, Vec<Duration>)]) -> Vec<(&'static str, Duration)> {
+    times
         .iter()
-        .zip(times)
-        .map(|(name, mut t)| {
+        .map(|(name, t)| {
+            let mut t = t.clone();
             t.sort();
             (*name, t[t.len() / 2])
         })
         .collect()
+}
+
+/// Prints the median of each variant's ratio to the first round by round (the rounds paired:
+/// a slow round is slow for both) with its quartiles, which say how finely the run resolves
+/// a difference.
+pub fn report_paired_ratios(times: &[(&str, Vec<Duration>)]) {
+    let baseline = &times[0].1;
+    println!("| variant | ratio to first, paired by round: median | quartiles |");
+    println!("| --- | ---: | ---: |");
+    for (name, t) in times {
+        let mut ratios: Vec<f64> = t
+            .iter()
+            .zip(baseline)
+            .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let at = |q: usize| ratios[(ratios.len() - 1) * q / 4];
+        println!("| {name} | {:.3}× | {:.3}–{:.3} |", at(2), at(1), at(3));
+    }
 }
 
 /// Prints the medians as a Markdown table, each with its ratio to the first (the baseline);

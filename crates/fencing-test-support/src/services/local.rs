@@ -10,18 +10,22 @@ use std::time::Duration;
 /// A process run under `sh`, which kills it when the shell is told to stop or the test
 /// process that started it is gone.
 #[derive(Debug)]
-struct Watched {
+pub(super) struct Watched {
     shell: Child,
+    /// Where the shell wrote the server's own process id.
+    pid_file: PathBuf,
 }
 
 impl Watched {
-    fn spawn(command_line: &str, log: &Path) -> Result<Self, String> {
+    pub(super) fn spawn(command_line: &str, log: &Path) -> Result<Self, String> {
+        let pid_file = log.with_extension("pid");
         let script = format!(
-            "{command_line} >'{log}' 2>&1 & server=$!; \
+            "{command_line} >'{log}' 2>&1 & server=$!; echo $server >'{pid}'; \
              trap 'kill -9 $server 2>/dev/null; exit 0' TERM INT HUP; \
              while kill -0 {parent} 2>/dev/null && kill -0 $server 2>/dev/null; do sleep 0.2; done; \
              kill -9 $server 2>/dev/null",
             log = log.display(),
+            pid = pid_file.display(),
             parent = std::process::id(),
         );
         // No inherited output: a parent whose output is read to its end (a test running a
@@ -35,11 +39,33 @@ impl Watched {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot run sh: {e}"))?;
-        Ok(Watched { shell })
+        Ok(Watched { shell, pid_file })
+    }
+
+    /// Sends `signal` (`KILL`, `STOP`, `CONT`) to the server itself, not its shell.
+    pub(super) fn signal(&self, signal: &str) {
+        let pid = (0..250).find_map(|_| {
+            let pid = std::fs::read_to_string(&self.pid_file).ok()?;
+            let pid = pid.trim().to_owned();
+            if pid.is_empty() {
+                std::thread::sleep(Duration::from_millis(20));
+                return None;
+            }
+            Some(pid)
+        });
+        let pid = pid.unwrap_or_else(|| panic!("no process id in {}", self.pid_file.display()));
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(&pid)
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "kill -{signal} {pid} failed"
+        );
     }
 
     /// TERM, not KILL: the shell's trap must run to take the server with it.
-    fn stop(&mut self, port: u16) {
+    pub(super) fn stop(&mut self, port: u16) {
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.shell.id().to_string())
@@ -55,13 +81,13 @@ impl Watched {
 }
 
 /// A scratch directory for one server, removed with it.
-fn scratch(prefix: &str) -> Result<PathBuf, String> {
+pub(super) fn scratch(prefix: &str) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(fencing_testkit::unique_name(prefix));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)
 }
 
-fn wait_for(port: u16, what: &str, answers: fn(u16) -> bool) -> Result<(), String> {
+pub(super) fn wait_for(port: u16, what: &str, answers: fn(u16) -> bool) -> Result<(), String> {
     for _ in 0..500 {
         if answers(port) {
             return Ok(());
@@ -205,7 +231,7 @@ pub(crate) fn moto_answers(port: u16) -> bool {
 
 /// Sends `request` and reads the reply until `complete` says so, the peer closes, or half a
 /// second passes without data.
-fn exchange(port: u16, request: &[u8], complete: fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+pub(super) fn exchange(port: u16, request: &[u8], complete: fn(&[u8]) -> bool) -> Option<Vec<u8>> {
     let mut stream =
         TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
             .ok()?;

@@ -9,9 +9,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod containers;
+mod etcd;
 mod local;
 
 pub use containers::TestContainer;
+pub use etcd::EtcdCluster;
 pub use local::{MotoServer, PgBouncer, RedisServer};
 
 /// The environment variable that chooses how tests get their servers.
@@ -22,6 +24,10 @@ pub const POSTGRES_URL_VAR: &str = "FENCING_POSTGRES_URL";
 
 /// The environment variable that names a Redis server explicitly.
 pub const REDIS_URL_VAR: &str = "FENCING_REDIS_URL";
+
+/// The environment variable that names an etcd cluster explicitly: its client endpoints,
+/// comma-separated (`127.0.0.1:2379,127.0.0.1:22379`).
+pub const ETCD_ENDPOINTS_VAR: &str = "FENCING_ETCD_ENDPOINTS";
 
 /// The environment variable that names an AWS endpoint (S3 and DynamoDB) explicitly.
 pub const AWS_ENDPOINT_VAR: &str = "FENCING_AWS_ENDPOINT";
@@ -205,6 +211,24 @@ pub fn aws_endpoint() -> String {
         },
         container: || shared_container(&CONTAINER, TestContainer::moto),
     })
+}
+
+/// The client endpoints of an etcd cluster for tests: `$FENCING_ETCD_ENDPOINTS` where
+/// [`ServiceMode`] reads the environment, otherwise a three-member [`EtcdCluster`] started for
+/// this test binary (it stops when the binary exits). Tests that kill or stop members start a
+/// cluster of their own.
+///
+/// # Panics
+///
+/// When no cluster can be had, saying why.
+pub fn etcd_endpoints() -> Vec<String> {
+    static SHARED: OnceLock<EtcdCluster> = OnceLock::new();
+    if ServiceMode::from_env().uses_env()
+        && let Ok(endpoints) = std::env::var(ETCD_ENDPOINTS_VAR)
+    {
+        return endpoints.split(',').map(str::to_owned).collect();
+    }
+    SHARED.get_or_init(|| EtcdCluster::start(3)).endpoints()
 }
 
 /// A server a test can restart, losing whatever it did not persist: a [`RedisServer`] of the

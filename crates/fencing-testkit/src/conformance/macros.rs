@@ -76,8 +76,8 @@ macro_rules! token_source_conformance {
         $crate::__conformance_tests! {
             [$($config)*]
             plain tokens_strictly_increase,
-            plain advance_to_raises_and_never_lowers,
-            plain resources_have_independent_counters,
+            with_caps advance_to_raises_and_never_lowers,
+            with_caps resources_have_independent_counters,
             plain exhaustion_is_an_error,
             shared concurrent_next_never_repeats,
         }

@@ -50,6 +50,10 @@ pub struct Capabilities {
     /// Resource names may contain `{` and `}`. False for Redis, whose hash tags they would
     /// break: such names must then be refused as invalid input, before anything is sent.
     pub braces_in_resource_names: bool,
+    /// Each token is the one before plus one, unless a floor intervenes. False for a source
+    /// whose tokens are a revision that every other write to the server advances too (etcd):
+    /// the suite then checks that tokens rise and floors hold, not that they are consecutive.
+    pub consecutive_tokens: bool,
 }
 
 impl Capabilities {
@@ -60,6 +64,7 @@ impl Capabilities {
             expiry_slack: Duration::from_millis(1),
             serialises_concurrent_writes: true,
             braces_in_resource_names: true,
+            consecutive_tokens: true,
         }
     }
 
@@ -70,6 +75,15 @@ impl Capabilities {
             expiry_slack: Duration::from_millis(150),
             serialises_concurrent_writes: true,
             braces_in_resource_names: true,
+            consecutive_tokens: true,
+        }
+    }
+
+    /// The same, for a backend whose tokens are revisions shared with every other write.
+    pub fn with_revision_tokens(self) -> Self {
+        Capabilities {
+            consecutive_tokens: false,
+            ..self
         }
     }
 

@@ -1,0 +1,258 @@
+//! Fencing tokens from etcd's revision, with a floor kept beside it.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use fencing_core::adapter::RequestEffect;
+use fencing_core::{Error, FencingToken, ResourceName, Result, TokenSource};
+
+use crate::error::EtcdFailure;
+use crate::keys::EtcdKeys;
+
+/// How often a compare-and-swap on a token key is retried when another writer changed it in
+/// between, before the contention is reported.
+const CONTENDED_ROUNDS: usize = 64;
+
+/// A token source on etcd: each token is the **revision** of the write that issued it, or the
+/// key's floor plus one where a floor set by [`TokenSource::advance_to`] is higher.
+///
+/// etcd's revision rises with every write to the cluster, is never reissued by a healthy
+/// cluster (a majority of members must agree on each one) and survives the loss of a
+/// minority of members, so a token issued after another is greater, whichever resource or
+/// process issued the other; deleting the token key loses nothing but the floor. What breaks
+/// it is a cluster restored from a snapshot without raising its revisions past the old ones:
+/// its next revisions repeat tokens already used, and the stores' fences report that as a
+/// token regression ([`fencing_core::Error::TokenRegression`], docs/guide.md, "etcd").
+///
+/// The token key of a resource (`EtcdKeys::token_key`) holds the floor, a decimal number;
+/// its `mod_revision` is the revision of the last token issued. Both move by compare-and-swap
+/// on that revision, so concurrent issuers never hand out one token twice.
+///
+/// Tokens are not consecutive: other writes to the cluster take revisions too.
+#[derive(Clone)]
+pub struct EtcdTokenSource {
+    client: Client,
+    keys: EtcdKeys,
+}
+
+impl fmt::Debug for EtcdTokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdTokenSource")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A token key as read: its revision and floor (both 0 when it does not exist).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TokenKey {
+    pub(crate) mod_revision: i64,
+    pub(crate) floor: i64,
+}
+
+impl TokenKey {
+    /// The highest token issued or floor set, `None` for a key that does not exist.
+    fn current(self) -> Result<Option<FencingToken>> {
+        match self.mod_revision.max(self.floor) {
+            0 => Ok(None),
+            n => token(n).map(Some),
+        }
+    }
+
+    /// The token a write of the floor plus one at revision `revision` issues.
+    pub(crate) fn issued_at(self, revision: i64) -> Result<FencingToken> {
+        token(revision.max(self.floor + 1))
+    }
+
+    /// The compare that holds while nobody else has written the key since it was read.
+    pub(crate) fn unchanged(self, key: &str) -> Compare {
+        Compare::mod_revision(key, CompareOp::Equal, self.mod_revision)
+    }
+
+    /// The write that issues the next token, or `None` at the end of the range.
+    pub(crate) fn issue(self, key: &str) -> Option<TxnOp> {
+        let next = self.floor.checked_add(1)?;
+        Some(TxnOp::put(key, next.to_string(), None))
+    }
+}
+
+impl EtcdTokenSource {
+    /// A token source on the caller's client, under the default keys (`fencing/token/…`).
+    pub fn new(client: Client) -> Self {
+        EtcdTokenSource {
+            client,
+            keys: EtcdKeys::default(),
+        }
+    }
+
+    /// The same source under other keys.
+    pub fn with_keys(self, keys: EtcdKeys) -> Self {
+        EtcdTokenSource { keys, ..self }
+    }
+
+    /// The key layout.
+    pub fn keys(&self) -> &EtcdKeys {
+        &self.keys
+    }
+
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Reads the token key of `resource`.
+    pub(crate) async fn read(&self, resource: &ResourceName) -> Result<TokenKey> {
+        let key = self.keys.token_key(resource);
+        let found = self
+            .client()
+            .get(key.as_str(), None)
+            .await
+            .map_err(|e| EtcdFailure::from(e).into_error(RequestEffect::ReadOnly))?;
+        token_key(found.kvs().first())
+    }
+
+    /// Runs `txn`, its answer classified as a write's.
+    pub(crate) async fn send(&self, txn: Txn) -> Result<TxnResponse> {
+        self.client()
+            .txn(txn)
+            .await
+            .map_err(|e| EtcdFailure::from(e).into_error(RequestEffect::Writes))
+    }
+
+    /// Compare-and-swaps the token key of `resource` with what `decide` makes of the key as
+    /// read, until a write applies or `decide` keeps the key as it is. Returns the value
+    /// `decide` gave, with the revision of the write when one was made.
+    async fn swap<T>(
+        &self,
+        resource: &ResourceName,
+        mut decide: impl FnMut(TokenKey) -> Result<Swap<T>>,
+    ) -> Result<(T, Option<i64>)> {
+        let key = self.keys.token_key(resource);
+        let mut seen = self.read(resource).await?;
+        for _ in 0..CONTENDED_ROUNDS {
+            let (op, value) = match decide(seen)? {
+                Swap::Write(op, value) => (op, value),
+                Swap::Keep(value) => return Ok((value, None)),
+            };
+            let txn = Txn::new()
+                .when([seen.unchanged(&key)])
+                .and_then([op])
+                .or_else([TxnOp::get(key.as_str(), None)]);
+            let answer = self.send(txn).await?;
+            if answer.succeeded() {
+                return Ok((value, Some(revision(&answer)?)));
+            }
+            seen = token_key(first_kv(&answer).as_ref())?;
+        }
+        Err(EtcdFailure::Unexpected(format!(
+            "the token key of {resource:?} changed under {CONTENDED_ROUNDS} compare-and-swaps in a row"
+        ))
+        .into_error(RequestEffect::ReadOnly))
+    }
+}
+
+/// What a compare-and-swap does with the key it read.
+enum Swap<T> {
+    /// Write this, then return the value.
+    Write(TxnOp, T),
+    /// Write nothing and return the value.
+    Keep(T),
+}
+
+#[async_trait]
+impl TokenSource for EtcdTokenSource {
+    async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
+        let key = self.keys.token_key(resource);
+        let (seen, revision) = self
+            .swap(resource, |seen| match seen.issue(&key) {
+                Some(op) => Ok(Swap::Write(op, seen)),
+                None => Err(Error::TokenExhausted {
+                    resource: resource.clone(),
+                }),
+            })
+            .await?;
+        seen.issued_at(revision.unwrap_or_default())
+    }
+
+    async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+        self.read(resource).await?.current()
+    }
+
+    async fn advance_to(
+        &self,
+        resource: &ResourceName,
+        floor: FencingToken,
+    ) -> Result<FencingToken> {
+        let key = self.keys.token_key(resource);
+        let (kept, revision) = self
+            .swap(resource, |seen| match seen.current()? {
+                Some(current) if current >= floor => Ok(Swap::Keep(Some(current))),
+                _ => {
+                    let raise = TxnOp::put(key.as_str(), floor.get().to_string(), None);
+                    Ok(Swap::Write(raise, None))
+                }
+            })
+            .await?;
+        match (kept, revision) {
+            (Some(current), _) => Ok(current),
+            (None, revision) => token(revision.unwrap_or_default().max(floor.as_i64())),
+        }
+    }
+}
+
+/// A token key as the cluster returned it (`None`: no such key).
+pub(crate) fn token_key(kv: Option<&KeyValue>) -> Result<TokenKey> {
+    let Some(kv) = kv else {
+        return Ok(TokenKey {
+            mod_revision: 0,
+            floor: 0,
+        });
+    };
+    let floor = std::str::from_utf8(kv.value())
+        .ok()
+        .and_then(|text| text.parse::<i64>().ok())
+        .filter(|floor| *floor >= 0 && floor.to_string().as_bytes() == kv.value());
+    match floor {
+        Some(floor) => Ok(TokenKey {
+            mod_revision: kv.mod_revision(),
+            floor,
+        }),
+        None => Err(EtcdFailure::Unexpected(format!(
+            "token key {:?} holds {:?}, not a floor (a whole number in decimal): nothing was \
+             written over it",
+            String::from_utf8_lossy(kv.key()),
+            String::from_utf8_lossy(kv.value())
+        ))
+        .into_error(RequestEffect::ReadOnly)),
+    }
+}
+
+/// The first key a transaction's `get` returned.
+pub(crate) fn first_kv(answer: &TxnResponse) -> Option<KeyValue> {
+    answer.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(got) => got.kvs().first().cloned(),
+        _ => None,
+    })
+}
+
+/// The revision the transaction committed at.
+pub(crate) fn revision(answer: &TxnResponse) -> Result<i64> {
+    answer
+        .header()
+        .map(|h| h.revision())
+        .filter(|r| *r > 0)
+        .ok_or_else(|| {
+            EtcdFailure::Unexpected("a transaction answered without a revision".to_owned())
+                .into_error(RequestEffect::Writes)
+        })
+}
+
+fn token(n: i64) -> Result<FencingToken> {
+    u64::try_from(n)
+        .ok()
+        .and_then(|n| FencingToken::new(n).ok())
+        .ok_or_else(|| {
+            EtcdFailure::Unexpected(format!("{n} is not a fencing token"))
+                .into_error(RequestEffect::ReadOnly)
+        })
+}

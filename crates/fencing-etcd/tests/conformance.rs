@@ -1,0 +1,122 @@
+//! The shared conformance suite against a real three-member etcd cluster: the lease and the
+//! token source, each as itself, `Box<dyn …>` and `Arc<dyn …>`, and the schedules where the
+//! counter is lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, DeleteOptions};
+use fencing_core::{FencedStore, Lease, MemoryStore, TokenSource, Ttl};
+use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
+use fencing_test_support::services;
+use fencing_testkit::conformance::*;
+use fencing_testkit::{Fencing, unique_name};
+
+async fn client() -> Client {
+    let endpoints = services::etcd_endpoints();
+    Client::connect(&endpoints, None)
+        .await
+        .unwrap_or_else(|e| panic!("connect to etcd at {endpoints:?}: {e}"))
+}
+
+/// Keys of this test only: `<run>/lock/` and `<run>/token/`.
+fn keys_of(run: &str) -> EtcdKeys {
+    EtcdKeys::new(format!("{run}/lock/"), format!("{run}/token/")).unwrap()
+}
+
+fn keys() -> EtcdKeys {
+    keys_of(&unique_name("t"))
+}
+
+/// etcd counts leases in whole seconds and its leader revokes expired ones every half second.
+fn caps() -> Capabilities {
+    Capabilities {
+        short_ttl: Ttl::from_secs(1).unwrap(),
+        expiry_slack: Duration::from_millis(1500),
+        ..Capabilities::real_server()
+    }
+    .with_revision_tokens()
+}
+
+/// Deletes every key of this test's run, tokens and locks alike.
+async fn lose_keys_of(run: &str) {
+    let deleted = client()
+        .await
+        .delete(format!("{run}/"), Some(DeleteOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    assert!(deleted.deleted() > 0, "no key under {run}/");
+}
+
+mod concrete {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: EtcdLease::new(client().await).with_keys(keys()),
+        caps: caps(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: EtcdTokenSource::new(client().await).with_keys(keys()),
+        caps: caps(),
+    }
+}
+
+mod boxed {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Box::new(EtcdLease::new(client().await).with_keys(keys())) as Box<dyn Lease>,
+        caps: caps(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Box::new(EtcdTokenSource::new(client().await).with_keys(keys())) as Box<dyn TokenSource>,
+        caps: caps(),
+    }
+}
+
+mod shared {
+    use super::*;
+
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Arc::new(EtcdLease::new(client().await).with_keys(keys())) as Arc<dyn Lease>,
+        caps: caps(),
+    }
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: Arc::new(EtcdTokenSource::new(client().await).with_keys(keys())) as Arc<dyn TokenSource>,
+        caps: caps(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_is_fenced_by_the_store() {
+    let lease = EtcdLease::new(client().await).with_keys(keys());
+    let store = MemoryStore::new("refunds");
+    paused_holder_is_fenced(&lease, &store, caps()).await;
+}
+
+/// Deleting every key of the run (locks and token keys) loses the floors, not the revision:
+/// no token is issued twice, whoever held one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_is_reissued_after_the_keys_are_deleted() {
+    let run = unique_name("t");
+    let lease = EtcdLease::new(client().await).with_keys(keys_of(&run));
+    let store = MemoryStore::new("refunds");
+    no_token_is_reissued_after_counter_loss(&lease, &store, caps(), async || {
+        lose_keys_of(&run).await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_increments_are_exact() {
+    let lease = EtcdLease::new(client().await).with_keys(keys());
+    let store: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("counter"));
+    let report = fenced_increments(Arc::new(lease), store, caps(), 4, 5, Fencing::On, 3).await;
+    assert_eq!(report.total, report.expected, "{report:?}");
+}
