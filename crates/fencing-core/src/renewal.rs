@@ -6,12 +6,20 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use crate::clock::{Clock, TokioClock};
+use crate::error::Error;
 use crate::guard::LeaseGuard;
 use crate::lease::Lease;
 use crate::telemetry;
 
 /// A background task that extends a lease every `every`, by the guard's TTL, until an
-/// extension fails; then it stops and marks the lease lost, so the batch can stop early.
+/// extension is refused ([`Error::LeaseLost`]) or no extension has succeeded in time; then it
+/// stops and marks the lease lost, so the batch can stop early.
+///
+/// An extension that fails for another reason (the server unreachable for a moment, an
+/// answer lost, a consensus cluster electing a new leader) is tried again at the next beat,
+/// as long as that beat comes before the guard's local deadline: the lease may still be
+/// alive, and a renewal that gave up at the first hiccup would let it expire for nothing.
 ///
 /// Renewal is liveness, not safety. A process that pauses cannot renew, and when it resumes
 /// it does not know that time passed: its lease may have expired and been granted to another
@@ -44,18 +52,21 @@ impl LeaseRenewal {
                         renewed.token(),
                         extended.as_ref().map(drop),
                     );
-                    if extended.is_err() {
-                        lost.store(true, Ordering::SeqCst);
-                        return;
+                    match extended {
+                        Ok(()) => *lock(&guard) = renewed,
+                        Err(Error::LeaseLost { .. }) => break,
+                        Err(_) if TokioClock.now() + every < renewed.local_deadline() => {}
+                        Err(_) => break,
                     }
-                    *lock(&guard) = renewed;
                 }
+                lost.store(true, Ordering::SeqCst);
             }
         });
         LeaseRenewal { lost, guard, task }
     }
 
-    /// True once an extension failed: the lease is (or may be) gone.
+    /// True once an extension was refused, or failed with no time left to try again: the
+    /// lease is (or may be) gone.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }
@@ -105,6 +116,87 @@ mod tests {
         tokio::time::sleep(ttl.duration() * 2).await;
         assert!(lease.try_acquire(&r, ttl).await.unwrap().is_some());
         assert!(lease.release(guard).await.is_err());
+    }
+
+    /// A lease whose extensions fail (the server unreachable) the first `failures` times.
+    #[derive(Debug)]
+    struct Unreachable {
+        inner: MemoryLease,
+        failures: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait::async_trait]
+    impl Lease for Unreachable {
+        async fn try_acquire(
+            &self,
+            resource: &ResourceName,
+            ttl: Ttl,
+        ) -> crate::Result<Option<LeaseGuard>> {
+            self.inner.try_acquire(resource, ttl).await
+        }
+        async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> crate::Result<()> {
+            let left = self.failures.load(Ordering::SeqCst);
+            if left > 0 {
+                self.failures.store(left - 1, Ordering::SeqCst);
+                return Err(Error::Backend {
+                    store: "lease".into(),
+                    source: "connection refused".into(),
+                });
+            }
+            self.inner.extend(guard, ttl).await
+        }
+        async fn release(&self, guard: LeaseGuard) -> crate::Result<()> {
+            self.inner.release(guard).await
+        }
+        async fn status(
+            &self,
+            resource: &ResourceName,
+        ) -> crate::Result<Option<crate::lease::LeaseStatus>> {
+            self.inner.status(resource).await
+        }
+        fn token_source(&self) -> &dyn crate::token_source::TokenSource {
+            self.inner.token_source()
+        }
+    }
+
+    fn unreachable(failures: u32) -> Arc<Unreachable> {
+        Arc::new(Unreachable {
+            inner: MemoryLease::new(),
+            failures: std::sync::atomic::AtomicU32::new(failures),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_request_is_tried_again_while_the_lease_can_still_be_alive() {
+        let lease = unreachable(1);
+        let r = ResourceName::new("settle:m_4471").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let guard = lease.try_acquire(&r, ttl).await.unwrap().unwrap();
+        let renewal = LeaseRenewal::start(lease.clone(), guard, ttl.duration() / 3);
+        tokio::time::sleep(ttl.duration() * 3).await;
+        assert!(!renewal.is_lost(), "one failed request is not a lost lease");
+        assert!(lease.try_acquire(&r, ttl).await.unwrap().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_requests_mark_the_lease_lost_before_its_local_deadline() {
+        let lease = unreachable(u32::MAX);
+        let r = ResourceName::new("settle:m_4471").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let guard = lease.try_acquire(&r, ttl).await.unwrap().unwrap();
+        let deadline = guard.local_deadline();
+        let renewal = LeaseRenewal::start(lease.clone(), guard, ttl.duration() / 3);
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert!(
+            !renewal.is_lost(),
+            "the first failure leaves time to try again"
+        );
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(renewal.is_lost());
+        assert!(
+            TokioClock.now() < deadline,
+            "said before the lease could have expired"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -38,9 +38,33 @@ impl EtcdFailure {
     }
 }
 
+/// True when the request never left: no connection to the member it was sent to could be
+/// made (a member that is down). Sending it again, to another member, is safe whatever it
+/// does.
+pub(crate) fn never_sent(err: &etcd_client::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = match err {
+        etcd_client::Error::GRpcStatus(status) => Some(status),
+        etcd_client::Error::TransportError(transport) => Some(transport),
+        etcd_client::Error::IoError(io) => Some(io),
+        _ => None,
+    };
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
 fn answer_may_be_lost(err: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
     use tonic::Code;
+    if never_sent(err) {
+        return false;
+    }
     match err {
         E::TransportError(_) | E::IoError(_) => true,
         // Unavailable: the connection broke mid-request, or the member lost its leader;
@@ -51,5 +75,36 @@ fn answer_may_be_lost(err: &etcd_client::Error) -> bool {
             Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
         ),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused() -> etcd_client::Error {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let mut status = tonic::Status::unavailable("tcp connect error");
+        status.set_source(std::sync::Arc::new(io));
+        etcd_client::Error::GRpcStatus(status)
+    }
+
+    #[test]
+    fn a_refused_connection_never_sent_its_request_and_wrote_nothing() {
+        assert!(never_sent(&refused()));
+        let err = EtcdFailure::from(refused()).into_error(RequestEffect::Writes);
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_timed_out_write_is_ambiguous_and_a_timed_out_read_is_not() {
+        let timed_out = || {
+            etcd_client::Error::GRpcStatus(tonic::Status::unknown("etcdserver: request timed out"))
+        };
+        assert!(!never_sent(&timed_out()));
+        let write = EtcdFailure::from(timed_out()).into_error(RequestEffect::Writes);
+        assert!(write.is_ambiguous(), "{write:?}");
+        let read = EtcdFailure::from(timed_out()).into_error(RequestEffect::ReadOnly);
+        assert!(matches!(read, Error::Backend { .. }), "{read:?}");
     }
 }

@@ -72,17 +72,22 @@ impl EtcdLease {
     async fn grant(&self, ttl: Ttl) -> Result<i64> {
         let granted = self
             .tokens
-            .client()
-            .lease_grant(seconds(ttl), None)
-            .await
-            .map_err(|e| EtcdFailure::from(e).into_error(RequestEffect::ReadOnly))?;
+            .call(RequestEffect::ReadOnly, |mut c| async move {
+                c.lease_grant(seconds(ttl), None).await
+            })
+            .await?;
         Ok(granted.id())
     }
 
     /// Revokes an etcd lease this process granted and no guard holds: its keys go with it.
     /// Should the revoke fail, the lease still ends at its TTL.
     async fn revoke(&self, lease_id: i64) {
-        let _ = self.tokens.client().lease_revoke(lease_id).await;
+        let _ = self
+            .tokens
+            .call(RequestEffect::Writes, async |mut c| {
+                c.lease_revoke(lease_id).await
+            })
+            .await;
     }
 
     /// Takes the lock of `resource` under the granted `lease_id` as `owner`, or finds it
@@ -124,7 +129,14 @@ impl EtcdLease {
             let answer = match self.tokens.send(txn).await {
                 Ok(answer) => answer,
                 Err(err) if err.is_ambiguous() => {
-                    return self.settle_lost_answer(resource, owner, seen, err).await;
+                    match self.settle_lost_answer(resource, owner, seen, err).await? {
+                        Some(settled) => return Ok(settled),
+                        // It did not apply and nobody holds the lock: try again.
+                        None => {
+                            seen = self.tokens.read(resource).await?;
+                            continue;
+                        }
+                    }
                 }
                 Err(err) => return Err(err),
             };
@@ -143,32 +155,35 @@ impl EtcdLease {
         .into_error(RequestEffect::ReadOnly))
     }
 
-    /// After an acquisition whose answer was lost: the lock key says whether it applied (it
-    /// names this owner, and its create revision is the token's).
+    /// After an acquisition whose answer was lost, the lock key says whether it applied: it
+    /// names this owner (taken, the token from its create revision), another (held), or
+    /// nobody (`None`: it did not apply, and the lock is free).
     async fn settle_lost_answer(
         &self,
         resource: &ResourceName,
         owner: &OwnerId,
         seen: crate::tokens::TokenKey,
         lost: Error,
-    ) -> Result<Option<fencing_core::FencingToken>> {
+    ) -> Result<Option<Option<fencing_core::FencingToken>>> {
         match self.lock(resource).await {
-            Ok(Some(lock)) if lock.value() == owner.as_str().as_bytes() => {
-                seen.issued_at(lock.create_revision()).map(Some)
-            }
-            Ok(_) => Ok(None),
+            Ok(Some(lock)) if lock.value() == owner.as_str().as_bytes() => seen
+                .issued_at(lock.create_revision())
+                .map(|t| Some(Some(t))),
+            Ok(Some(_)) => Ok(Some(None)),
+            Ok(None) => Ok(None),
             Err(_) => Err(lost),
         }
     }
 
     /// The lock key of `resource`, if it exists.
     async fn lock(&self, resource: &ResourceName) -> Result<Option<KeyValue>> {
+        let lock_key = self.keys().lock_key(resource);
         let found = self
             .tokens
-            .client()
-            .get(self.keys().lock_key(resource), None)
-            .await
-            .map_err(|e| EtcdFailure::from(e).into_error(RequestEffect::ReadOnly))?;
+            .call(RequestEffect::ReadOnly, async |mut c| {
+                c.get(lock_key.as_str(), None).await
+            })
+            .await?;
         Ok(found.kvs().first().cloned())
     }
 
@@ -212,26 +227,26 @@ impl EtcdLease {
         }
     }
 
-    /// Sends one keep-alive for `lease_id` and returns the TTL the cluster answered (0 or
-    /// less: the lease is gone). Waits at most `patience` for the answer.
-    async fn keep_alive(&self, lease_id: i64, patience: Duration) -> Result<i64> {
-        let exchange = async {
-            let (mut keeper, mut answers) = self.tokens.client().lease_keep_alive(lease_id).await?;
-            keeper.keep_alive().await?;
-            answers.message().await
-        };
-        let failed = |e: EtcdFailure| e.into_error(RequestEffect::Writes);
+    /// Sends one keep-alive for `lease_id` and returns whether the lease was alive (and so
+    /// renewed for its TTL). Waits at most `patience` for the answer.
+    async fn keep_alive(&self, lease_id: i64, patience: Duration) -> Result<bool> {
+        // Opening the stream sends one keep-alive and reads its answer; the client's words
+        // for an answer whose TTL is 0 (the lease is gone) are "lease not found".
+        let exchange = self.tokens.call(RequestEffect::Writes, |mut c| async move {
+            match c.lease_keep_alive(lease_id).await {
+                Ok(_) => Ok(true),
+                Err(etcd_client::Error::LeaseKeepAliveError(why)) if why == "lease not found" => {
+                    Ok(false)
+                }
+                Err(err) => Err(err),
+            }
+        });
         match tokio::time::timeout(patience, exchange).await {
-            Ok(Ok(Some(answer))) => Ok(answer.ttl()),
-            // A lease that expired between the read of its key and the keep-alive.
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(0),
-            Ok(Ok(None)) => Err(failed(EtcdFailure::Unexpected(
-                "the keep-alive stream closed without an answer".to_owned(),
-            ))),
-            Ok(Err(err)) => Err(failed(err.into())),
-            Err(_) => Err(failed(EtcdFailure::Unexpected(format!(
+            Ok(answer) => answer,
+            Err(_) => Err(EtcdFailure::Unexpected(format!(
                 "no keep-alive answer within {patience:?}"
-            )))),
+            ))
+            .into_error(RequestEffect::Writes)),
         }
     }
 }
@@ -286,7 +301,7 @@ impl Lease for EtcdLease {
         let requested_at = TokioClock.now();
         let lease_id = self.owned(guard).await?.lease();
         if seconds(ttl) == seconds(guard.ttl()) {
-            if self.keep_alive(lease_id, ttl.duration()).await? <= 0 {
+            if !self.keep_alive(lease_id, ttl.duration()).await? {
                 return Err(guard.lost());
             }
             // The lease lives; the key bound to it must still be this owner's.
@@ -327,10 +342,11 @@ impl Lease for EtcdLease {
         }
         let lived = self
             .tokens
-            .client()
-            .lease_time_to_live(lock.lease(), None)
-            .await
-            .map_err(|e| EtcdFailure::from(e).into_error(RequestEffect::ReadOnly))?;
+            .call(RequestEffect::ReadOnly, |mut c| {
+                let lease = lock.lease();
+                async move { c.lease_time_to_live(lease, None).await }
+            })
+            .await?;
         // etcd answers whole seconds left, rounded down, and -1 for a lease that is gone.
         let Ok(whole_seconds) = u64::try_from(lived.ttl()) else {
             return Ok(None);

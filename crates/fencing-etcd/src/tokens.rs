@@ -7,8 +7,12 @@ use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpRespons
 use fencing_core::adapter::RequestEffect;
 use fencing_core::{Error, FencingToken, ResourceName, Result, TokenSource};
 
-use crate::error::EtcdFailure;
+use crate::error::{EtcdFailure, never_sent};
 use crate::keys::EtcdKeys;
+
+/// How often a request that never left (its member down) is sent again before its failure
+/// is reported: enough for the client's balancer to find a live member of a small cluster.
+const NEVER_SENT_ROUNDS: usize = 8;
 
 /// How often a compare-and-swap on a token key is retried when another writer changed it in
 /// between, before the contention is reported.
@@ -96,27 +100,43 @@ impl EtcdTokenSource {
         &self.keys
     }
 
-    pub(crate) fn client(&self) -> Client {
-        self.client.clone()
+    /// Runs one request, `op` on a client of the cluster; its failure classified as `effect`
+    /// says. A request that never left (its member is down) goes again, and the client's
+    /// balancer sends it to another member.
+    pub(crate) async fn call<T, F>(
+        &self,
+        effect: RequestEffect,
+        mut op: impl FnMut(Client) -> F,
+    ) -> Result<T>
+    where
+        F: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut tries = 0;
+        loop {
+            match op(self.client.clone()).await {
+                Err(err) if never_sent(&err) && tries < NEVER_SENT_ROUNDS => tries += 1,
+                answer => return answer.map_err(|e| EtcdFailure::from(e).into_error(effect)),
+            }
+        }
     }
 
     /// Reads the token key of `resource`.
     pub(crate) async fn read(&self, resource: &ResourceName) -> Result<TokenKey> {
         let key = self.keys.token_key(resource);
         let found = self
-            .client()
-            .get(key.as_str(), None)
-            .await
-            .map_err(|e| EtcdFailure::from(e).into_error(RequestEffect::ReadOnly))?;
+            .call(RequestEffect::ReadOnly, async |mut c| {
+                c.get(key.as_str(), None).await
+            })
+            .await?;
         token_key(found.kvs().first())
     }
 
     /// Runs `txn`, its answer classified as a write's.
     pub(crate) async fn send(&self, txn: Txn) -> Result<TxnResponse> {
-        self.client()
-            .txn(txn)
-            .await
-            .map_err(|e| EtcdFailure::from(e).into_error(RequestEffect::Writes))
+        self.call(RequestEffect::Writes, async |mut c| {
+            c.txn(txn.clone()).await
+        })
+        .await
     }
 
     /// Compare-and-swaps the token key of `resource` with what `decide` makes of the key as
