@@ -27,10 +27,11 @@ pub struct EtcdCluster {
     token: String,
 }
 
-/// What one member says of itself and its leader.
+/// What one member says of itself, its cluster and its leader.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct MemberStatus {
     id: String,
+    cluster: String,
     leader: String,
 }
 
@@ -112,10 +113,15 @@ impl EtcdCluster {
             .filter(|&i| self.members[i].process.is_some())
             .filter_map(|i| status(self.members[i].client_port).map(|s| (i, s)))
             .collect();
-        let leader = &statuses.first()?.1.leader;
+        let first = &statuses.first()?.1;
+        // Every member must be of one cluster: a port another server took would show here.
+        assert!(
+            statuses.iter().all(|(_, s)| s.cluster == first.cluster),
+            "the members answer for different clusters: {statuses:?}"
+        );
         statuses
             .iter()
-            .find(|(_, s)| &s.id == leader)
+            .find(|(_, s)| s.id == first.leader)
             .map(|(i, _)| *i)
     }
 
@@ -136,7 +142,7 @@ impl EtcdCluster {
     /// SIGKILLs member `i`: it is gone at once, mid-request, as in a crash.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut process) = self.members[i].process.take() {
-            process.signal("KILL");
+            assert!(process.signal("KILL"), "etcd member {i} was already gone");
             process.stop(self.members[i].client_port);
         }
     }
@@ -151,12 +157,12 @@ impl EtcdCluster {
 
     /// SIGSTOPs member `i`: it holds its connections and answers nothing until resumed.
     pub fn pause(&self, i: usize) {
-        self.live(i).signal("STOP");
+        assert!(self.live(i).signal("STOP"), "etcd member {i} is gone");
     }
 
     /// SIGCONTs member `i`.
     pub fn resume(&self, i: usize) {
-        self.live(i).signal("CONT");
+        assert!(self.live(i).signal("CONT"), "etcd member {i} is gone");
     }
 
     /// Saves a snapshot of the cluster's data (through the leader) to `path`.
@@ -283,6 +289,7 @@ fn status(port: u16) -> Option<MemberStatus> {
     };
     let status = MemberStatus {
         id: field("member_id")?,
+        cluster: field("cluster_id")?,
         leader: field("leader")?,
     };
     (status.leader != "0").then_some(status)

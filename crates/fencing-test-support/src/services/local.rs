@@ -42,26 +42,27 @@ impl Watched {
         Ok(Watched { shell, pid_file })
     }
 
-    /// Sends `signal` (`KILL`, `STOP`, `CONT`) to the server itself, not its shell.
-    pub(super) fn signal(&self, signal: &str) {
+    /// Sends `signal` (`KILL`, `STOP`, `CONT`) to the server itself, not its shell; false if
+    /// it could not (the server is gone).
+    pub(super) fn signal(&self, signal: &str) -> bool {
         let pid = (0..250).find_map(|_| {
-            let pid = std::fs::read_to_string(&self.pid_file).ok()?;
+            let pid = std::fs::read_to_string(&self.pid_file).unwrap_or_default();
             let pid = pid.trim().to_owned();
             if pid.is_empty() {
+                // The shell has not written it yet.
                 std::thread::sleep(Duration::from_millis(20));
                 return None;
             }
             Some(pid)
         });
-        let pid = pid.unwrap_or_else(|| panic!("no process id in {}", self.pid_file.display()));
+        let Some(pid) = pid else {
+            return false;
+        };
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(&pid)
             .status();
-        assert!(
-            status.is_ok_and(|s| s.success()),
-            "kill -{signal} {pid} failed"
-        );
+        status.is_ok_and(|s| s.success())
     }
 
     /// TERM, not KILL: the shell's trap must run to take the server with it.
@@ -207,11 +208,26 @@ impl Drop for MotoServer {
 }
 
 pub(crate) fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
+    // Never the same port twice in one process: two servers started side by side (say, two
+    // etcd clusters) could otherwise both be told the port one of them is about to bind, and
+    // a test would talk to the other's server.
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..100 {
+        let listener =
+            TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+        let port = listener
+            .local_addr()
+            .map(|a| a.port())
+            .map_err(|e| format!("no free port: {e}"))?;
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return Ok(port);
+        }
+    }
+    Err("no free port that was not handed out already".into())
 }
 
 /// True when a Redis on `port` answers `PING` with `PONG`.
