@@ -14,6 +14,7 @@ fn backend_name(backend: Backend) -> &'static str {
         Backend::Redis => "redis",
         Backend::Postgres => "postgres",
         Backend::Dynamodb => "dynamodb",
+        Backend::Etcd => "etcd",
     }
 }
 

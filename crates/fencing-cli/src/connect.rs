@@ -7,6 +7,7 @@ use clap::Args;
 
 use fencing_core::{Lease, ResourceName, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
+use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
 use fencing_postgres::{PgLease, PgQualifiedName, PgTokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
 use redis::aio::MultiplexedConnection;
@@ -65,6 +66,15 @@ pub(crate) struct Settings {
         default_value = "fence:"
     )]
     redis_counter_prefix: String,
+    /// etcd to talk to: its members' client endpoints, comma-separated (HOST:PORT,HOST:PORT).
+    #[arg(long, env = "ETCD_ENDPOINTS", global = true)]
+    etcd_endpoints: Option<String>,
+    /// The prefix of etcd lock keys (`EtcdKeys`).
+    #[arg(long, global = true, default_value = "fencing/lock/")]
+    etcd_lock_prefix: String,
+    /// The prefix of etcd token keys (`EtcdKeys`).
+    #[arg(long, global = true, default_value = "fencing/token/")]
+    etcd_token_prefix: String,
 }
 
 /// `SCHEMA.TABLE`.
@@ -142,6 +152,36 @@ impl Settings {
             })
     }
 
+    /// A client of every etcd member named, whose requests give up after five seconds and
+    /// never wait for a leader that is not there.
+    pub(crate) async fn etcd(&self) -> Result<etcd_client::Client, Failure> {
+        let endpoints = self.etcd_endpoints.as_deref().ok_or_else(|| {
+            Failure::usage("no etcd to talk to: set ETCD_ENDPOINTS or pass --etcd-endpoints")
+        })?;
+        let endpoints: Vec<&str> = endpoints.split(',').map(str::trim).collect();
+        let options = etcd_client::ConnectOptions::new()
+            .with_timeout(std::time::Duration::from_secs(5))
+            .with_connect_timeout(std::time::Duration::from_secs(5))
+            .with_require_leader(true);
+        etcd_client::Client::connect(&endpoints, Some(options))
+            .await
+            .map_err(|e| {
+                Failure::service(format!(
+                    "cannot reach etcd at {} ({e}): check ETCD_ENDPOINTS and that the members \
+                     are up",
+                    endpoints.join(",")
+                ))
+            })
+    }
+
+    /// The etcd key layout the deployment uses.
+    pub(crate) fn etcd_keys(&self) -> Result<EtcdKeys, Failure> {
+        Ok(EtcdKeys::new(
+            self.etcd_lock_prefix.clone(),
+            self.etcd_token_prefix.clone(),
+        )?)
+    }
+
     /// The Redis key layout the deployment uses.
     pub(crate) fn redis_keys(&self) -> Result<RedisKeys, Failure> {
         Ok(RedisKeys::new(
@@ -186,6 +226,15 @@ impl Settings {
                 resource.as_str(),
                 self.dynamodb_table
             ),
+            Backend::Etcd => {
+                let keys = self.etcd_keys()?;
+                let key = if lease {
+                    keys.lock_key(resource)
+                } else {
+                    keys.token_key(resource)
+                };
+                format!("etcd key {key}")
+            }
         })
     }
 
@@ -299,6 +348,9 @@ impl Settings {
                 self.dynamodb()?,
                 self.dynamodb_table.clone(),
             )?),
+            Backend::Etcd => {
+                Box::new(EtcdLease::new(self.etcd().await?).with_keys(self.etcd_keys()?))
+            }
         })
     }
 
@@ -310,6 +362,9 @@ impl Settings {
                 self.dynamodb()?,
                 self.dynamodb_table.clone(),
             )?),
+            Backend::Etcd => {
+                Box::new(EtcdTokenSource::new(self.etcd().await?).with_keys(self.etcd_keys()?))
+            }
         })
     }
 }

@@ -130,6 +130,8 @@ enum Backend {
     Postgres,
     /// DynamoDB (the AWS environment variables).
     Dynamodb,
+    /// etcd (ETCD_ENDPOINTS).
+    Etcd,
 }
 
 fn main() -> ExitCode {

@@ -21,7 +21,8 @@ fn fencing() -> Command {
         .env("AWS_ENDPOINT_URL", services::aws_endpoint())
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test");
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("ETCD_ENDPOINTS", services::etcd_endpoints().join(","));
     command
 }
 
@@ -322,10 +323,21 @@ async fn lease_status_names_the_holder_of_every_kind_of_lease() {
     let dynamo_lease =
         fencing_dynamodb::DynamoLease::new(aws_dynamodb(), dynamo_table.clone()).unwrap();
     dynamo_lease.create_table().await.unwrap();
-    let leases: [(&str, Arc<dyn Lease>); 3] = [
+    let etcd_run = unique_name("cli");
+    let etcd_keys =
+        fencing_etcd::EtcdKeys::new(format!("{etcd_run}/lock/"), format!("{etcd_run}/token/"))
+            .unwrap();
+    let etcd = etcd_client::Client::connect(services::etcd_endpoints(), None)
+        .await
+        .unwrap();
+    let leases: [(&str, Arc<dyn Lease>); 4] = [
         ("redis", Arc::new(RedisLease::may_reissue_tokens(redis))),
         ("postgres", Arc::new(pg_lease)),
         ("dynamodb", Arc::new(dynamo_lease)),
+        (
+            "etcd",
+            Arc::new(fencing_etcd::EtcdLease::new(etcd).with_keys(etcd_keys)),
+        ),
     ];
     for (kind, lease) in leases {
         let resource = unique_name("settle:m_4471");
@@ -343,6 +355,10 @@ async fn lease_status_names_the_holder_of_every_kind_of_lease() {
                 &schema.table("tokens"),
                 "--dynamodb-table",
                 &dynamo_table,
+                "--etcd-lock-prefix",
+                &format!("{etcd_run}/lock/"),
+                "--etcd-token-prefix",
+                &format!("{etcd_run}/token/"),
             ]);
             if json {
                 command.arg("--json");
@@ -372,6 +388,47 @@ async fn lease_status_names_the_holder_of_every_kind_of_lease() {
         assert_eq!(json(&run(&mut status(), 0))["held"], false, "{kind}");
     }
     schema.drop().await;
+}
+
+/// `token current` on etcd reads the highest token issued (the token key's revision or
+/// floor), and `token advance` raises the floor, never lowering it.
+#[tokio::test]
+async fn token_current_and_advance_on_etcd_read_and_raise_the_token_key() {
+    let prefix = unique_name("cli");
+    let (lock_prefix, token_prefix) = (format!("{prefix}/lock/"), format!("{prefix}/token/"));
+    let keys = fencing_etcd::EtcdKeys::new(lock_prefix.clone(), token_prefix.clone()).unwrap();
+    let etcd = etcd_client::Client::connect(services::etcd_endpoints(), None)
+        .await
+        .unwrap();
+    let source = fencing_etcd::EtcdTokenSource::new(etcd).with_keys(keys);
+    let resource = unique_name("settle:m_4471");
+    let tokens = |args: &[&str]| {
+        let mut command = fencing();
+        command
+            .args(["token"])
+            .args(args)
+            .args([resource.as_str(), "--tokens", "etcd", "--json"])
+            .args(["--etcd-lock-prefix", &lock_prefix])
+            .args(["--etcd-token-prefix", &token_prefix]);
+        command
+    };
+    assert_eq!(
+        json(&run(&mut tokens(&["current"]), 0))["current"],
+        Value::Null
+    );
+    let r = ResourceName::new(resource.clone()).unwrap();
+    use fencing_core::TokenSource;
+    let issued = source.next(&r).await.unwrap();
+    assert_eq!(
+        json(&run(&mut tokens(&["current"]), 0))["current"],
+        issued.get()
+    );
+    let floor = issued.get() + 1_000;
+    let mut advance = tokens(&["advance"]);
+    advance.args(["--to", &floor.to_string()]);
+    run(&mut advance, 0);
+    assert_eq!(json(&run(&mut tokens(&["current"]), 0))["current"], floor);
+    assert!(source.next(&r).await.unwrap().get() > floor);
 }
 
 #[tokio::test]

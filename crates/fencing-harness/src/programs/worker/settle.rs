@@ -84,7 +84,10 @@ impl Settlement {
         for refund in &unfiled {
             let key = &refund.key;
             let reference = match &refund.confirmed_reference {
-                Some(reference) => reference.clone(),
+                Some(reference) => {
+                    self.take_over(batch, key).await?;
+                    reference.clone()
+                }
                 None => {
                     let claim = PgWrite::new(lifecycle.claim()).set("claimed_by", holder)?;
                     let claimed = batch
@@ -151,6 +154,7 @@ impl Settlement {
         futures_util::stream::iter(confirmed.iter().map(Ok))
             .try_for_each_concurrent(concurrency, async |refund| {
                 let reference = refund.confirmed_reference.as_deref().unwrap_or_default();
+                self.take_over(batch, &refund.key).await?;
                 self.file(batch, holder, &refund.key, refund.amount_cents, reference)
                     .await
             })
@@ -183,6 +187,21 @@ impl Settlement {
             .filter(|(_, o)| !matches!(o, EffectOutcome::AlreadyDone))
             .count();
         Ok(earlier + sent_here)
+    }
+
+    /// Raises the fence of a refund an earlier holder confirmed and did not file, before
+    /// anything else of it is written: from then on that holder, should it wake, is refused
+    /// on the refund itself, and cannot mark it filed beside this holder's ledger entry and
+    /// receipt (each store checks its own fence; only this order makes the three agree).
+    async fn take_over(&self, batch: &FencedBatch, key: &RecordKey) -> Result<()> {
+        let refunds = &self.stores.refunds;
+        let claim = PgWrite::new(FencedWrite::claim());
+        batch
+            .run_fenced(&**refunds, async |fence| {
+                refunds.write_in(&self.pool, fence, key, claim).await
+            })
+            .await
+            .map(drop)
     }
 
     /// Files a confirmed refund: its ledger entry, its receipt, then `filed` on its row, each
