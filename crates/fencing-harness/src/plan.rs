@@ -16,11 +16,18 @@ pub enum LeaseKind {
     Postgres,
     /// `DynamoLease`, tokens from a DynamoDB counter.
     Dynamodb,
+    /// `EtcdLease` on a three-member cluster, tokens from its revisions.
+    Etcd,
 }
 
 impl LeaseKind {
     /// Every kind, in the order seeds rotate through them.
-    pub const ALL: [LeaseKind; 3] = [LeaseKind::Redis, LeaseKind::Postgres, LeaseKind::Dynamodb];
+    pub const ALL: [LeaseKind; 4] = [
+        LeaseKind::Redis,
+        LeaseKind::Postgres,
+        LeaseKind::Dynamodb,
+        LeaseKind::Etcd,
+    ];
 
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
@@ -28,6 +35,7 @@ impl LeaseKind {
             LeaseKind::Redis => "redis",
             LeaseKind::Postgres => "postgres",
             LeaseKind::Dynamodb => "dynamodb",
+            LeaseKind::Etcd => "etcd",
         }
     }
 }
@@ -45,16 +53,19 @@ pub enum FaultKind {
     PgTerminate,
     /// `docker pause` a store's container past the TTL, then unpause it (containers mode).
     ContainerPause,
+    /// SIGKILL the etcd cluster's leader, restart it on its data once the pause has passed.
+    EtcdLeaderKill,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
         FaultKind::PgTerminate,
         FaultKind::ContainerPause,
+        FaultKind::EtcdLeaderKill,
     ];
 
     /// Its name in reports.
@@ -65,6 +76,7 @@ impl FaultKind {
             FaultKind::RedisRestart => "Redis restart, nothing persisted",
             FaultKind::PgTerminate => "pg_terminate_backend",
             FaultKind::ContainerPause => "store container paused past the TTL",
+            FaultKind::EtcdLeaderKill => "etcd leader SIGKILL",
         }
     }
 }
@@ -86,7 +98,8 @@ pub struct Fault {
     /// It strikes once this many refunds are filed (for [`FaultKind::KillAfterCall`]: the
     /// refund, by index from 0, after whose gateway call the worker is killed).
     pub at: usize,
-    /// How long a stall or pause lasts.
+    /// How long a stall or pause lasts (for an etcd leader kill: how long the member stays
+    /// down).
     pub pause: Duration,
     /// Which container a [`FaultKind::ContainerPause`] freezes.
     pub store: PausedStore,
@@ -131,20 +144,22 @@ pub struct RunPlan {
 impl RunPlan {
     /// The plan of `seed`. Every eligible fault kind strikes with probability one half, at
     /// least one always; a Redis restart strikes in every run on the Redis lease (the only one
-    /// that uses Redis) and a container pause only where `containers` says the stores run in
-    /// containers. Runs without fences always include a stall: it is the fault a fence is for.
+    /// that uses Redis), an etcd leader kill in every run on the etcd lease, and a container
+    /// pause only where `containers` says the stores run in containers. Runs without fences always include a stall: it is the fault a fence is for.
     pub fn from_seed(seed: u64, fences: bool, sizing: Sizing, containers: bool) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
-        let lease = LeaseKind::ALL[(seed % 3) as usize];
+        let lease = LeaseKind::ALL[(seed % LeaseKind::ALL.len() as u64) as usize];
         let n = sizing.refunds.max(10);
         let mut faults = Vec::new();
         for kind in FaultKind::ALL {
             let eligible = match kind {
                 FaultKind::RedisRestart => lease == LeaseKind::Redis,
+                FaultKind::EtcdLeaderKill => lease == LeaseKind::Etcd,
                 FaultKind::ContainerPause => containers,
                 _ => true,
             };
-            let always = (kind == FaultKind::RedisRestart) || (kind == FaultKind::Stall && !fences);
+            let always = matches!(kind, FaultKind::RedisRestart | FaultKind::EtcdLeaderKill)
+                || (kind == FaultKind::Stall && !fences);
             let drawn = rng.random_bool(0.5);
             if eligible && (always || drawn) {
                 let ttl_ms = sizing.ttl.as_millis() as u64;
@@ -239,7 +254,7 @@ impl fmt::Display for RunPlan {
                     fault.kind.name(),
                     Self::refund_key(fault.at)
                 )?,
-                FaultKind::Stall | FaultKind::ContainerPause => write!(
+                FaultKind::Stall | FaultKind::ContainerPause | FaultKind::EtcdLeaderKill => write!(
                     f,
                     " [{} after {} filed, {} ms{}]",
                     fault.kind.name(),
@@ -283,6 +298,12 @@ mod tests {
                     .any(|f| f.kind == FaultKind::RedisRestart),
                 plan.lease == LeaseKind::Redis
             );
+            assert_eq!(
+                plan.faults
+                    .iter()
+                    .any(|f| f.kind == FaultKind::EtcdLeaderKill),
+                plan.lease == LeaseKind::Etcd
+            );
             assert!(
                 plan.faults
                     .iter()
@@ -296,7 +317,7 @@ mod tests {
         for seed in 0..30 {
             let plan = RunPlan::from_seed(seed, false, sizing(), true);
             assert!(plan.faults.iter().any(|f| f.kind == FaultKind::Stall));
-            assert_eq!(plan.lease, LeaseKind::ALL[(seed % 3) as usize]);
+            assert_eq!(plan.lease, LeaseKind::ALL[(seed % 4) as usize]);
         }
         assert_eq!(RunPlan::refund_key(814), "r_0815");
         let example = RunPlan::worked_example(7, false);

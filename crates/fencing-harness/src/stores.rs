@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use fencing_core::{Lease, Result, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
+use fencing_etcd::{EtcdKeys, EtcdLease};
 use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::RedisLease;
 use fencing_s3::{S3Bucket, S3Store};
@@ -87,6 +88,13 @@ impl RunNames {
     /// The lease's resource: the merchant's settlement.
     pub fn resource(&self) -> fencing_core::ResourceName {
         fencing_core::ResourceName::new(format!("settle:{MERCHANT}")).expect("a valid name")
+    }
+
+    /// The etcd keys of the lease (the etcd lease kind): under the run's id, so runs on one
+    /// cluster never meet.
+    pub fn etcd_keys(&self) -> EtcdKeys {
+        EtcdKeys::new(format!("{}/lock/", self.id), format!("{}/token/", self.id))
+            .expect("distinct, non-empty prefixes")
     }
 
     fn qualified(&self, table: &str) -> PgQualifiedName {
@@ -212,6 +220,8 @@ pub async fn create(
                 .create_table()
                 .await?
         }
+        // Keys under the run's id need no set-up.
+        LeaseKind::Etcd => {}
     }
     Ok(())
 }
@@ -267,25 +277,43 @@ impl RunStores {
     }
 }
 
+/// The server of a lease kind that keeps its lease outside the run's stores.
+#[derive(Clone)]
+pub enum LeaseServer {
+    /// Redis, for [`LeaseKind::Redis`].
+    Redis(redis::aio::ConnectionManager),
+    /// An etcd cluster, for [`LeaseKind::Etcd`] (boxed: a client is a few hundred bytes).
+    Etcd(Box<etcd_client::Client>),
+}
+
 /// The lease of `kind` for run `names`. The Redis lease takes its epochs from PostgreSQL, so
 /// a Redis restart never reissues a token.
+///
+/// # Panics
+///
+/// When `kind` needs a server and `server` is not of that kind.
 pub fn lease(
     kind: LeaseKind,
     names: &RunNames,
     clients: &Clients,
-    redis: Option<redis::aio::ConnectionManager>,
+    server: Option<LeaseServer>,
 ) -> Result<Arc<dyn Lease>> {
     let counters = || PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
-    Ok(match kind {
-        LeaseKind::Redis => {
-            let redis = redis.expect("the Redis lease needs a Redis connection");
+    Ok(match (kind, server) {
+        (LeaseKind::Redis, Some(LeaseServer::Redis(redis))) => {
             let epochs: Arc<dyn TokenSource> = Arc::new(counters());
             Arc::new(RedisLease::new(redis, epochs))
         }
-        LeaseKind::Postgres => Arc::new(PgLease::new(names.qualified("leases"), counters())),
-        LeaseKind::Dynamodb => Arc::new(DynamoLease::new(
+        (LeaseKind::Etcd, Some(LeaseServer::Etcd(client))) => {
+            Arc::new(EtcdLease::new(*client).with_keys(names.etcd_keys()))
+        }
+        (LeaseKind::Postgres, _) => Arc::new(PgLease::new(names.qualified("leases"), counters())),
+        (LeaseKind::Dynamodb, _) => Arc::new(DynamoLease::new(
             clients.dynamodb.clone(),
             names.dynamo_lease_table(),
         )?),
+        (kind @ (LeaseKind::Redis | LeaseKind::Etcd), _) => {
+            panic!("the {} lease needs its server", kind.name())
+        }
     })
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencing_harness::plan::{RunPlan, Sizing};
-use fencing_test_support::services::{self, RedisServer, ServiceMode, TestContainer};
+use fencing_test_support::services::{self, EtcdCluster, RedisServer, ServiceMode, TestContainer};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use run::{RunResult, Services};
@@ -220,10 +220,12 @@ fn say(bar: &ProgressBar, line: String) {
 }
 
 /// PostgreSQL and the AWS emulator as the tests find them (in containers of the campaign's
-/// own in containers mode, so that it can pause them), and a Redis of the campaign's own.
+/// own in containers mode, so that it can pause them), and a Redis and a three-member etcd
+/// cluster of the campaign's own.
 fn start_services(containers: bool) -> Result<Services, String> {
     let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let redis = RedisServer::start(&[]);
+    let etcd = EtcdCluster::start(3);
     let (database_url, aws_endpoint, containers) = if containers {
         let postgres = TestContainer::postgres()?;
         let moto = TestContainer::moto()?;
@@ -235,6 +237,7 @@ fn start_services(containers: bool) -> Result<Services, String> {
         database_url,
         aws_endpoint,
         redis,
+        etcd,
         containers,
         program,
     })

@@ -56,9 +56,11 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
     let on = totals(results.iter().filter(|r| r.plan.fences));
     let off = totals(results.iter().filter(|r| !r.plan.fences));
     let mut out = String::new();
+    let kinds: Vec<&str> = LeaseKind::ALL.iter().map(|k| k.name()).collect();
     let _ = writeln!(
         out,
-        "| fences | runs | refunds | leases (redis/postgres/dynamodb) | runs with violations | violations | incidents | repeated gateway calls | wall time |"
+        "| fences | runs | refunds | leases ({}) | runs with violations | violations | incidents | repeated gateway calls | wall time |",
+        kinds.join("/")
     );
     let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|---:|");
     for (label, t) in [("on", &on), ("off (control)", &off)] {
@@ -161,8 +163,8 @@ pub(crate) fn document(
         "# Reliability: the settlement under real faults{}{}
 
 This page is written by the harness (`crates/fencing-harness`); every figure below was
-measured by the command at the end, on a 2-core machine, against PostgreSQL, Redis and the
-moto emulator of S3 and DynamoDB.
+measured by the command at the end, on a 2-core machine, against PostgreSQL, Redis, etcd and
+the moto emulator of S3 and DynamoDB.
 
 ## What a run is
 
@@ -171,8 +173,8 @@ EUR settlement) with separate processes:
 
 * `gateway`, a payment gateway over HTTP that creates a refund once per idempotency key (the
   refund id) and journals every call;
-* two workers (`fencing-harness worker`) competing for the merchant's lease (Redis, PostgreSQL or DynamoDB,
-  rotating with the seed). The holder claims each refund in PostgreSQL, calls the gateway,
+* two workers (`fencing-harness worker`) competing for the merchant's lease (Redis, PostgreSQL, DynamoDB
+  or a three-member etcd cluster, rotating with the seed). The holder claims each refund in PostgreSQL, calls the gateway,
   confirms the refund, posts its ledger entry in DynamoDB, puts its receipt in S3 and marks it
   filed; every one of those writes carries the lease's fencing token and is checked by the
   store it goes to. A worker does not consult its lease renewal before writing (that check
@@ -195,6 +197,9 @@ system's business, so the interleavings, unlike the plan, can differ.
 * **Redis restart, nothing persisted** (runs on the Redis lease): the lease and the counter
   vanish; the epochs behind Redis tokens live in PostgreSQL, so tokens still rise.
 * **pg_terminate_backend** on every connection of the run's workers.
+* **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
+  restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader
+  meanwhile, under the holder's renewals and the other worker's acquisitions.
 * **A store's container paused past the TTL** (`docker pause`, containers mode only:
   `FENCING_TEST_SERVICES=containers`).
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fencing_harness::audit::{self, AuditReport};
 use fencing_harness::plan::{FaultKind, PausedStore, RunPlan};
 use fencing_harness::stores::{self, Clients, RunNames};
-use fencing_test_support::services::{RedisServer, TestContainer};
+use fencing_test_support::services::{EtcdCluster, RedisServer, TestContainer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -19,6 +19,8 @@ pub(crate) struct Services {
     pub(crate) aws_endpoint: String,
     /// Redis of the campaign's own, so that it can be restarted.
     pub(crate) redis: RedisServer,
+    /// A three-member etcd cluster of the campaign's own, so that its leader can be killed.
+    pub(crate) etcd: EtcdCluster,
     /// The containers of PostgreSQL and the AWS emulator, in containers mode.
     pub(crate) containers: Option<(TestContainer, TestContainer)>,
     /// This executable, whose `worker` and `gateway` commands the runs start.
@@ -183,6 +185,10 @@ pub(crate) async fn run(
                     true
                 }
                 FaultKind::PgTerminate => terminate_backends(&clients, &names).await? > 0,
+                FaultKind::EtcdLeaderKill => {
+                    kill_etcd_leader(&mut spawner.services.etcd, fault.pause).await?;
+                    true
+                }
                 FaultKind::ContainerPause => match &spawner.services.containers {
                     Some((postgres, aws)) => {
                         let container = match fault.store {
@@ -252,6 +258,10 @@ impl Spawner<'_> {
             .args(["--fences", if self.plan.fences { "on" } else { "off" }])
             .args(["--database-url", &self.services.database_url])
             .args(["--redis-url", &self.services.redis.url()])
+            .args([
+                "--etcd-endpoints",
+                &self.services.etcd.endpoints().join(","),
+            ])
             .args(["--aws-endpoint", &self.services.aws_endpoint])
             .args(["--gateway", &self.gateway])
             .args(["--concurrency", &self.plan.concurrency.to_string()])
@@ -300,6 +310,17 @@ async fn start_gateway(program: &Path, journal: &Path) -> Result<(Child, String)
         .ok_or_else(|| format!("the gateway said {line:?}"))?
         .to_owned();
     Ok((child, addr))
+}
+
+/// SIGKILLs the etcd cluster's leader and restarts it on its data once `down` has passed:
+/// the other two members elect a new leader meanwhile, with the holder's renewal and the
+/// other worker's acquisitions in flight.
+async fn kill_etcd_leader(etcd: &mut EtcdCluster, down: Duration) -> Result<(), RunError> {
+    let leader = tokio::task::block_in_place(|| etcd.wait_for_leader(Duration::from_secs(10)))?;
+    tokio::task::block_in_place(|| etcd.kill(leader));
+    tokio::time::sleep(down).await;
+    tokio::task::block_in_place(|| etcd.restart(leader));
+    Ok(())
 }
 
 /// Sends SIGSTOP, SIGCONT or SIGKILL; a process that is gone already is no error.

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use fencing_core::{FencedBatch, FencedStore, Lease, LeaseRenewal, MismatchPolicy, RecordKey, Ttl};
 use fencing_harness::plan::LeaseKind;
-use fencing_harness::stores::{self, Clients, RunNames, RunStores};
+use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
 use fencing_harness::unfenced::OneTokenLease;
 
 /// Settles merchant m_4471's refunds of one harness run.
@@ -45,6 +45,9 @@ pub(crate) struct Args {
     /// Redis (the Redis lease only).
     #[arg(long)]
     redis_url: Option<String>,
+    /// The etcd cluster's client endpoints, comma-separated (the etcd lease only).
+    #[arg(long, value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
     /// The S3 and DynamoDB endpoint.
     #[arg(long)]
     aws_endpoint: String,
@@ -84,17 +87,21 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         Ok(stores) => stores,
         Err(err) => return unfit(err.to_string()),
     };
-    let redis = match args.lease {
+    let server = match args.lease {
         LeaseKind::Redis => match redis_connection(args.redis_url.as_deref()).await {
-            Ok(redis) => Some(redis),
+            Ok(redis) => Some(LeaseServer::Redis(redis)),
             Err(why) => return unfit(why),
         },
-        _ => None,
+        LeaseKind::Etcd => match etcd_client(&args.etcd_endpoints).await {
+            Ok(client) => Some(LeaseServer::Etcd(Box::new(client))),
+            Err(why) => return unfit(why),
+        },
+        LeaseKind::Postgres | LeaseKind::Dynamodb => None,
     };
     if let Err(why) = preflight(&run_stores).await {
         return unfit(why);
     }
-    let lease = match stores::lease(args.lease, &names, &clients, redis) {
+    let lease = match stores::lease(args.lease, &names, &clients, server) {
         Ok(lease) => lease,
         Err(err) => return unfit(err.to_string()),
     };
@@ -204,6 +211,21 @@ async fn redis_connection(url: Option<&str>) -> Result<redis::aio::ConnectionMan
              another lease"
         )),
     }
+}
+
+/// A client of every member, whose requests give up after two seconds rather than wait for a
+/// leader that is gone (the batch's writes go to the stores, not to etcd, and carry on).
+async fn etcd_client(endpoints: &[String]) -> Result<etcd_client::Client, String> {
+    if endpoints.is_empty() {
+        return Err("the etcd lease needs --etcd-endpoints".to_owned());
+    }
+    let options = etcd_client::ConnectOptions::new()
+        .with_timeout(Duration::from_secs(2))
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_require_leader(true);
+    etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .map_err(|e| format!("cannot connect to etcd at {}: {e}", endpoints.join(",")))
 }
 
 fn unfit(why: String) -> ExitCode {
