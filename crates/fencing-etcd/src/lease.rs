@@ -12,17 +12,13 @@ use fencing_core::{
 
 use crate::error::EtcdFailure;
 use crate::keys::EtcdKeys;
-use crate::tokens::{EtcdTokenSource, revision, token_key};
-
-/// How often an acquisition is tried again when only the token key changed under it (another
-/// issuer took a token), before the contention is reported.
-const CONTENDED_ROUNDS: usize = 64;
+use crate::tokens::{CONTENDED_ROUNDS, EtcdTokenSource, TokenKey, put_floor, revision, token_key};
 
 /// A lease on etcd, its tokens from [`EtcdTokenSource`].
 ///
 /// * **Acquire** grants an etcd lease of the TTL (whole seconds, rounded up: etcd counts its
 ///   leases in seconds, and a server may grant more than asked, never less) and runs one
-///   transaction: if the resource's lock key does not exist and the token key is as read,
+///   transaction: if the resource's lock key does not exist and the token key is as last seen,
 ///   create the lock key bound to that lease and issue the token; otherwise read both. The
 ///   token is the transaction's revision (or the token key's floor plus one, where a floor
 ///   is higher), so it is issued exactly when the lock is taken, and rises across
@@ -102,9 +98,15 @@ impl EtcdLease {
             self.keys().lock_key(resource),
             self.keys().token_key(resource),
         );
-        let mut seen = self.tokens.read(resource).await?;
+        let (mut seen, mut fresh) = (self.tokens.last_seen(&token_key_name), false);
         for _ in 0..CONTENDED_ROUNDS {
-            let Some(issue) = seen.issue(&token_key_name) else {
+            let Some(floor) = seen.next_floor() else {
+                // A remembered key may be out of date: only the key as it is says the range
+                // is used up.
+                if !fresh {
+                    (seen, fresh) = (self.tokens.read(resource).await?, true);
+                    continue;
+                }
                 return Err(Error::TokenExhausted {
                     resource: resource.clone(),
                 });
@@ -120,7 +122,7 @@ impl EtcdLease {
                         owner.as_str(),
                         Some(PutOptions::new().with_lease(lease_id)),
                     ),
-                    issue,
+                    put_floor(&token_key_name, floor),
                 ])
                 .or_else([
                     TxnOp::get(lock_key.as_str(), None),
@@ -133,7 +135,7 @@ impl EtcdLease {
                         Some(settled) => return Ok(settled),
                         // It did not apply and nobody holds the lock: try again.
                         None => {
-                            seen = self.tokens.read(resource).await?;
+                            (seen, fresh) = (self.tokens.read(resource).await?, true);
                             continue;
                         }
                     }
@@ -141,13 +143,23 @@ impl EtcdLease {
                 Err(err) => return Err(err),
             };
             if answer.succeeded() {
-                return seen.issued_at(revision(&answer)?).map(Some);
+                let revision = revision(&answer)?;
+                let issued = seen.issued_at(revision)?;
+                self.tokens.saw(
+                    &token_key_name,
+                    TokenKey {
+                        mod_revision: revision,
+                        floor,
+                    },
+                );
+                return Ok(Some(issued));
             }
             let got = gets(&answer);
+            (seen, fresh) = (token_key(got.get(1).and_then(Option::as_ref))?, true);
+            self.tokens.saw(&token_key_name, seen);
             if got.first().and_then(Option::as_ref).is_some() {
                 return Ok(None);
             }
-            seen = token_key(got.get(1).and_then(Option::as_ref))?;
         }
         Err(EtcdFailure::Unexpected(format!(
             "the token key of {resource:?} changed under {CONTENDED_ROUNDS} acquisitions in a row"
@@ -162,7 +174,7 @@ impl EtcdLease {
         &self,
         resource: &ResourceName,
         owner: &OwnerId,
-        seen: crate::tokens::TokenKey,
+        seen: TokenKey,
         lost: Error,
     ) -> Result<Option<Option<fencing_core::FencingToken>>> {
         match self.lock(resource).await {

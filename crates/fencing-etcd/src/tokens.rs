@@ -1,6 +1,8 @@
 //! Fencing tokens from etcd's revision, with a floor kept beside it.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
@@ -14,9 +16,14 @@ use crate::keys::EtcdKeys;
 /// is reported: enough for the client's balancer to find a live member of a small cluster.
 const NEVER_SENT_ROUNDS: usize = 8;
 
-/// How often a compare-and-swap on a token key is retried when another writer changed it in
-/// between, before the contention is reported.
-const CONTENDED_ROUNDS: usize = 64;
+/// How often a compare-and-swap on a token key (a token issued, a floor raised, a lock taken)
+/// is tried again when another writer changed the key in between, before the contention is
+/// reported.
+pub(crate) const CONTENDED_ROUNDS: usize = 64;
+
+/// How many resources' token keys a source remembers before it forgets them all: enough for
+/// a process's working set, bounded for one that cycles through resources without end.
+const REMEMBERED_KEYS: usize = 4096;
 
 /// A token source on etcd: each token is the **revision** of the write that issued it, or the
 /// key's floor plus one where a floor set by [`TokenSource::advance_to`] is higher.
@@ -34,10 +41,17 @@ const CONTENDED_ROUNDS: usize = 64;
 /// on that revision, so concurrent issuers never hand out one token twice.
 ///
 /// Tokens are not consecutive: other writes to the cluster take revisions too.
+///
+/// A source remembers each token key as its last answer showed it (clones share the memory)
+/// and starts the next compare-and-swap from there, so issuing a token takes one transaction,
+/// not a read and a transaction. A key another process moved since costs one transaction that
+/// does not apply and answers with the key as it is; nothing is ever decided without writing
+/// on a remembered key alone (`advance_to` that keeps the floor reads it first).
 #[derive(Clone)]
 pub struct EtcdTokenSource {
     client: Client,
     keys: EtcdKeys,
+    remembered: Arc<Mutex<HashMap<String, TokenKey>>>,
 }
 
 impl fmt::Debug for EtcdTokenSource {
@@ -74,11 +88,16 @@ impl TokenKey {
         Compare::mod_revision(key, CompareOp::Equal, self.mod_revision)
     }
 
-    /// The write that issues the next token, or `None` at the end of the range.
-    pub(crate) fn issue(self, key: &str) -> Option<TxnOp> {
-        let next = self.floor.checked_add(1)?;
-        Some(TxnOp::put(key, next.to_string(), None))
+    /// The floor the write that issues the next token leaves, or `None` at the end of the
+    /// range.
+    pub(crate) fn next_floor(self) -> Option<i64> {
+        self.floor.checked_add(1)
     }
+}
+
+/// The write that sets the floor of token key `key`.
+pub(crate) fn put_floor(key: &str, floor: i64) -> TxnOp {
+    TxnOp::put(key, floor.to_string(), None)
 }
 
 impl EtcdTokenSource {
@@ -87,12 +106,17 @@ impl EtcdTokenSource {
         EtcdTokenSource {
             client,
             keys: EtcdKeys::default(),
+            remembered: Arc::default(),
         }
     }
 
     /// The same source under other keys.
     pub fn with_keys(self, keys: EtcdKeys) -> Self {
-        EtcdTokenSource { keys, ..self }
+        EtcdTokenSource {
+            keys,
+            remembered: Arc::default(),
+            ..self
+        }
     }
 
     /// The key layout.
@@ -128,7 +152,28 @@ impl EtcdTokenSource {
                 c.get(key.as_str(), None).await
             })
             .await?;
-        token_key(found.kvs().first())
+        let seen = token_key(found.kvs().first())?;
+        self.saw(&key, seen);
+        Ok(seen)
+    }
+
+    /// Token key `key` as this source last saw it; a key it never saw as absent, which a
+    /// compare-and-swap finds out in its first transaction if it is not.
+    pub(crate) fn last_seen(&self, key: &str) -> TokenKey {
+        let remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        remembered.get(key).copied().unwrap_or(TokenKey {
+            mod_revision: 0,
+            floor: 0,
+        })
+    }
+
+    /// Remembers token key `key` as an answer showed it.
+    pub(crate) fn saw(&self, key: &str, seen: TokenKey) {
+        let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        if remembered.len() >= REMEMBERED_KEYS && !remembered.contains_key(key) {
+            remembered.clear();
+        }
+        remembered.insert(key.to_owned(), seen);
     }
 
     /// Runs `txn`, its answer classified as a write's.
@@ -139,30 +184,47 @@ impl EtcdTokenSource {
         .await
     }
 
-    /// Compare-and-swaps the token key of `resource` with what `decide` makes of the key as
-    /// read, until a write applies or `decide` keeps the key as it is. Returns the value
-    /// `decide` gave, with the revision of the write when one was made.
+    /// Compare-and-swaps the token key of `resource` with the floor `decide` makes of the key
+    /// as last seen, until a write applies or `decide`, on the key as it is, keeps it (or
+    /// fails). Returns the value `decide` gave, with the revision of the write when one was
+    /// made.
     async fn swap<T>(
         &self,
         resource: &ResourceName,
         mut decide: impl FnMut(TokenKey) -> Result<Swap<T>>,
     ) -> Result<(T, Option<i64>)> {
         let key = self.keys.token_key(resource);
-        let mut seen = self.read(resource).await?;
+        let (mut seen, mut fresh) = (self.last_seen(&key), false);
         for _ in 0..CONTENDED_ROUNDS {
-            let (op, value) = match decide(seen)? {
-                Swap::Write(op, value) => (op, value),
-                Swap::Keep(value) => return Ok((value, None)),
+            let (floor, value) = match decide(seen) {
+                Ok(Swap::Write(floor, value)) => (floor, value),
+                // A remembered key may be out of date: only the key as it is decides that
+                // nothing is written.
+                _ if !fresh => {
+                    (seen, fresh) = (self.read(resource).await?, true);
+                    continue;
+                }
+                Ok(Swap::Keep(value)) => return Ok((value, None)),
+                Err(err) => return Err(err),
             };
             let txn = Txn::new()
                 .when([seen.unchanged(&key)])
-                .and_then([op])
+                .and_then([put_floor(&key, floor)])
                 .or_else([TxnOp::get(key.as_str(), None)]);
             let answer = self.send(txn).await?;
             if answer.succeeded() {
-                return Ok((value, Some(revision(&answer)?)));
+                let revision = revision(&answer)?;
+                self.saw(
+                    &key,
+                    TokenKey {
+                        mod_revision: revision,
+                        floor,
+                    },
+                );
+                return Ok((value, Some(revision)));
             }
-            seen = token_key(first_kv(&answer).as_ref())?;
+            (seen, fresh) = (token_key(first_kv(&answer).as_ref())?, true);
+            self.saw(&key, seen);
         }
         Err(EtcdFailure::Unexpected(format!(
             "the token key of {resource:?} changed under {CONTENDED_ROUNDS} compare-and-swaps in a row"
@@ -173,8 +235,8 @@ impl EtcdTokenSource {
 
 /// What a compare-and-swap does with the key it read.
 enum Swap<T> {
-    /// Write this, then return the value.
-    Write(TxnOp, T),
+    /// Write this floor, then return the value.
+    Write(i64, T),
     /// Write nothing and return the value.
     Keep(T),
 }
@@ -182,10 +244,9 @@ enum Swap<T> {
 #[async_trait]
 impl TokenSource for EtcdTokenSource {
     async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
-        let key = self.keys.token_key(resource);
         let (seen, revision) = self
-            .swap(resource, |seen| match seen.issue(&key) {
-                Some(op) => Ok(Swap::Write(op, seen)),
+            .swap(resource, |seen| match seen.next_floor() {
+                Some(floor) => Ok(Swap::Write(floor, seen)),
                 None => Err(Error::TokenExhausted {
                     resource: resource.clone(),
                 }),
@@ -203,14 +264,10 @@ impl TokenSource for EtcdTokenSource {
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        let key = self.keys.token_key(resource);
         let (kept, revision) = self
             .swap(resource, |seen| match seen.current()? {
                 Some(current) if current >= floor => Ok(Swap::Keep(Some(current))),
-                _ => {
-                    let raise = TxnOp::put(key.as_str(), floor.get().to_string(), None);
-                    Ok(Swap::Write(raise, None))
-                }
+                _ => Ok(Swap::Write(floor.as_i64(), None)),
             })
             .await?;
         match (kept, revision) {

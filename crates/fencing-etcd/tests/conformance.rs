@@ -1,6 +1,6 @@
 //! The shared conformance suite against a real three-member etcd cluster: the lease and the
 //! token source, each as itself, `Box<dyn …>` and `Arc<dyn …>`, and the schedules where the
-//! counter is lost.
+//! counter is lost; then what a source that remembers token keys must still get right.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,4 +119,73 @@ async fn fenced_increments_are_exact() {
     let store: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("counter"));
     let report = fenced_increments(Arc::new(lease), store, caps(), 4, 5, Fencing::On, 3).await;
     assert_eq!(report.total, report.expected, "{report:?}");
+}
+
+// Beyond the shared suite: a source starts each compare-and-swap from the token key as it last
+// saw it, so what other processes did to the key meanwhile must still decide.
+
+/// Two sources with memories of their own, on one resource: each one's remembered key is out
+/// of date after every token the other issues, and no token is issued twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_that_remember_the_key_apart_never_issue_one_token_twice() {
+    let keys = keys();
+    let a = EtcdTokenSource::new(client().await).with_keys(keys.clone());
+    let b = EtcdTokenSource::new(client().await).with_keys(keys);
+    let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
+    let mut issued = Vec::new();
+    for _ in 0..10 {
+        issued.push(a.next(&resource).await.unwrap());
+        issued.push(b.next(&resource).await.unwrap());
+    }
+    for _ in 0..10 {
+        let (x, y) = tokio::join!(a.next(&resource), b.next(&resource));
+        issued.extend([x.unwrap(), y.unwrap()]);
+    }
+    let distinct: std::collections::BTreeSet<_> = issued.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        issued.len(),
+        "a token issued twice: {issued:?}"
+    );
+    assert!(issued[..20].windows(2).all(|w| w[0] < w[1]), "{issued:?}");
+}
+
+/// A floor a source remembers is not trusted to keep: once the key is deleted behind it, a
+/// lower floor is still written, and the next token rises past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_kept_is_checked_against_the_key_as_it_is() {
+    let run = unique_name("t");
+    let source = EtcdTokenSource::new(client().await).with_keys(keys_of(&run));
+    let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
+    let high = fencing_core::FencingToken::new(1_000_000_000).unwrap();
+    assert_eq!(source.advance_to(&resource, high).await.unwrap(), high);
+    lose_keys_of(&run).await;
+    let lower = fencing_core::FencingToken::new(500_000_000).unwrap();
+    assert_eq!(source.advance_to(&resource, lower).await.unwrap(), lower);
+    let fresh = EtcdTokenSource::new(client().await).with_keys(keys_of(&run));
+    assert_eq!(fresh.current(&resource).await.unwrap(), Some(lower));
+    assert!(source.next(&resource).await.unwrap() > lower);
+}
+
+/// A lease whose source last saw the key before another process issued a token acquires
+/// above that token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_rises_past_a_token_another_process_issued() {
+    let keys = keys();
+    let lease = EtcdLease::new(client().await).with_keys(keys.clone());
+    let other = EtcdTokenSource::new(client().await).with_keys(keys);
+    let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_secs(5).unwrap();
+    let first = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    let first_token = first.token();
+    lease.release(first).await.unwrap();
+    let between = other.next(&resource).await.unwrap();
+    assert!(between > first_token);
+    let second = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    assert!(
+        second.token() > between,
+        "{} after {between}",
+        second.token()
+    );
+    lease.release(second).await.unwrap();
 }
