@@ -2,15 +2,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 //!
 //! This facade re-exports [`fencing_core`]; each store adapter joins it behind its feature, as
-//! a module named after the store ([`postgres`], [`redis`], [`dynamodb`], [`s3`]) and, by its
-//! types, in the [`prelude`].
+//! a module named after the store ([`postgres`], [`redis`], [`dynamodb`], [`s3`], [`etcd`],
+//! [`object_store`]) and, by its types, in the [`prelude`].
 
 pub use fencing_core::*;
 
 /// Everything a job needs and nothing an adapter author does: `use fencing::prelude::*;`
 /// brings the tokens, names, leases, stores, the fence, the batch, the effect helper and the
 /// errors, and the stores and leases of the enabled adapters. It leaves the names `redis`,
-/// `postgres`, `dynamodb` and `s3` to the crates (and modules) of your own, so `redis::Client`
+/// `postgres`, `dynamodb`, `s3`, `etcd` and `object_store` to the crates (and modules) of your own, so `redis::Client`
 /// still means the `redis` crate; `use fencing::*` brings the modules too. What an adapter
 /// author needs is in [`adapter`].
 pub mod prelude {
@@ -47,6 +47,10 @@ pub mod prelude {
     #[cfg(feature = "etcd")]
     #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
     pub use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
+
+    #[cfg(feature = "object-store")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
+    pub use fencing_object_store::FencedObjectStore;
 }
 
 /// PostgreSQL: fenced tables, batch claims, a durable token source and a database-clock lease.
@@ -75,3 +79,9 @@ pub use fencing_s3 as s3;
 #[cfg(feature = "etcd")]
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use fencing_etcd as etcd;
+
+/// `object_store`: fenced writes on any backend whose conditional put supports
+/// `PutMode::Update` (in memory, S3, Azure Blob Storage, Google Cloud Storage).
+#[cfg(feature = "object-store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
+pub use fencing_object_store as object_store;

@@ -68,7 +68,8 @@ pub enum PutOutcome<V> {
 /// * `get` returns the record, the write id stored with it, and its current version.
 /// * `put(key, record, write_id, Some(version))` stores the record only if the stored version
 ///   is `version`; `put(.., None)` only if there is no record. Otherwise it stores nothing and
-///   answers [`PutOutcome::Conflict`]. `delete(key, version)` likewise.
+///   answers [`PutOutcome::Conflict`]. `delete(key, current)` likewise, on `current.version`;
+///   once deleted, `get` returns `None`.
 /// * A failure whose answer may have been lost after the store applied the put is
 ///   [`Error::Ambiguous`]; every other failure stored nothing.
 #[async_trait]
@@ -91,8 +92,13 @@ pub trait VersionedStore: Send + Sync + Debug {
         expected: Option<&Self::Version>,
     ) -> Result<PutOutcome<Self::Version>>;
 
-    /// Deletes `key` if its version is still `expected`.
-    async fn delete(&self, key: &RecordKey, expected: &Self::Version) -> Result<PutOutcome<()>>;
+    /// Deletes `key` if its version is still the version of `current`, the record as read
+    /// (whose fence a store that keeps tombstones keeps).
+    async fn delete(
+        &self,
+        key: &RecordKey,
+        current: &Versioned<Self::Version>,
+    ) -> Result<PutOutcome<()>>;
 }
 
 /// How many conflicting rounds a write goes before it gives up with [`Error::Backend`].
@@ -187,7 +193,7 @@ impl<S: VersionedStore> CasStore<S> {
                 });
             };
             holder_only.decide(name, key, token, Some(&found.record))?;
-            match self.inner.delete(key, &found.version).await {
+            match self.inner.delete(key, &found).await {
                 Ok(PutOutcome::Applied(())) => {
                     self.forget(key);
                     return Ok(found.record);
@@ -401,8 +407,12 @@ mod tests {
             Ok(outcome)
         }
 
-        async fn delete(&self, key: &RecordKey, expected: &u64) -> Result<PutOutcome<()>> {
-            self.inner.delete(key, expected).await
+        async fn delete(
+            &self,
+            key: &RecordKey,
+            current: &Versioned<u64>,
+        ) -> Result<PutOutcome<()>> {
+            self.inner.delete(key, current).await
         }
     }
 

@@ -13,7 +13,7 @@
 //! | ---: | ---: | --- |
 //! | 0 | 4 | magic `FNCE` |
 //! | 4 | 1 | format version, `1` |
-//! | 5 | 1 | flags: bit 0 the record has a fence, bit 1 it has a state; other bits 0 |
+//! | 5 | 1 | flags: bit 0 the record has a fence, bit 1 it has a state, bit 2 it is a tombstone (no state, no payload); other bits 0 |
 //! | 6 | 8 | fence, `1 ..= 2^63 − 1` when flagged, else 0 |
 //! | 14 | 16 | write id |
 //! | 30 | 1 | state length `n`, `0 ..= 64` (0 when not flagged) |
@@ -36,8 +36,9 @@ pub const MAGIC: [u8; 4] = *b"FNCE";
 /// The format version this crate writes.
 pub const FORMAT_VERSION: u8 = 1;
 
-const HAS_FENCE: u8 = 0b01;
-const HAS_STATE: u8 = 0b10;
+const HAS_FENCE: u8 = 0b001;
+const HAS_STATE: u8 = 0b010;
+const TOMBSTONE: u8 = 0b100;
 const HEADER: usize = 4 + 1 + 1 + 8 + 16 + 1;
 
 /// Why bytes are not an envelope this crate can read.
@@ -59,6 +60,11 @@ pub enum EnvelopeError {
     BadFence(u64),
     /// A state that is not a valid state name, or longer than allowed.
     BadState(String),
+    /// A tombstone with a state or a payload.
+    BadTombstone,
+    /// A tombstone where a record was expected: the record was deleted by a store that keeps
+    /// tombstones ([`decode_contents`] reads them).
+    Tombstone,
     /// The payload length disagrees with the bytes that follow.
     LengthMismatch {
         /// The length the envelope declares.
@@ -77,6 +83,10 @@ impl fmt::Display for EnvelopeError {
             EnvelopeError::UnknownFlags(flags) => write!(f, "unknown envelope flags {flags:#04x}"),
             EnvelopeError::BadFence(fence) => write!(f, "envelope fence {fence} is not a token"),
             EnvelopeError::BadState(why) => write!(f, "envelope state: {why}"),
+            EnvelopeError::BadTombstone => {
+                f.write_str("a tombstone envelope with a state or payload")
+            }
+            EnvelopeError::Tombstone => f.write_str("a tombstone, not a record"),
             EnvelopeError::LengthMismatch { declared, actual } => write!(
                 f,
                 "envelope payload declares {declared} bytes but {actual} follow"
@@ -87,28 +97,64 @@ impl fmt::Display for EnvelopeError {
 
 impl std::error::Error for EnvelopeError {}
 
+/// What an object holds: a record, or the tombstone a fenced delete leaves in a store that
+/// has no conditional delete (the record is gone, the delete's fence stays).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Contents {
+    /// A record.
+    Record(Record),
+    /// A deleted record, and the fence it had.
+    Tombstone(Option<FencingToken>),
+}
+
 /// The body of `record`, written by `write_id`.
 pub fn encode(record: &Record, write_id: WriteId) -> Vec<u8> {
     let state = record.state.as_ref().map_or("", |s| s.as_str()).as_bytes();
-    let mut body = Vec::with_capacity(HEADER + state.len() + 8 + record.payload.len());
+    let state_flag = if record.state.is_some() { HAS_STATE } else { 0 };
+    encode_parts(state_flag, record.fence, write_id, state, &record.payload)
+}
+
+/// The body of a tombstone for a record whose fence was `fence`, written by `write_id`.
+pub fn encode_tombstone(fence: Option<FencingToken>, write_id: WriteId) -> Vec<u8> {
+    encode_parts(TOMBSTONE, fence, write_id, b"", b"")
+}
+
+fn encode_parts(
+    flags: u8,
+    fence: Option<FencingToken>,
+    write_id: WriteId,
+    state: &[u8],
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut body = Vec::with_capacity(HEADER + state.len() + 8 + payload.len());
     body.extend_from_slice(&MAGIC);
     body.push(FORMAT_VERSION);
-    let fence_flag = if record.fence.is_some() { HAS_FENCE } else { 0 };
-    let state_flag = if record.state.is_some() { HAS_STATE } else { 0 };
-    let flags = fence_flag | state_flag;
-    body.push(flags);
-    body.extend_from_slice(&record.fence.map_or(0, FencingToken::get).to_be_bytes());
+    let fence_flag = if fence.is_some() { HAS_FENCE } else { 0 };
+    body.push(flags | fence_flag);
+    body.extend_from_slice(&fence.map_or(0, FencingToken::get).to_be_bytes());
     body.extend_from_slice(&write_id.0.to_be_bytes());
     // A state is at most 64 bytes (`State::MAX_BYTES`), so its length fits one byte.
     body.push(state.len() as u8);
     body.extend_from_slice(state);
-    body.extend_from_slice(&(record.payload.len() as u64).to_be_bytes());
-    body.extend_from_slice(&record.payload);
+    body.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+    body.extend_from_slice(payload);
     body
 }
 
-/// The record `key` an envelope holds, and the id of the write that stored it.
+/// The record `key` an envelope holds, and the id of the write that stored it; a tombstone is
+/// [`EnvelopeError::Tombstone`].
 pub fn decode(key: &RecordKey, bytes: &[u8]) -> Result<(Record, WriteId), EnvelopeError> {
+    match decode_contents(key, bytes)? {
+        (Contents::Record(record), write_id) => Ok((record, write_id)),
+        (Contents::Tombstone(_), _) => Err(EnvelopeError::Tombstone),
+    }
+}
+
+/// What the envelope of record `key` holds, and the id of the write that stored it.
+pub fn decode_contents(
+    key: &RecordKey,
+    bytes: &[u8],
+) -> Result<(Contents, WriteId), EnvelopeError> {
     let mut reader = Reader(bytes);
     if reader.take(4, "magic")? != MAGIC {
         return Err(EnvelopeError::NotAnEnvelope);
@@ -118,7 +164,7 @@ pub fn decode(key: &RecordKey, bytes: &[u8]) -> Result<(Record, WriteId), Envelo
         return Err(EnvelopeError::UnknownVersion(version));
     }
     let flags = reader.byte("flags")?;
-    if flags & !(HAS_FENCE | HAS_STATE) != 0 {
+    if flags & !(HAS_FENCE | HAS_STATE | TOMBSTONE) != 0 {
         return Err(EnvelopeError::UnknownFlags(flags));
     }
     let fence_value = u64::from_be_bytes(reader.array("fence")?);
@@ -155,13 +201,19 @@ pub fn decode(key: &RecordKey, bytes: &[u8]) -> Result<(Record, WriteId), Envelo
             actual: rest.len(),
         });
     }
+    if flags & TOMBSTONE != 0 {
+        if state.is_some() || !rest.is_empty() {
+            return Err(EnvelopeError::BadTombstone);
+        }
+        return Ok((Contents::Tombstone(fence), write_id));
+    }
     let record = Record {
         key: key.clone(),
         fence,
         state,
         payload: rest.to_vec(),
     };
-    Ok((record, write_id))
+    Ok((Contents::Record(record), write_id))
 }
 
 /// Reads fields off the front of the input, never past its end.
@@ -245,6 +297,23 @@ mod tests {
     }
 
     #[test]
+    fn a_tombstone_keeps_its_fence_and_is_no_record() {
+        let fence = FencingToken::new(34).unwrap();
+        let id = WriteId::random();
+        let body = encode_tombstone(Some(fence), id);
+        assert_eq!(
+            decode_contents(&key(), &body),
+            Ok((Contents::Tombstone(Some(fence)), id))
+        );
+        assert_eq!(decode(&key(), &body), Err(EnvelopeError::Tombstone));
+        // Two deletes under one fence still differ: the write id is in the body.
+        assert_ne!(body, encode_tombstone(Some(fence), WriteId::random()));
+        let record = &samples()[1];
+        let (decoded, _) = decode_contents(&key(), &encode(record, id)).unwrap();
+        assert_eq!(decoded, Contents::Record(record.clone()));
+    }
+
+    #[test]
     fn known_defects_are_named() {
         let good = encode(&samples()[1], WriteId(1));
         let with = |at: usize, byte: u8| {
@@ -254,7 +323,8 @@ mod tests {
         };
         assert_eq!(with(0, b'X'), EnvelopeError::NotAnEnvelope);
         assert_eq!(with(4, 2), EnvelopeError::UnknownVersion(2));
-        assert_eq!(with(5, 0b111), EnvelopeError::UnknownFlags(0b111));
+        assert_eq!(with(5, 0b1011), EnvelopeError::UnknownFlags(0b1011));
+        assert_eq!(with(5, 0b111), EnvelopeError::BadTombstone);
         assert!(matches!(with(6, 0x80), EnvelopeError::BadFence(_)));
         assert!(matches!(with(30, 65), EnvelopeError::BadState(_)));
         let mut longer = good.clone();
@@ -286,16 +356,22 @@ mod tests {
         let mut decoded = 0u64;
         let mut check = |bytes: &[u8]| {
             decoded += 1;
-            if let Ok((record, id)) = decode(&key(), bytes) {
-                assert_eq!(
-                    encode(&record, id),
-                    bytes,
-                    "accepted bytes must be canonical"
-                );
-            }
+            let reencoded = match decode_contents(&key(), bytes) {
+                Ok((Contents::Record(record), id)) => encode(&record, id),
+                Ok((Contents::Tombstone(fence), id)) => encode_tombstone(fence, id),
+                Err(_) => return,
+            };
+            assert_eq!(reencoded, bytes, "accepted bytes must be canonical");
         };
-        for record in samples() {
-            let good = encode(&record, WriteId::random());
+        let tombstones = [
+            encode_tombstone(None, WriteId::random()),
+            encode_tombstone(Some(FencingToken::new(34).unwrap()), WriteId::random()),
+        ];
+        let bodies = samples()
+            .into_iter()
+            .map(|record| encode(&record, WriteId::random()))
+            .chain(tombstones);
+        for good in bodies {
             for len in 0..=good.len() {
                 check(&good[..len]);
             }

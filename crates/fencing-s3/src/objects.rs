@@ -191,14 +191,14 @@ impl VersionedStore for S3Objects {
         }
     }
 
-    async fn delete(&self, key: &RecordKey, expected: &String) -> Result<PutOutcome<()>> {
+    async fn delete(&self, key: &RecordKey, current: &Versioned<String>) -> Result<PutOutcome<()>> {
         let object = self.bucket.object_key(key)?;
         let sent = self
             .client
             .delete_object()
             .bucket(self.bucket.bucket())
             .key(&object)
-            .if_match(expected)
+            .if_match(&current.version)
             .send()
             .await;
         match sent {

@@ -32,7 +32,7 @@ pub mod envelope {
     //! | ---: | ---: | --- |
     //! | 0 | 4 | magic `FNCE` |
     //! | 4 | 1 | format version, `1` |
-    //! | 5 | 1 | flags: bit 0 the record has a fence, bit 1 it has a state; other bits 0 |
+    //! | 5 | 1 | flags: bit 0 the record has a fence, bit 1 it has a state, bit 2 it is a tombstone (no state, no payload); other bits 0 |
     //! | 6 | 8 | fence, `1 ..= 2^63 − 1` when flagged, else 0 |
     //! | 14 | 16 | write id |
     //! | 30 | 1 | state length `n`, `0 ..= 64` (0 when not flagged) |
@@ -40,7 +40,11 @@ pub mod envelope {
     //! | 31 + `n` | 8 | payload length `m`, equal to the bytes that follow |
     //! | 39 + `n` | `m` | payload |
     //!
-    //! [`decode`] is total: it never panics and never allocates more than the input it was given.
+    //! A tombstone ([`encode_tombstone`], [`Contents::Tombstone`]) is what a fenced delete
+    //! leaves where a store cannot delete conditionally: the record is gone, its fence stays.
+    //!
+    //! [`decode_contents`] (and [`decode`], which reads records only) is total: it never panics
+    //! and never allocates more than the input it was given.
 
     pub use crate::envelope::*;
 }

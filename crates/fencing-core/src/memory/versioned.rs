@@ -69,9 +69,9 @@ impl VersionedStore for MemoryVersionedStore {
         Ok(PutOutcome::Applied(version))
     }
 
-    async fn delete(&self, key: &RecordKey, expected: &u64) -> Result<PutOutcome<()>> {
+    async fn delete(&self, key: &RecordKey, current: &Versioned<u64>) -> Result<PutOutcome<()>> {
         let mut records = lock(&self.records);
-        if records.by_key.get(key).map(|v| v.version) != Some(*expected) {
+        if records.by_key.get(key).map(|v| v.version) != Some(current.version) {
             return Ok(PutOutcome::Conflict);
         }
         records.by_key.remove(key);

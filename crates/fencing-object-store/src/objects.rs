@@ -1,0 +1,288 @@
+//! The two calls a compare-and-swap store needs, on `object_store`: `get` (envelope, ETag and
+//! version) and `put_opts` with `PutMode::Update` / `PutMode::Create`; a delete is a
+//! conditional put of a tombstone.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fencing_core::adapter::envelope::{self, Contents};
+use fencing_core::adapter::{PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId};
+use fencing_core::{Error, FoundFence, Record, RecordKey, Result};
+use object_store::path::Path;
+use object_store::{
+    GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+};
+use tokio::sync::OnceCell;
+
+/// Objects under a prefix of an `object_store` backend as a [`VersionedStore`]: the version
+/// is the ETag and version the backend reports, both kept.
+#[derive(Debug)]
+pub(crate) struct Objects {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    name: String,
+    /// Set once the backend has shown it updates conditionally.
+    updates_checked: OnceCell<()>,
+}
+
+/// An object as read: what it holds, the write that left it, and its version.
+struct Found {
+    contents: Contents,
+    write_id: WriteId,
+    version: UpdateVersion,
+}
+
+impl Objects {
+    pub(crate) fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
+        let name = format!("object_store:{store}/{prefix}");
+        Objects {
+            store,
+            prefix,
+            name,
+            updates_checked: OnceCell::new(),
+        }
+    }
+
+    /// The same objects under another store name.
+    pub(crate) fn named(self, name: String) -> Self {
+        Objects { name, ..self }
+    }
+
+    /// Before the first write: that the backend updates conditionally, by creating a probe
+    /// object of its own under the prefix, updating it on its version and deleting it. A
+    /// backend that creates but cannot update (the local file system) would otherwise take a
+    /// record's first write and refuse every later one.
+    async fn check_updates(&self) -> Result<()> {
+        self.updates_checked
+            .get_or_try_init(|| async {
+                let probe = self
+                    .prefix
+                    .clone()
+                    .join(".fencing-probe")
+                    .join(format!("{:032x}", WriteId::random().0));
+                let put = |mode| {
+                    let options = PutOptions {
+                        mode,
+                        ..PutOptions::default()
+                    };
+                    self.store
+                        .put_opts(&probe, PutPayload::from_static(b"probe"), options)
+                };
+                let created = put(PutMode::Create)
+                    .await
+                    .map_err(|err| self.failed(err, RequestEffect::Writes))?;
+                let updated = put(PutMode::Update(UpdateVersion {
+                    e_tag: created.e_tag,
+                    version: created.version,
+                }))
+                .await;
+                // The probe is this store's own object: a plain delete is safe.
+                let _ = self.store.delete(&probe).await;
+                updated
+                    .map(drop)
+                    .map_err(|err| self.failed(err, RequestEffect::Writes))
+            })
+            .await
+            .map(drop)
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    pub(crate) fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
+    /// Where record `key` lives: one path segment under the prefix (a `/` in the key is
+    /// percent-encoded, so a key never reaches another record's object).
+    pub(crate) fn location(&self, key: &RecordKey) -> Path {
+        self.prefix.clone().join(key.as_str())
+    }
+
+    /// A failed request, its answer lost or not as `object_store` tells: a backend that
+    /// cannot update conditionally is named as such.
+    fn failed(&self, err: object_store::Error, effect: RequestEffect) -> Error {
+        match err {
+            object_store::Error::NotImplemented { .. }
+            | object_store::Error::NotSupported { .. } => self.definite(format!(
+                "{} cannot update objects conditionally ({err}); fenced writes need \
+                     PutMode::Update (for S3, ETag matching: AWS_CONDITIONAL_PUT=etag), and \
+                     nothing was written",
+                self.store
+            )),
+            // `Generic` covers the transport: a request whose answer never came may have
+            // been applied.
+            object_store::Error::Generic { .. } => {
+                Error::failed_request(&self.name, effect, true, Box::new(err))
+            }
+            other => Error::failed_request(&self.name, effect, false, Box::new(other)),
+        }
+    }
+
+    fn definite(&self, message: String) -> Error {
+        Error::failed_request(&self.name, RequestEffect::ReadOnly, false, message.into())
+    }
+
+    /// The object of `key`, if any, refused (and so never written over) when it is not an
+    /// envelope this crate can read.
+    async fn find(&self, key: &RecordKey) -> Result<Option<Found>> {
+        let location = self.location(key);
+        let got = match self.store.get_opts(&location, GetOptions::default()).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(err) => return Err(self.failed(err, RequestEffect::ReadOnly)),
+        };
+        let version = UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        if version.e_tag.is_none() && version.version.is_none() {
+            return Err(self.definite(format!(
+                "{} reported neither an ETag nor a version for {location}: it cannot update \
+                 conditionally, and nothing was written",
+                self.store
+            )));
+        }
+        let body = got
+            .bytes()
+            .await
+            .map_err(|err| self.failed(err, RequestEffect::ReadOnly))?;
+        let (contents, write_id) = envelope::decode_contents(key, &body).map_err(|e| {
+            self.definite(format!(
+                "{location} in {} cannot be read as a fenced record ({e}); it is left as it is \
+                 and not written over",
+                self.store
+            ))
+        })?;
+        Ok(Some(Found {
+            contents,
+            write_id,
+            version,
+        }))
+    }
+
+    /// Puts `body` at `key` in `mode`.
+    async fn put_body(
+        &self,
+        key: &RecordKey,
+        body: Vec<u8>,
+        mode: PutMode,
+    ) -> Result<PutOutcome<UpdateVersion>> {
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        match self
+            .store
+            .put_opts(&self.location(key), PutPayload::from(body), options)
+            .await
+        {
+            Ok(put) => Ok(PutOutcome::Applied(UpdateVersion {
+                e_tag: put.e_tag,
+                version: put.version,
+            })),
+            // The object changed, appeared, or vanished since it was read: 412, and 409 where
+            // two conditional writes met (S3) or Azurite answers for Azure's 412.
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. }
+                | object_store::Error::NotFound { .. },
+            ) => Ok(PutOutcome::Conflict),
+            Err(err) => Err(self.failed(err, RequestEffect::Writes)),
+        }
+    }
+
+    /// Creates `key` over its tombstone, if a tombstone is what holds it: only with a fence at
+    /// least the tombstone's, on the tombstone's version.
+    async fn create_over_tombstone(
+        &self,
+        key: &RecordKey,
+        record: &Record,
+        write_id: WriteId,
+    ) -> Result<PutOutcome<UpdateVersion>> {
+        let Some(found) = self.find(key).await? else {
+            return Ok(PutOutcome::Conflict);
+        };
+        let Contents::Tombstone(kept) = found.contents else {
+            return Ok(PutOutcome::Conflict);
+        };
+        if let (Some(kept), Some(presented)) = (kept, record.fence)
+            && presented < kept
+        {
+            return Err(Error::Fenced {
+                store: self.name.clone(),
+                record: key.clone(),
+                presented,
+                found: FoundFence::Fence(kept),
+            });
+        }
+        self.put_body(
+            key,
+            envelope::encode(record, write_id),
+            PutMode::Update(found.version),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl VersionedStore for Objects {
+    type Version = UpdateVersion;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<UpdateVersion>>> {
+        Ok(self
+            .find(key)
+            .await?
+            .and_then(|found| match found.contents {
+                Contents::Record(record) => Some(Versioned {
+                    record,
+                    write_id: found.write_id,
+                    version: found.version,
+                }),
+                Contents::Tombstone(_) => None,
+            }))
+    }
+
+    async fn put(
+        &self,
+        key: &RecordKey,
+        record: &Record,
+        write_id: WriteId,
+        expected: Option<&UpdateVersion>,
+    ) -> Result<PutOutcome<UpdateVersion>> {
+        self.check_updates().await?;
+        let body = envelope::encode(record, write_id);
+        match expected {
+            Some(version) => {
+                self.put_body(key, body, PutMode::Update(version.clone()))
+                    .await
+            }
+            None => match self.put_body(key, body, PutMode::Create).await? {
+                // Absent to a reader may be a tombstone to the backend.
+                PutOutcome::Conflict => self.create_over_tombstone(key, record, write_id).await,
+                applied => Ok(applied),
+            },
+        }
+    }
+
+    async fn delete(
+        &self,
+        key: &RecordKey,
+        current: &Versioned<UpdateVersion>,
+    ) -> Result<PutOutcome<()>> {
+        self.check_updates().await?;
+        let tombstone = envelope::encode_tombstone(current.record.fence, WriteId::random());
+        let outcome = self
+            .put_body(key, tombstone, PutMode::Update(current.version.clone()))
+            .await?;
+        Ok(match outcome {
+            PutOutcome::Applied(_) => PutOutcome::Applied(()),
+            PutOutcome::Conflict => PutOutcome::Conflict,
+        })
+    }
+}
