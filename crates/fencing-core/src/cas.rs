@@ -113,7 +113,8 @@ const REMEMBERED: usize = 1024;
 /// * A refusal ([`Error::Fenced`], [`Error::StateMismatch`], [`Error::NotFound`]) is only ever
 ///   reported from a record read from the store, never from a remembered one.
 /// * A put whose answer was lost is settled by reading back: the record carries the write's
-///   [`WriteId`], so the write is reported applied exactly when it was.
+///   [`WriteId`], so the write is reported applied exactly when it was. So is a conflict, which
+///   a client's resent put meets when its first attempt applied.
 /// * After a write, the record and its new version are remembered, so the same holder's next
 ///   write to that record skips the read; a stale memory only costs a conflict and a read.
 /// * After [`CasStore::with_rounds`] conflicting rounds (8 by default) it gives up with
@@ -294,21 +295,24 @@ impl<S: VersionedStore> FencedStore for CasStore<S> {
                     );
                     return Ok(written);
                 }
-                Ok(PutOutcome::Conflict) => (current, fresh) = (self.get(key).await?, true),
-                Err(err) if err.is_ambiguous() => {
-                    let previous = current.take();
-                    let now = self.get(key).await?;
-                    if now.as_ref().is_some_and(|n| n.write_id == write_id) {
-                        let record = now.map(|n| n.record).unwrap_or(updated);
-                        return Ok(Written::new(previous.as_ref().map(|p| &p.record), record));
-                    }
-                    (current, fresh) = (now, true);
-                }
+                Ok(PutOutcome::Conflict) => {}
+                Err(err) if err.is_ambiguous() => {}
                 Err(err) => {
                     self.forget(key);
                     return Err(err);
                 }
             }
+            // A conflict, or a lost answer: the write id in the record read back tells whether
+            // this write applied. A conflict can be this write's own, too: a client that resent
+            // a put whose answer it lost (as `object_store`'s retries do) has its condition
+            // refused by its own first attempt.
+            let previous = current.take();
+            let now = self.get(key).await?;
+            if let Some(own) = now.as_ref().filter(|n| n.write_id == write_id) {
+                let previous = previous.as_ref().map(|p| &p.record);
+                return Ok(Written::new(previous, own.record.clone()));
+            }
+            (current, fresh) = (now, true);
         }
         self.forget(key);
         Err(self.gave_up(key))
@@ -334,6 +338,9 @@ mod tests {
         LoseAnswer,
         /// The put is lost before it reaches the store.
         LoseRequest,
+        /// The put applies, its answer is lost, and the client's resent put is refused on its
+        /// condition: the answer is a conflict.
+        ApplyThenConflict,
     }
 
     #[derive(Debug)]
@@ -393,6 +400,11 @@ mod tests {
                         .await?;
                 }
                 Some(Step::LoseRequest) => return Err(self.lost()),
+                Some(Step::ApplyThenConflict) => {
+                    *self.puts.lock().unwrap() += 1;
+                    self.inner.put(key, record, write_id, expected).await?;
+                    return self.inner.put(key, record, write_id, expected).await;
+                }
                 Some(Step::LoseAnswer) => {
                     *self.puts.lock().unwrap() += 1;
                     self.inner.put(key, record, write_id, expected).await?;
@@ -453,6 +465,28 @@ mod tests {
             .await
             .unwrap();
         store
+    }
+
+    /// The confirm applied and the answer the writer got is a conflict (its own resent put met
+    /// its first attempt): deciding again would refuse it (the record is no longer `sending`);
+    /// the write id says it is the writer's own.
+    #[tokio::test]
+    async fn a_conflict_with_the_writes_own_first_attempt_is_its_success() {
+        let store = seeded(1).await;
+        store.write(&key(), token(33), &sending()).await.unwrap();
+        store.inner().then(Step::ApplyThenConflict);
+        let confirm = FencedWrite::holder_only()
+            .when_state_in([state("sending")])
+            .set_state(state("done"));
+        let written = store.write(&key(), token(33), &confirm).await.unwrap();
+        assert_eq!(written.previous_state, Some(state("sending")));
+        assert_eq!(written.record.state, Some(state("done")));
+        assert_eq!(*store.inner().puts.lock().unwrap(), 3, "applied once");
+        let stored = store.read(&key()).await.unwrap().unwrap();
+        assert_eq!(
+            (stored.fence, stored.state),
+            (Some(token(33)), Some(state("done")))
+        );
     }
 
     #[tokio::test]

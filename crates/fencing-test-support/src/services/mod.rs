@@ -8,10 +8,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+mod azurite;
 mod containers;
 mod etcd;
 mod local;
 
+pub use azurite::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, create_azure_container};
 pub use containers::TestContainer;
 pub use etcd::EtcdCluster;
 pub use local::{MotoServer, PgBouncer, RedisServer};
@@ -28,6 +30,10 @@ pub const REDIS_URL_VAR: &str = "FENCING_REDIS_URL";
 /// The environment variable that names an etcd cluster explicitly: its client endpoints,
 /// comma-separated (`127.0.0.1:2379,127.0.0.1:22379`).
 pub const ETCD_ENDPOINTS_VAR: &str = "FENCING_ETCD_ENDPOINTS";
+
+/// The environment variable that names an Azurite blob endpoint explicitly, with the account
+/// (`http://127.0.0.1:10000/devstoreaccount1`).
+pub const AZURITE_ENDPOINT_VAR: &str = "FENCING_AZURITE_ENDPOINT";
 
 /// The environment variable that names an AWS endpoint (S3 and DynamoDB) explicitly.
 pub const AWS_ENDPOINT_VAR: &str = "FENCING_AWS_ENDPOINT";
@@ -229,6 +235,30 @@ pub fn etcd_endpoints() -> Vec<String> {
         return endpoints.split(',').map(str::to_owned).collect();
     }
     SHARED.get_or_init(|| EtcdCluster::start(3)).endpoints()
+}
+
+/// An Azurite blob endpoint for tests, with the account: `$FENCING_AZURITE_ENDPOINT` where
+/// [`ServiceMode`] reads the environment, Azurite on its standard port 10000, or an [`Azurite`]
+/// started for this test binary on a free port (it stops when the binary exits). No container
+/// image of it is built here, so containers mode starts it locally too.
+///
+/// # Panics
+///
+/// When none can be had, saying why.
+pub fn azurite_endpoint() -> String {
+    static SPARE: Shared<Azurite> = OnceLock::new();
+    if ServiceMode::from_env().uses_env()
+        && let Ok(endpoint) = std::env::var(AZURITE_ENDPOINT_VAR)
+    {
+        return endpoint;
+    }
+    if azurite::azurite_answers(10000) {
+        return format!("http://127.0.0.1:10000/{AZURITE_ACCOUNT}");
+    }
+    match SPARE.get_or_init(Azurite::try_start) {
+        Ok(server) => server.endpoint(),
+        Err(why) => panic!("no Azurite for the tests: {why}"),
+    }
 }
 
 /// A server a test can restart, losing whatever it did not persist: a [`RedisServer`] of the
