@@ -8,27 +8,13 @@ mod common;
 use std::sync::Arc;
 
 use fencing_object_store::FencedObjectStore;
-use fencing_test_support::services::{self, AZURITE_ACCOUNT, AZURITE_KEY, create_azure_container};
+use fencing_test_support::object_stores;
 use fencing_testkit::conformance::Capabilities;
-use fencing_testkit::unique_name;
 use object_store::ObjectStore;
-use object_store::azure::MicrosoftAzureBuilder;
 use object_store::path::Path;
 
-/// A fresh container, as a user's backend would reach it: account, key, endpoint.
 fn backend() -> Arc<dyn ObjectStore> {
-    let endpoint = services::azurite_endpoint();
-    let container = unique_name("fencing");
-    create_azure_container(&endpoint, &container);
-    let azure = MicrosoftAzureBuilder::new()
-        .with_account(AZURITE_ACCOUNT)
-        .with_access_key(AZURITE_KEY)
-        .with_endpoint(endpoint)
-        .with_allow_http(true)
-        .with_container_name(container)
-        .build()
-        .unwrap();
-    Arc::new(azure)
+    object_stores::azurite_container()
 }
 
 fn store() -> FencedObjectStore {

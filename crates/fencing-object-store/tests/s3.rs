@@ -8,34 +8,13 @@ mod common;
 use std::sync::Arc;
 
 use fencing_object_store::FencedObjectStore;
-use fencing_test_support::{aws, services};
+use fencing_test_support::{aws, object_stores};
 use fencing_testkit::conformance::Capabilities;
-use fencing_testkit::unique_name;
 use object_store::ObjectStore;
-use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
 
-/// A fresh bucket, as a user's backend would reach it: endpoint, credentials, region, and
-/// conditional puts by ETag.
 async fn backend() -> Arc<dyn ObjectStore> {
-    let bucket = unique_name("fencing");
-    aws::s3_client(aws_sdk_s3::Config::builder())
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap();
-    let s3 = AmazonS3Builder::new()
-        .with_endpoint(services::aws_endpoint())
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id("test")
-        .with_secret_access_key("test")
-        .with_bucket_name(bucket)
-        .with_conditional_put(S3ConditionalPut::ETagMatch)
-        .build()
-        .unwrap();
-    Arc::new(s3)
+    object_stores::s3_bucket().await
 }
 
 async fn store() -> FencedObjectStore {

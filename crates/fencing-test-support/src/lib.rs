@@ -3,12 +3,16 @@
 //!
 //! * [`aws`]: the pieces every test of an AWS adapter builds its client from.
 //! * [`bench`](mod@bench): timing variants against a baseline in one run, for the `benches/` targets.
-//! * [`services`]: PostgreSQL, Redis and the AWS emulator, found in the environment, on their
-//!   standard local ports, started from local binaries, or in containers.
+//! * [`object_stores`]: `object_store` backends on the emulators (Azure on Azurite, S3 on
+//!   moto), each in a fresh container or bucket.
+//! * [`services`]: PostgreSQL, Redis, the AWS emulator, etcd and Azurite, found in the
+//!   environment, on their standard local ports, started from local binaries, or in
+//!   containers.
 //!
 //! The conformance suite an adapter author needs, and the settlement simulation the example
 //! and the scenarios run, live in `fencing-testkit`, which depends on none of this.
 
 pub mod aws;
 pub mod bench;
+pub mod object_stores;
 pub mod services;
