@@ -1,19 +1,21 @@
 //! One lease, real stores that each check their own fence: refunds in PostgreSQL, a ledger in
-//! DynamoDB, receipts in S3. A stale holder refused by one store aborts its batch, and nothing
-//! more reaches any store.
+//! DynamoDB, receipts in S3 or in an Azure container. A stale holder refused by one store aborts
+//! its batch, and nothing more reaches any store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use fencing::dynamodb::{DynamoStore, DynamoTable};
-use fencing::postgres::{PgQualifiedName, PgStore, PgTable, PgTokenSource};
+use fencing::object_store::FencedObjectStore;
+use fencing::postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing::redis::RedisLease;
 use fencing::{
     Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, RecordKey,
     ResourceName, Ttl,
 };
-use fencing_test_support::{aws, services};
+use fencing_test_support::{aws, object_stores, services};
 use fencing_testkit::unique_name;
+use object_store::path::Path as ObjectPath;
 use sqlx::AssertSqlSafe;
 
 fn key(text: &str) -> RecordKey {
@@ -69,6 +71,83 @@ async fn drop_schema(pool: &sqlx::PgPool, schema: &str) {
         .unwrap();
 }
 
+/// A claims refund r_1 and its entry r_1 in `other`, then stalls past its TTL; B takes over,
+/// and takes the entry over. A wakes: `other` refuses its write, and its batch sends nothing
+/// more to either store (r_2 stays as it was in both).
+async fn a_stale_holder_refused_by(
+    other: Arc<dyn FencedStore>,
+    lease: Arc<dyn Lease>,
+    refunds: Arc<PgStore>,
+    ttl: Ttl,
+) {
+    let resource = ResourceName::new(unique_name("settle:m_4471")).unwrap();
+    let lifecycle = Lifecycle::default();
+    let pending = FencedWrite::claim().set_state(lifecycle.pending().clone());
+    for k in ["r_1", "r_2"] {
+        refunds
+            .write(&key(k), FencingToken::MIN, &pending)
+            .await
+            .unwrap();
+    }
+    let refunds_dyn: Arc<dyn FencedStore> = refunds.clone();
+    let stores = || [refunds_dyn.clone(), other.clone()];
+    let (refunds_name, other_name) = (refunds.name().to_owned(), other.name().to_owned());
+
+    let a = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    let a_token = a.token();
+    let batch_a = FencedBatch::new(lease.clone(), a, stores()).unwrap();
+    batch_a
+        .write(&refunds_name, &key("r_1"), &lifecycle.claim())
+        .await
+        .unwrap();
+    batch_a
+        .write(&other_name, &key("r_1"), &FencedWrite::claim())
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl.duration() * 3).await;
+
+    let b = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    assert!(b.token() > a_token);
+    let batch_b = FencedBatch::new(lease.clone(), b, stores()).unwrap();
+    batch_b
+        .write(&other_name, &key("r_1"), &FencedWrite::claim())
+        .await
+        .unwrap();
+
+    let err = batch_a
+        .write(
+            &other_name,
+            &key("r_1"),
+            &FencedWrite::holder_only().set_payload(b"7025".to_vec()),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { store, .. } if *store == other_name),
+        "{err:?}"
+    );
+    for store in [&refunds_name, &other_name] {
+        let err = batch_a
+            .write(store, &key("r_2"), &lifecycle.claim())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
+    }
+    let r_2 = refunds.read(&key("r_2")).await.unwrap().unwrap();
+    assert_eq!(r_2.fence, Some(FencingToken::MIN), "r_2 untouched");
+    assert_eq!(
+        other.read(&key("r_2")).await.unwrap(),
+        None,
+        "never written"
+    );
+    let entry = other.read(&key("r_1")).await.unwrap().unwrap();
+    assert!(entry.payload.is_empty(), "A's refused payload is not there");
+    assert!(batch_a.finish().await.is_err());
+    batch_b.finish().await.unwrap();
+}
+
+/// The ledger in DynamoDB, the lease on Redis with its epochs in PostgreSQL (a Redis restart
+/// could not reissue a token).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store() {
     let Refunds {
@@ -76,9 +155,6 @@ async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store()
         schema,
         store: refunds,
     } = Refunds::in_a_fresh_schema().await;
-    let ledger = Arc::new(fresh_ledger().await);
-
-    // The lease on Redis, its epochs in PostgreSQL: a Redis restart could not reissue a token.
     let epochs = PgTokenSource::new(
         pool.clone(),
         PgQualifiedName::new(&schema, "epochs").unwrap(),
@@ -90,74 +166,35 @@ async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store()
         .await
         .unwrap();
     let lease: Arc<dyn Lease> = Arc::new(RedisLease::new(redis, Arc::new(epochs)));
-    let resource = ResourceName::new(unique_name("settle:m_4471")).unwrap();
+    let ledger = Arc::new(fresh_ledger().await);
+    a_stale_holder_refused_by(ledger, lease, refunds, Ttl::from_millis(400).unwrap()).await;
+    drop_schema(&pool, &schema).await;
+}
+
+/// Receipts in an Azure container (through `object_store`, on Azurite), the lease in
+/// PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holder_refused_by_an_azure_container_sends_nothing_more_to_either_store() {
+    let Refunds {
+        pool,
+        schema,
+        store: refunds,
+    } = Refunds::in_a_fresh_schema().await;
+    let tokens = PgTokenSource::new(
+        pool.clone(),
+        PgQualifiedName::new(&schema, "tokens").unwrap(),
+    );
+    tokens.create_if_missing().await.unwrap();
+    let pg_lease = PgLease::new(PgQualifiedName::new(&schema, "leases").unwrap(), tokens);
+    pg_lease.create_if_missing().await.unwrap();
+    let receipts = FencedObjectStore::new(
+        object_stores::azurite_container(),
+        ObjectPath::from("m_4471"),
+    )
+    .named("receipts")
+    .unwrap();
     let ttl = Ttl::from_millis(400).unwrap();
-    let lifecycle = Lifecycle::default();
-    let pending = FencedWrite::claim().set_state(lifecycle.pending().clone());
-    for k in ["r_1", "r_2"] {
-        refunds
-            .write(&key(k), FencingToken::MIN, &pending)
-            .await
-            .unwrap();
-    }
-    let stores = || -> [Arc<dyn FencedStore>; 2] { [refunds.clone(), ledger.clone()] };
-    let (refunds_name, ledger_name) = (refunds.name().to_owned(), ledger.name().to_owned());
-
-    // A claims r_1 and its ledger entry, then stalls past its TTL.
-    let a = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
-    let a_token = a.token();
-    let batch_a = FencedBatch::new(lease.clone(), a, stores()).unwrap();
-    batch_a
-        .write(&refunds_name, &key("r_1"), &lifecycle.claim())
-        .await
-        .unwrap();
-    batch_a
-        .write(&ledger_name, &key("l_1"), &FencedWrite::claim())
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-
-    // B takes over, and takes over A's ledger entry.
-    let b = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
-    assert!(b.token() > a_token);
-    let batch_b = FencedBatch::new(lease.clone(), b, stores()).unwrap();
-    batch_b
-        .write(&ledger_name, &key("l_1"), &FencedWrite::claim())
-        .await
-        .unwrap();
-
-    // A wakes: DynamoDB refuses its ledger write, and the batch sends nothing more anywhere.
-    let err = batch_a
-        .write(
-            &ledger_name,
-            &key("l_1"),
-            &FencedWrite::holder_only().set_payload(b"7025".to_vec()),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, Error::Fenced { store, .. } if *store == ledger_name),
-        "{err:?}"
-    );
-    for (store, k) in [(&refunds_name, "r_2"), (&ledger_name, "l_2")] {
-        let err = batch_a
-            .write(store, &key(k), &lifecycle.claim())
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
-    }
-    let r_2 = refunds.read(&key("r_2")).await.unwrap().unwrap();
-    assert_eq!(r_2.fence, Some(FencingToken::MIN), "r_2 untouched");
-    assert_eq!(
-        ledger.read(&key("l_2")).await.unwrap(),
-        None,
-        "l_2 never written"
-    );
-    let l_1 = ledger.read(&key("l_1")).await.unwrap().unwrap();
-    assert!(l_1.payload.is_empty(), "A's refused payload is not there");
-    assert!(batch_a.finish().await.is_err());
-    batch_b.finish().await.unwrap();
-
+    a_stale_holder_refused_by(Arc::new(receipts), Arc::new(pg_lease), refunds, ttl).await;
     drop_schema(&pool, &schema).await;
 }
 
