@@ -100,7 +100,7 @@ impl EtcdLease {
         );
         let (mut seen, mut fresh) = (self.tokens.last_seen(&token_key_name), false);
         for _ in 0..CONTENDED_ROUNDS {
-            let Some(floor) = seen.next_floor() else {
+            let Some((token_key_as_read, floor)) = seen.issuing(&token_key_name) else {
                 // A remembered key may be out of date: only the key as it is says the range
                 // is used up.
                 if !fresh {
@@ -114,7 +114,7 @@ impl EtcdLease {
             let txn = Txn::new()
                 .when([
                     Compare::create_revision(lock_key.as_str(), CompareOp::Equal, 0),
-                    seen.unchanged(&token_key_name),
+                    token_key_as_read,
                 ])
                 .and_then([
                     TxnOp::put(

@@ -37,8 +37,13 @@ const REMEMBERED_KEYS: usize = 4096;
 /// token regression ([`fencing_core::Error::TokenRegression`], docs/guide.md, "etcd").
 ///
 /// The token key of a resource (`EtcdKeys::token_key`) holds the floor, a decimal number;
-/// its `mod_revision` is the revision of the last token issued. Both move by compare-and-swap
-/// on that revision, so concurrent issuers never hand out one token twice.
+/// its `mod_revision` is the revision of the last token issued. While that revision is above
+/// the floor, a token is issued by a write that only requires the floor to be as read: every
+/// write takes a revision of its own, so concurrent issuers neither repeat a token nor make
+/// each other try again. A floor raised above the revision is itself the next token (plus
+/// one), and then each write requires the whole key as read, so two issuers never raise it to
+/// the same number; issuers that keep meeting there wait a random moment of a few
+/// milliseconds before trying again.
 ///
 /// Tokens are not consecutive: other writes to the cluster take revisions too.
 ///
@@ -88,11 +93,34 @@ impl TokenKey {
         Compare::mod_revision(key, CompareOp::Equal, self.mod_revision)
     }
 
-    /// The floor the write that issues the next token leaves, or `None` at the end of the
-    /// range.
-    pub(crate) fn next_floor(self) -> Option<i64> {
-        self.floor.checked_add(1)
+    /// The compare and the floor of the write that issues the next token on this key, or
+    /// `None` at the end of the range.
+    ///
+    /// Where the key's last revision is above its floor, the token is the revision of the
+    /// write, which is above every revision before it whoever else issued one in between:
+    /// only the floor must be as read, and concurrent issuers do not make each other try
+    /// again. Where the floor is the higher, the token is the floor plus one, and the whole
+    /// key must be as read so that two issuers never raise it to the same number.
+    pub(crate) fn issuing(self, key: &str) -> Option<(Compare, i64)> {
+        if self.mod_revision > self.floor {
+            let floor_unchanged = Compare::value(key, CompareOp::Equal, self.floor.to_string());
+            return Some((floor_unchanged, self.floor));
+        }
+        Some((self.unchanged(key), self.floor.checked_add(1)?))
     }
+}
+
+/// Waits a random moment of up to a few milliseconds, longer after each lost compare-and-swap
+/// in a row, so that issuers who keep meeting on one key spread apart instead of meeting
+/// again.
+async fn spread_after(lost_rounds: usize) {
+    use std::hash::{BuildHasher, Hasher};
+    // Each `RandomState` is keyed afresh: randomness enough to spread, without a dependency.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let most_micros = 1000u64 << lost_rounds.min(5);
+    tokio::time::sleep(std::time::Duration::from_micros(random % (most_micros + 1))).await;
 }
 
 /// The write that sets the floor of token key `key`.
@@ -184,20 +212,20 @@ impl EtcdTokenSource {
         .await
     }
 
-    /// Compare-and-swaps the token key of `resource` with the floor `decide` makes of the key
+    /// Compare-and-swaps the token key of `resource` with the write `decide` makes of the key
     /// as last seen, until a write applies or `decide`, on the key as it is, keeps it (or
     /// fails). Returns the value `decide` gave, with the revision of the write when one was
     /// made.
     async fn swap<T>(
         &self,
         resource: &ResourceName,
-        mut decide: impl FnMut(TokenKey) -> Result<Swap<T>>,
+        mut decide: impl FnMut(&str, TokenKey) -> Result<Swap<T>>,
     ) -> Result<(T, Option<i64>)> {
         let key = self.keys.token_key(resource);
         let (mut seen, mut fresh) = (self.last_seen(&key), false);
-        for _ in 0..CONTENDED_ROUNDS {
-            let (floor, value) = match decide(seen) {
-                Ok(Swap::Write(floor, value)) => (floor, value),
+        for round in 0..CONTENDED_ROUNDS {
+            let (when, floor, value) = match decide(&key, seen) {
+                Ok(Swap::Write(when, floor, value)) => (when, floor, value),
                 // A remembered key may be out of date: only the key as it is decides that
                 // nothing is written.
                 _ if !fresh => {
@@ -208,7 +236,7 @@ impl EtcdTokenSource {
                 Err(err) => return Err(err),
             };
             let txn = Txn::new()
-                .when([seen.unchanged(&key)])
+                .when([when])
                 .and_then([put_floor(&key, floor)])
                 .or_else([TxnOp::get(key.as_str(), None)]);
             let answer = self.send(txn).await?;
@@ -225,6 +253,9 @@ impl EtcdTokenSource {
             }
             (seen, fresh) = (token_key(first_kv(&answer).as_ref())?, true);
             self.saw(&key, seen);
+            if round > 0 {
+                spread_after(round).await;
+            }
         }
         Err(EtcdFailure::Unexpected(format!(
             "the token key of {resource:?} changed under {CONTENDED_ROUNDS} compare-and-swaps in a row"
@@ -235,8 +266,8 @@ impl EtcdTokenSource {
 
 /// What a compare-and-swap does with the key it read.
 enum Swap<T> {
-    /// Write this floor, then return the value.
-    Write(i64, T),
+    /// Write this floor where the compare holds, then return the value.
+    Write(Compare, i64, T),
     /// Write nothing and return the value.
     Keep(T),
 }
@@ -245,8 +276,8 @@ enum Swap<T> {
 impl TokenSource for EtcdTokenSource {
     async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
         let (seen, revision) = self
-            .swap(resource, |seen| match seen.next_floor() {
-                Some(floor) => Ok(Swap::Write(floor, seen)),
+            .swap(resource, |key, seen| match seen.issuing(key) {
+                Some((when, floor)) => Ok(Swap::Write(when, floor, seen)),
                 None => Err(Error::TokenExhausted {
                     resource: resource.clone(),
                 }),
@@ -265,9 +296,9 @@ impl TokenSource for EtcdTokenSource {
         floor: FencingToken,
     ) -> Result<FencingToken> {
         let (kept, revision) = self
-            .swap(resource, |seen| match seen.current()? {
+            .swap(resource, |key, seen| match seen.current()? {
                 Some(current) if current >= floor => Ok(Swap::Keep(Some(current))),
-                _ => Ok(Swap::Write(floor.as_i64(), None)),
+                _ => Ok(Swap::Write(seen.unchanged(key), floor.as_i64(), None)),
             })
             .await?;
         match (kept, revision) {

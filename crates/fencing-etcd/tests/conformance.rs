@@ -189,3 +189,51 @@ async fn an_acquisition_rises_past_a_token_another_process_issued() {
     );
     lease.release(second).await.unwrap();
 }
+
+/// A source whose last answer showed a revision above the floor issues the next revision
+/// only while the floor is as it saw it: a floor another process raised meanwhile is above
+/// the next token it issues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_raised_by_another_process_is_below_the_next_token() {
+    let keys = keys();
+    let a = EtcdTokenSource::new(client().await).with_keys(keys.clone());
+    let b = EtcdTokenSource::new(client().await).with_keys(keys);
+    let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
+    a.next(&resource).await.unwrap();
+    let floor = fencing_core::FencingToken::new(1_000_000_000).unwrap();
+    assert_eq!(b.advance_to(&resource, floor).await.unwrap(), floor);
+    let next = a.next(&resource).await.unwrap();
+    assert!(next > floor, "{next} issued under the floor {floor}");
+}
+
+/// Above a floor higher than the cluster's revision each token is the floor plus one, so
+/// concurrent issuers must take turns on the key: many of them, each with a memory of its
+/// own, still never issue one token twice, and all finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_issuers_above_a_raised_floor_never_issue_one_token_twice() {
+    let keys = keys();
+    let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
+    let floor = fencing_core::FencingToken::new(1_000_000_000).unwrap();
+    let first = EtcdTokenSource::new(client().await).with_keys(keys.clone());
+    first.advance_to(&resource, floor).await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let source = EtcdTokenSource::new(client().await).with_keys(keys.clone());
+        let resource = resource.clone();
+        tasks.spawn(async move {
+            let mut mine = Vec::new();
+            for _ in 0..25 {
+                mine.push(source.next(&resource).await.unwrap());
+            }
+            mine
+        });
+    }
+    let issued: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
+    let distinct: std::collections::BTreeSet<_> = issued.iter().copied().collect();
+    assert_eq!(distinct.len(), 200, "a token issued twice: {issued:?}");
+    assert!(issued.iter().all(|t| *t > floor), "{issued:?}");
+    assert_eq!(
+        first.current(&resource).await.unwrap(),
+        distinct.last().copied()
+    );
+}
