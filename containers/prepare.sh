@@ -36,7 +36,8 @@ fi
 echo "Docker engine: ${DOCKER_HOST:-default socket} ($(docker version --format '{{.Server.Version}}'))"
 
 # The tag names the recipe: a change to this script or the entry point builds new images.
-recipe="local-$(cat "$here/prepare.sh" "$here/postgres-entrypoint.sh" | sha256sum | cut -c1-12)"
+moto_launcher="$here/../crates/fencing-test-support/moto/one_request_at_a_time.py"
+recipe="local-$(cat "$here/prepare.sh" "$here/postgres-entrypoint.sh" "$moto_launcher" | sha256sum | cut -c1-12)"
 postgres_image="${FENCING_POSTGRES_IMAGE:-fencing-test/postgres}:${FENCING_POSTGRES_TAG:-$recipe}"
 redis_image="${FENCING_REDIS_IMAGE:-fencing-test/redis}:${FENCING_REDIS_TAG:-$recipe}"
 moto_image="${FENCING_MOTO_IMAGE:-fencing-test/moto}:${FENCING_MOTO_TAG:-$recipe}"
@@ -53,6 +54,8 @@ if ! docker image inspect "$postgres_image" "$redis_image" "$moto_image" >/dev/n
         bookworm "$root" "${mirror:-http://deb.debian.org/debian}" \
         >"$state/debootstrap.log" 2>&1 || { tail -20 "$state/debootstrap.log"; exit 1; }
     install -m 0755 "$here/postgres-entrypoint.sh" "$root/usr/local/bin/postgres-entrypoint"
+    # moto answering one request at a time, so that its conditional writes are atomic.
+    install -m 0644 "$moto_launcher" "$root/usr/local/lib/moto-one-request-at-a-time.py"
     # moto with only what its S3 and DynamoDB server needs (moto[server] pulls ~290 MB more).
     # pip in the root trusts the host's CA bundle, which may hold a proxy's CA.
     cp /etc/resolv.conf "$root/etc/resolv.conf"
@@ -72,7 +75,7 @@ if ! docker image inspect "$postgres_image" "$redis_image" "$moto_image" >/dev/n
         --change 'ENTRYPOINT ["redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no"]' \
         --change 'EXPOSE 6379' - "$redis_image"
     tar -C "$root" -c . | docker import \
-        --change 'ENTRYPOINT ["/opt/moto/bin/moto_server", "-H", "0.0.0.0", "-p", "5000"]' \
+        --change 'ENTRYPOINT ["/opt/moto/bin/python3", "/usr/local/lib/moto-one-request-at-a-time.py", "-H", "0.0.0.0", "-p", "5000"]' \
         --change 'EXPOSE 5000' - "$moto_image"
 fi
 

@@ -65,3 +65,83 @@ fn the_aws_emulator_serves_s3_and_dynamodb() {
         "{status}: {tables}"
     );
 }
+
+/// The moto the fixtures start answers one request at a time: of many conditional writes
+/// that meet on one DynamoDB item, exactly one applies, as on AWS (moto's own threaded
+/// server lets several through, and two acquisitions of one lease would share a token).
+#[test]
+fn the_fixtures_moto_applies_one_of_many_conditional_writes_that_meet() {
+    let moto = services::MotoServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use aws_sdk_dynamodb::types::{
+            AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+            ScalarAttributeType,
+        };
+        let client = fencing_test_support::aws::dynamodb_client_at(
+            &moto.endpoint(),
+            aws_sdk_dynamodb::config::Builder::new(),
+        );
+        let table = unique_name("meet");
+        client
+            .create_table()
+            .table_name(&table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("pk")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("pk")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        for round in 0..20 {
+            let key = format!("lease-{round}");
+            let mut writers = tokio::task::JoinSet::new();
+            for writer in 0..24 {
+                let (client, table, key) = (client.clone(), table.clone(), key.clone());
+                writers.spawn(async move {
+                    client
+                        .update_item()
+                        .table_name(table)
+                        .key("pk", AttributeValue::S(key))
+                        .update_expression("SET #owner = :owner ADD #token :one")
+                        .condition_expression("attribute_not_exists(#owner)")
+                        .expression_attribute_names("#owner", "owner")
+                        .expression_attribute_names("#token", "token")
+                        .expression_attribute_values(
+                            ":owner",
+                            AttributeValue::N(writer.to_string()),
+                        )
+                        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                        .send()
+                        .await
+                        .is_ok()
+                });
+            }
+            let applied = writers
+                .join_all()
+                .await
+                .into_iter()
+                .filter(|ok| *ok)
+                .count();
+            assert_eq!(
+                applied, 1,
+                "round {round}: {applied} conditional updates applied"
+            );
+        }
+    });
+}

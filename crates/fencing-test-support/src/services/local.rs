@@ -172,8 +172,11 @@ impl Drop for RedisServer {
     }
 }
 
-/// A `moto_server` (S3 and DynamoDB emulator, from pip's `moto[server]`) of the test's own,
-/// on a free loopback port. It is killed when dropped, and also when the test process dies.
+/// The moto server (S3 and DynamoDB emulator, from pip's `moto[server]`) of the test's own,
+/// on a free loopback port, answering one request at a time so that its conditional writes
+/// are atomic as on AWS (`moto/one_request_at_a_time.py`; moto's own `moto_server` lets two
+/// conditional writes that meet both apply). It is killed when dropped, and also when the
+/// test process dies.
 #[derive(Debug)]
 pub struct MotoServer {
     process: Watched,
@@ -182,11 +185,23 @@ pub struct MotoServer {
 }
 
 impl MotoServer {
+    /// Starts one.
+    ///
+    /// # Panics
+    ///
+    /// When moto cannot be started, saying why.
+    pub fn start() -> Self {
+        Self::try_start().unwrap_or_else(|why| panic!("moto: {why}"))
+    }
+
     pub(crate) fn try_start() -> Result<Self, String> {
         let port = free_port()?;
         let dir = scratch("fencing-moto")?;
+        let launcher = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("moto")
+            .join("one_request_at_a_time.py");
         let process = Watched::spawn(
-            &format!("moto_server -H 127.0.0.1 -p {port}"),
+            &format!("python3 '{}' -H 127.0.0.1 -p {port}", launcher.display()),
             &dir.join("moto.log"),
         )?;
         let server = MotoServer { process, port, dir };

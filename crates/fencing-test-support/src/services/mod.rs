@@ -198,8 +198,10 @@ pub fn redis_url() -> String {
 /// [`ServiceMode`] says: `$FENCING_AWS_ENDPOINT`, moto on its standard local port 5000, a
 /// `moto_server` started for this test binary on a free port, or a container.
 ///
-/// Moto does not serialise concurrent requests: test races on the in-memory stores and
-/// interleavings against moto one step at a time.
+/// The moto these fixtures start answers one request at a time ([`MotoServer`]), so its
+/// conditional writes are atomic; one found running (the variable, port 5000) may be moto's
+/// own threaded server, which is not, so the suites still race against moto one step at a
+/// time.
 ///
 /// # Panics
 ///

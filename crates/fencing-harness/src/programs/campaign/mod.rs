@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencing_harness::plan::{RunPlan, Sizing};
-use fencing_test_support::services::{self, EtcdCluster, RedisServer, ServiceMode, TestContainer};
+use fencing_test_support::services::{
+    self, EtcdCluster, MotoServer, RedisServer, ServiceMode, TestContainer,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use run::{RunResult, Services};
@@ -219,25 +221,30 @@ fn say(bar: &ProgressBar, line: String) {
     bar.suspend(|| println!("{line}"));
 }
 
-/// PostgreSQL and the AWS emulator as the tests find them (in containers of the campaign's
-/// own in containers mode, so that it can pause them), and a Redis and a three-member etcd
-/// cluster of the campaign's own.
+/// PostgreSQL as the tests find it, the AWS emulator of the campaign's own (in containers
+/// of its own in containers mode, so that it can pause them), and a Redis and a
+/// three-member etcd cluster of its own. The emulator is never one found running: only one
+/// that answers a request at a time makes conditional writes atomic as on AWS, and without
+/// that two workers can be granted one DynamoDB lease with one token.
 fn start_services(containers: bool) -> Result<Services, String> {
     let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let redis = RedisServer::start(&[]);
     let etcd = EtcdCluster::start(3);
-    let (database_url, aws_endpoint, containers) = if containers {
+    let (database_url, aws_endpoint, containers, moto) = if containers {
         let postgres = TestContainer::postgres()?;
         let moto = TestContainer::moto()?;
-        (postgres.url(), moto.url(), Some((postgres, moto)))
+        (postgres.url(), moto.url(), Some((postgres, moto)), None)
     } else {
-        (services::postgres_url(), services::aws_endpoint(), None)
+        let moto = MotoServer::start();
+        let endpoint = moto.endpoint();
+        (services::postgres_url(), endpoint, None, Some(moto))
     };
     Ok(Services {
         database_url,
         aws_endpoint,
         redis,
         etcd,
+        _moto: moto,
         containers,
         program,
     })

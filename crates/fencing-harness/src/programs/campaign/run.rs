@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fencing_harness::audit::{self, AuditReport};
 use fencing_harness::plan::{FaultKind, PausedStore, RunPlan};
 use fencing_harness::stores::{self, Clients, RunNames};
-use fencing_test_support::services::{EtcdCluster, RedisServer, TestContainer};
+use fencing_test_support::services::{EtcdCluster, MotoServer, RedisServer, TestContainer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -21,6 +21,9 @@ pub(crate) struct Services {
     pub(crate) redis: RedisServer,
     /// A three-member etcd cluster of the campaign's own, so that its leader can be killed.
     pub(crate) etcd: EtcdCluster,
+    /// The AWS emulator of the campaign's own outside containers mode, held so that it
+    /// serves until the campaign ends.
+    pub(crate) _moto: Option<MotoServer>,
     /// The containers of PostgreSQL and the AWS emulator, in containers mode.
     pub(crate) containers: Option<(TestContainer, TestContainer)>,
     /// This executable, whose `worker` and `gateway` commands the runs start.

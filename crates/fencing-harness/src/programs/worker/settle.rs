@@ -85,7 +85,9 @@ impl Settlement {
             let key = &refund.key;
             let reference = match &refund.confirmed_reference {
                 Some(reference) => {
-                    self.take_over(batch, key).await?;
+                    if !self.take_over(batch, key).await? {
+                        continue;
+                    }
                     reference.clone()
                 }
                 None => {
@@ -150,15 +152,20 @@ impl Settlement {
         let (confirmed, unsent): (Vec<Unfiled>, Vec<Unfiled>) = unfiled
             .into_iter()
             .partition(|u| u.confirmed_reference.is_some());
-        let earlier = confirmed.len();
-        futures_util::stream::iter(confirmed.iter().map(Ok))
+        let earlier = std::sync::atomic::AtomicUsize::new(0);
+        futures_util::stream::iter(confirmed.iter().map(Ok::<_, fencing_core::Error>))
             .try_for_each_concurrent(concurrency, async |refund| {
                 let reference = refund.confirmed_reference.as_deref().unwrap_or_default();
-                self.take_over(batch, &refund.key).await?;
+                if !self.take_over(batch, &refund.key).await? {
+                    return Ok(());
+                }
                 self.file(batch, holder, &refund.key, refund.amount_cents, reference)
-                    .await
+                    .await?;
+                earlier.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
             })
             .await?;
+        let earlier = earlier.into_inner();
         let amounts: HashMap<RecordKey, i64> = unsent
             .iter()
             .map(|u| (u.key.clone(), u.amount_cents))
@@ -193,15 +200,36 @@ impl Settlement {
     /// anything else of it is written: from then on that holder, should it wake, is refused
     /// on the refund itself, and cannot mark it filed beside this holder's ledger entry and
     /// receipt (each store checks its own fence; only this order makes the three agree).
-    async fn take_over(&self, batch: &FencedBatch, key: &RecordKey) -> Result<()> {
+    ///
+    /// Only while the refund is still unfiled, checked under its row lock in the claim's own
+    /// transaction: the listing is a snapshot, and the earlier holder may have filed it since
+    /// (a stalled holder's last writes land until the next claim). Raising the fence of a
+    /// refund filed under an older token would leave the refund's fence above the ledger
+    /// entry's and the receipt's, and nothing would ever write them again. Returns whether it
+    /// took the refund over.
+    async fn take_over(&self, batch: &FencedBatch, key: &RecordKey) -> Result<bool> {
         let refunds = &self.stores.refunds;
         let claim = PgWrite::new(FencedWrite::claim());
         batch
             .run_fenced(&**refunds, async |fence| {
-                refunds.write_in(&self.pool, fence, key, claim).await
+                let failed = |e| refunds.sql_failure(e);
+                let mut tx = self.pool.begin().await.map_err(failed)?;
+                let filed: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+                    "SELECT filed FROM {} WHERE id = $1 FOR UPDATE",
+                    refunds.table().name()
+                )))
+                .bind(key.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(failed)?;
+                if filed {
+                    return Ok(false);
+                }
+                refunds.write_in(&mut *tx, fence, key, claim).await?;
+                tx.commit().await.map_err(failed)?;
+                Ok(true)
             })
             .await
-            .map(drop)
     }
 
     /// Files a confirmed refund: its ledger entry, its receipt, then `filed` on its row, each
