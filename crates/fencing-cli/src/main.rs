@@ -71,7 +71,8 @@ enum Command {
     /// then check that N-1 is refused and N+1 accepted.
     Probe {
         /// The stores to check: postgres:SCHEMA.TABLE[:key=COLUMN,fence=COLUMN,state=COLUMN],
-        /// dynamodb:TABLE[:key=ATTRIBUTE,fence=ATTRIBUTE], s3:BUCKET[/PREFIX].
+        /// dynamodb:TABLE[:key=ATTRIBUTE,fence=ATTRIBUTE], s3:BUCKET[/PREFIX],
+        /// object-store:URL (az://, gs://, s3://; its conditional writes are checked first).
         #[arg(required = true)]
         stores: Vec<String>,
         /// The key of the probe record each store gets (created if missing, left in place).

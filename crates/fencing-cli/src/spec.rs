@@ -1,10 +1,13 @@
 //! Stores named on the command line: `postgres:SCHEMA.TABLE[:key=…,fence=…,state=…]`,
-//! `dynamodb:TABLE[:key=…,fence=…,state=…]`, `s3:BUCKET[/PREFIX]`.
+//! `dynamodb:TABLE[:key=…,fence=…,state=…]`, `s3:BUCKET[/PREFIX]`, and
+//! `object-store:URL` (any backend `object_store` builds from a URL: `az://`, `gs://`,
+//! `s3://`, `memory:///`, configured by its own variables).
 
 use std::sync::Arc;
 
 use fencing_core::{FenceFloor, FencedStore};
 use fencing_dynamodb::{DynamoFenceFloor, DynamoStore, DynamoTable};
+use fencing_object_store::FencedObjectStore;
 use fencing_postgres::{PgFenceFloor, PgStore, PgTable};
 use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
 
@@ -16,7 +19,11 @@ pub(crate) struct Opened {
     /// The spec as given.
     pub(crate) spec: String,
     pub(crate) store: Arc<dyn FencedStore>,
-    pub(crate) floor: Box<dyn FenceFloor>,
+    /// What reports the highest fence it holds; `None` where the command cannot ask yet (an
+    /// object store).
+    pub(crate) floor: Option<Box<dyn FenceFloor>>,
+    /// The object store, whose conditional writes a probe checks first.
+    pub(crate) objects: Option<Arc<FencedObjectStore>>,
 }
 
 /// `name=value` options after the second colon, each applied by `set`.
@@ -45,13 +52,17 @@ pub(crate) enum Parsed {
     Postgres(PgTable),
     Dynamodb(DynamoTable),
     S3(S3Bucket),
+    ObjectStore(url::Url),
 }
 
 /// Reads the store `spec` names, without connecting.
 pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
+    if let Some(url) = spec.strip_prefix("object-store:") {
+        return object_store_url(spec, url).map(Parsed::ObjectStore);
+    }
     let (kind, rest) = spec.split_once(':').ok_or_else(|| {
         Failure::usage(format!(
-            "{spec:?} names no kind of store: write postgres:SCHEMA.TABLE, dynamodb:TABLE or s3:BUCKET/PREFIX"
+            "{spec:?} names no kind of store: write postgres:SCHEMA.TABLE, dynamodb:TABLE, s3:BUCKET/PREFIX or object-store:URL"
         ))
     })?;
     let (place, opts) = match rest.split_once(':') {
@@ -91,10 +102,25 @@ pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
         }
         other => {
             return Err(Failure::usage(format!(
-                "{spec:?}: unknown kind of store {other:?}: use postgres, dynamodb or s3"
+                "{spec:?}: unknown kind of store {other:?}: use postgres, dynamodb, s3 or object-store"
             )));
         }
     })
+}
+
+/// The URL of an `object-store:` spec, of a scheme `object_store` knows.
+fn object_store_url(spec: &str, text: &str) -> Result<url::Url, Failure> {
+    let url = url::Url::parse(text).map_err(|e| {
+        Failure::usage(format!(
+            "{spec:?}: {text:?} is not a URL ({e}): write e.g. object-store:az://CONTAINER/PREFIX"
+        ))
+    })?;
+    object_store::ObjectStoreScheme::parse(&url).map_err(|e| {
+        Failure::usage(format!(
+            "{spec:?}: {e}: use az://, gs://, s3:// or memory:///"
+        ))
+    })?;
+    Ok(url)
 }
 
 /// Checks every spec before any is connected, so bad usage exits as such with nothing done.
@@ -104,29 +130,42 @@ pub(crate) fn parse_all(specs: &[String]) -> Result<(), Failure> {
 
 /// Connects to the store `spec` names.
 pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Failure> {
-    let (store, floor): (Arc<dyn FencedStore>, Box<dyn FenceFloor>) = match parse(spec)? {
+    let mut objects = None;
+    let (store, floor): (Arc<dyn FencedStore>, Option<Box<dyn FenceFloor>>) = match parse(spec)? {
         Parsed::Postgres(table) => {
             let pool = settings.pg_pool().await?;
             (
                 Arc::new(PgStore::new(pool.clone(), table.clone())),
-                Box::new(PgFenceFloor::new(pool, &table)),
+                Some(Box::new(PgFenceFloor::new(pool, &table))),
             )
         }
         Parsed::Dynamodb(table) => {
             let client = settings.dynamodb()?;
             (
                 Arc::new(DynamoStore::new(client.clone(), table.clone())),
-                Box::new(DynamoFenceFloor::new(client, table)),
+                Some(Box::new(DynamoFenceFloor::new(client, table))),
             )
         }
         Parsed::S3(bucket) => {
             let store = Arc::new(S3Store::new(settings.s3()?, bucket));
-            (store.clone(), Box::new(S3FenceFloor::new(store)))
+            (store.clone(), Some(Box::new(S3FenceFloor::new(store))))
+        }
+        Parsed::ObjectStore(url) => {
+            // The backend reads its configuration as `object_store` documents it, from the
+            // environment (AWS_ENDPOINT, AWS_CONDITIONAL_PUT, AZURE_STORAGE_ACCOUNT_NAME, …).
+            let (backend, prefix) =
+                object_store::parse_url_opts(&url, std::env::vars()).map_err(|e| {
+                    Failure::usage(format!("{spec:?}: the backend cannot be built: {e}"))
+                })?;
+            let store = Arc::new(FencedObjectStore::new(Arc::from(backend), prefix));
+            objects = Some(store.clone());
+            (store, None)
         }
     };
     Ok(Opened {
         spec: spec.to_owned(),
         store,
         floor,
+        objects,
     })
 }

@@ -669,3 +669,185 @@ fn aws_dynamodb() -> aws_sdk_dynamodb::Client {
 fn aws_s3() -> aws_sdk_s3::Client {
     fencing_test_support::aws::s3_client(aws_sdk_s3::Config::builder())
 }
+
+/// An HTTP proxy in front of a server that drops the `If-Match` header of every request
+/// whose path contains `on` (every request for `""`): the server behind it then takes such a
+/// conditional replace as a plain put, the defect one S3-compatible server had with
+/// `If-Match` on a missing key. One request per connection.
+struct IfMatchDropped {
+    port: u16,
+}
+
+impl IfMatchDropped {
+    fn start(upstream: &str, on: &'static str) -> Self {
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let upstream = upstream.clone();
+                std::thread::spawn(move || Self::forward(client, &upstream, on));
+            }
+        });
+        IfMatchDropped { port }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn forward(mut client: std::net::TcpStream, upstream: &str, on: &str) {
+        use std::io::{Read, Write};
+        let Some((head, body)) = read_message(&mut client) else {
+            return;
+        };
+        let mut server = std::net::TcpStream::connect(upstream).unwrap();
+        let path = head.split(' ').nth(1).unwrap_or_default();
+        let drops_if_match = path.contains(on);
+        let request = rewrite_head(&head, |name| {
+            (drops_if_match && name == "if-match") || name == "connection"
+        });
+        server.write_all(request.as_bytes()).unwrap();
+        server.write_all(&body).unwrap();
+        let mut reply = Vec::new();
+        let _ = server.read_to_end(&mut reply);
+        let split = find_head_end(&reply).unwrap_or(reply.len());
+        let reply_head = String::from_utf8_lossy(&reply[..split]).into_owned();
+        let response = rewrite_head(&reply_head, |name| name == "connection");
+        let _ = client.write_all(response.as_bytes());
+        let _ = client.write_all(&reply[(split + 4).min(reply.len())..]);
+    }
+}
+
+/// The head of an HTTP message without the headers `drop` names (lowercase), closing the
+/// connection after it, with its blank line.
+fn rewrite_head(head: &str, drop: impl Fn(&str) -> bool) -> String {
+    let mut lines = head.split("\r\n");
+    let mut out = format!("{}\r\n", lines.next().unwrap_or_default());
+    for line in lines {
+        let name = line
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        if !line.is_empty() && !drop(&name) {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
+fn find_head_end(bytes: &[u8]) -> Option<usize> {
+    bytes.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// One request from `stream`: its head (without the blank line) and its body, by
+/// `Content-Length`.
+fn read_message(stream: &mut std::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    use std::io::Read;
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let end = loop {
+        if let Some(end) = find_head_end(&buffer) {
+            break end;
+        }
+        let n = stream.read(&mut chunk).ok().filter(|n| *n > 0)?;
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
+    let length = head
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, value)| value.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = buffer[end + 4..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut chunk).ok().filter(|n| *n > 0)?;
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Some((head, body))
+}
+
+/// `fencing probe object-store:s3://…` checks the backend's conditional writes first: moto
+/// with ETag matching passes; the same moto behind a proxy that drops `If-Match` (a server
+/// that takes a stale or dangling `If-Match` as a plain put) is reported UNSAFE, exit 1,
+/// and nothing of the probe record is written through it.
+#[tokio::test]
+async fn probe_reports_an_object_store_that_ignores_if_match_as_unsafe() {
+    let bucket = unique_name("probe-os");
+    aws_s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let spec = format!("object-store:s3://{bucket}/probes");
+    let through = |endpoint: &str| {
+        let mut command = fencing();
+        command
+            .env("AWS_ENDPOINT_URL", endpoint)
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_CONDITIONAL_PUT", "etag");
+        command
+    };
+    let out = run(
+        through(&services::aws_endpoint()).arg("probe").arg(&spec),
+        0,
+    );
+    assert!(out.starts_with("ok "), "{out}");
+
+    for (on, defect) in [
+        ("", "a stale If-Match accepted"),
+        ("-missing", "If-Match on a missing key accepted"),
+    ] {
+        let proxy = IfMatchDropped::start(&services::aws_endpoint(), on);
+        let out = run(
+            through(&proxy.endpoint())
+                .args(["probe", "--json", "--key", "r_815"])
+                .arg(&spec),
+            1,
+        );
+        let report = json(&out);
+        let detail = report["stores"][0]["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("UNSAFE") && detail.contains(defect),
+            "{out}"
+        );
+    }
+    let listed = aws_s3()
+        .list_objects_v2()
+        .bucket(&bucket)
+        .prefix("probes/")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<_> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert!(
+        !keys.iter().any(|k| k.contains("r_815")),
+        "the probe record was written: {keys:?}"
+    );
+}
+
+#[test]
+fn an_object_store_spec_that_is_not_a_url_of_a_known_scheme_is_bad_usage() {
+    for spec in ["object-store:not a url", "object-store:ftp://host/prefix"] {
+        let out = run(fencing().args(["probe", spec]), 2);
+        assert!(out.contains("object-store:"), "{out}");
+    }
+    let out = run(
+        fencing().args([
+            "seed",
+            "settle:m_4471",
+            "--tokens",
+            "postgres",
+            "--from",
+            "object-store:memory:///",
+        ]),
+        2,
+    );
+    assert!(out.contains("cannot be read by this command"), "{out}");
+}

@@ -43,6 +43,7 @@ mod rules;
 mod telemetry;
 
 mod cas;
+mod cas_check;
 mod envelope;
 mod epoch;
 mod fence;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::adapter::envelope::{self, Contents};
-use fencing_core::adapter::{PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId};
+use fencing_core::adapter::{
+    PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId, check_conditional_puts,
+};
 use fencing_core::{Error, FoundFence, Record, RecordKey, Result};
 use object_store::path::Path;
 use object_store::{
@@ -48,39 +50,19 @@ impl Objects {
         Objects { name, ..self }
     }
 
-    /// Before the first write: that the backend updates conditionally, by creating a probe
-    /// object of its own under the prefix, updating it on its version and deleting it. A
-    /// backend that creates but cannot update (the local file system) would otherwise take a
-    /// record's first write and refuse every later one.
-    async fn check_updates(&self) -> Result<()> {
+    /// Before the first write: that the backend refuses the conditional puts it must
+    /// ([`check_conditional_puts`], on probe objects of its own under the prefix, removed
+    /// after). A backend that creates but cannot update (the local file system) would
+    /// otherwise take a record's first write and refuse every later one, and one that takes a
+    /// stale or dangling `If-Match` as a plain put would let a stale holder's write land.
+    pub(crate) async fn check_updates(&self) -> Result<()> {
         self.updates_checked
             .get_or_try_init(|| async {
-                let probe = self
-                    .prefix
-                    .clone()
-                    .join(".fencing-probe")
-                    .join(format!("{:032x}", WriteId::random().0));
-                let put = |mode| {
-                    let options = PutOptions {
-                        mode,
-                        ..PutOptions::default()
-                    };
-                    self.store
-                        .put_opts(&probe, PutPayload::from_static(b"probe"), options)
-                };
-                let created = put(PutMode::Create)
-                    .await
-                    .map_err(|err| self.failed(err, RequestEffect::Writes))?;
-                let updated = put(PutMode::Update(UpdateVersion {
-                    e_tag: created.e_tag,
-                    version: created.version,
-                }))
-                .await;
-                // The probe is this store's own object: a plain delete is safe.
-                let _ = self.store.delete(&probe).await;
-                updated
-                    .map(drop)
-                    .map_err(|err| self.failed(err, RequestEffect::Writes))
+                check_conditional_puts(&Unchecked(self), |key: RecordKey| async move {
+                    // The probes are this store's own objects: a plain delete is safe.
+                    let _ = self.store.delete(&self.location(&key)).await;
+                })
+                .await
             })
             .await
             .map(drop)
@@ -226,6 +208,10 @@ impl Objects {
     }
 }
 
+/// The objects with no check of the backend first: what the check itself writes through.
+#[derive(Debug)]
+struct Unchecked<'a>(&'a Objects);
+
 #[async_trait]
 impl VersionedStore for Objects {
     type Version = UpdateVersion;
@@ -235,7 +221,41 @@ impl VersionedStore for Objects {
     }
 
     async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<UpdateVersion>>> {
+        Unchecked(self).get(key).await
+    }
+
+    async fn put(
+        &self,
+        key: &RecordKey,
+        record: &Record,
+        write_id: WriteId,
+        expected: Option<&UpdateVersion>,
+    ) -> Result<PutOutcome<UpdateVersion>> {
+        self.check_updates().await?;
+        Unchecked(self).put(key, record, write_id, expected).await
+    }
+
+    async fn delete(
+        &self,
+        key: &RecordKey,
+        current: &Versioned<UpdateVersion>,
+    ) -> Result<PutOutcome<()>> {
+        self.check_updates().await?;
+        Unchecked(self).delete(key, current).await
+    }
+}
+
+#[async_trait]
+impl VersionedStore for Unchecked<'_> {
+    type Version = UpdateVersion;
+
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<UpdateVersion>>> {
         Ok(self
+            .0
             .find(key)
             .await?
             .and_then(|found| match found.contents {
@@ -255,16 +275,16 @@ impl VersionedStore for Objects {
         write_id: WriteId,
         expected: Option<&UpdateVersion>,
     ) -> Result<PutOutcome<UpdateVersion>> {
-        self.check_updates().await?;
         let body = envelope::encode(record, write_id);
         match expected {
             Some(version) => {
-                self.put_body(key, body, PutMode::Update(version.clone()))
+                self.0
+                    .put_body(key, body, PutMode::Update(version.clone()))
                     .await
             }
-            None => match self.put_body(key, body, PutMode::Create).await? {
+            None => match self.0.put_body(key, body, PutMode::Create).await? {
                 // Absent to a reader may be a tombstone to the backend.
-                PutOutcome::Conflict => self.create_over_tombstone(key, record, write_id).await,
+                PutOutcome::Conflict => self.0.create_over_tombstone(key, record, write_id).await,
                 applied => Ok(applied),
             },
         }
@@ -275,9 +295,9 @@ impl VersionedStore for Objects {
         key: &RecordKey,
         current: &Versioned<UpdateVersion>,
     ) -> Result<PutOutcome<()>> {
-        self.check_updates().await?;
         let tombstone = envelope::encode_tombstone(current.record.fence, WriteId::random());
         let outcome = self
+            .0
             .put_body(key, tombstone, PutMode::Update(current.version.clone()))
             .await?;
         Ok(match outcome {

@@ -64,6 +64,23 @@ impl FencedObjectStore {
         self.cas.inner().location(key)
     }
 
+    /// Checks now what the first write checks: that the backend refuses a create over an
+    /// existing object, a stale `If-Match` and an `If-Match` on a missing object, on probe
+    /// objects of its own under the prefix (removed after). A backend that takes any of them
+    /// as a plain put cannot keep a stale holder out; it is refused here, and at the first
+    /// write of a store that was not checked, before anything of a record is written. Once
+    /// passed, it is not checked again by this store.
+    ///
+    /// # Errors
+    ///
+    /// [`fencing_core::Error::Backend`], naming the defect found
+    /// ([`fencing_core::adapter::ConditionalPutDefect::of`] tells it apart), or the failure
+    /// that kept the check from ending (a backend without conditional updates answers
+    /// `NotImplemented`).
+    pub async fn check_conditional_writes(&self) -> Result<()> {
+        self.cas.inner().check_updates().await
+    }
+
     /// Deletes `key` as its holder: accepted only with the token of the record's fence. The
     /// backend has no conditional delete, so this writes a **tombstone** over the record by a
     /// conditional update on the version just read: readers ([`FencedStore::read`]) find no

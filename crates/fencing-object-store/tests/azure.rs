@@ -48,3 +48,8 @@ async fn a_blob_that_is_not_an_envelope_is_never_written_over() {
 async fn a_key_stays_one_path_segment_under_the_prefix() {
     common::a_key_stays_one_path_segment_under_the_prefix(backend()).await;
 }
+
+#[tokio::test]
+async fn the_backend_refuses_the_puts_it_must() {
+    common::the_backend_refuses_the_puts_it_must(backend()).await;
+}

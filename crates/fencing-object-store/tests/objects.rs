@@ -7,8 +7,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{Answer, Scripted, key, store_on, token};
+use fencing_core::adapter::ConditionalPutDefect;
 use fencing_core::{Error, FencedStore, FencedWrite, Lifecycle};
 use fencing_object_store::FencedObjectStore;
+use futures_util::StreamExt;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
@@ -123,6 +125,42 @@ async fn a_backend_that_cannot_update_conditionally_is_refused_before_anything_i
     let left = files_under(&dir);
     assert!(left.is_empty(), "files left behind: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A backend that takes one kind of conditional put it must refuse as a plain put (a create
+/// over an object, a stale `If-Match`, an `If-Match` on a missing object) is refused by the
+/// check and at the first write, naming the defect, and nothing is left of a record or of
+/// the probes.
+#[tokio::test]
+async fn a_backend_that_accepts_a_put_it_must_refuse_is_refused_before_anything_is_written() {
+    for defect in [
+        ConditionalPutDefect::CreateOverExisting,
+        ConditionalPutDefect::StaleVersion,
+        ConditionalPutDefect::UpdateOfMissing,
+    ] {
+        let backend: Arc<dyn ObjectStore> = Arc::new(Scripted::ignoring(defect));
+        let store = store_on(&backend);
+        let checked = store.check_conditional_writes().await.unwrap_err();
+        assert_eq!(
+            ConditionalPutDefect::of(&checked),
+            Some(defect),
+            "{checked:?}"
+        );
+        let k = key("r_815");
+        let err = store
+            .write(&k, token(33), &FencedWrite::claim())
+            .await
+            .unwrap_err();
+        assert_eq!(ConditionalPutDefect::of(&err), Some(defect), "{err:?}");
+        assert!(err.to_string().contains("If-"), "{err}");
+        let left: Vec<_> = backend.list(None).collect().await;
+        assert!(left.is_empty(), "{defect:?}: objects left behind: {left:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_backend_that_keeps_the_contract_passes_the_check_and_keeps_no_probe() {
+    common::the_backend_refuses_the_puts_it_must(memory()).await;
 }
 
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -46,3 +46,8 @@ async fn an_object_that_is_not_an_envelope_is_never_written_over() {
 async fn a_key_stays_one_path_segment_under_the_prefix() {
     common::a_key_stays_one_path_segment_under_the_prefix(backend().await).await;
 }
+
+#[tokio::test]
+async fn the_backend_refuses_the_puts_it_must() {
+    common::the_backend_refuses_the_puts_it_must(backend().await).await;
+}

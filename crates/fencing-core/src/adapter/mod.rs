@@ -2,7 +2,8 @@
 //! lease or token source for another backend (docs/adapters.md).
 //!
 //! * compare-and-swap over versions ([`CasStore`] over a
-//!   [`VersionedStore`]) and the object [`envelope`];
+//!   [`VersionedStore`]), the check that a store refuses the puts it must
+//!   ([`check_conditional_puts`]) and the object [`envelope`];
 //! * epoch-prefixed tokens ([`epoch`]);
 //! * the input checks every name obeys inside a store
 //!   ([`is_refused_char`],
@@ -68,6 +69,7 @@ pub mod epoch {
 }
 
 pub use crate::cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
+pub use crate::cas_check::{ConditionalPutDefect, check_conditional_puts};
 pub use crate::clock::{Clock, TokioClock};
 pub use crate::error::RequestEffect;
 pub use crate::input::{check_store_name, is_refused_char, refused_char_ranges};

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use fencing_core::adapter::ConditionalPutDefect;
 use fencing_core::adapter::envelope::{self, Contents};
 use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, FoundFence, RecordKey};
 use fencing_object_store::FencedObjectStore;
@@ -247,6 +248,17 @@ pub(crate) async fn a_key_stays_one_path_segment_under_the_prefix(backend: Arc<d
     assert_eq!(store.name(), "receipts");
 }
 
+/// The backend refuses every conditional put it must (the store's check passes, and once
+/// passed is not run again), and keeps none of the check's probes.
+pub(crate) async fn the_backend_refuses_the_puts_it_must(backend: Arc<dyn ObjectStore>) {
+    use futures_util::StreamExt;
+    let store = store_on(&backend);
+    store.check_conditional_writes().await.unwrap();
+    store.check_conditional_writes().await.unwrap();
+    let left: Vec<_> = backend.list(Some(store.prefix())).collect().await;
+    assert!(left.is_empty(), "objects left behind: {left:?}");
+}
+
 /// What a [`Scripted`] backend does with one conditional put, beyond passing it on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Answer {
@@ -261,15 +273,55 @@ pub(crate) enum Answer {
     AppliedThen5xx,
 }
 
-/// An in-memory backend whose next conditional puts answer as scripted.
+/// An in-memory backend whose next conditional puts answer as scripted, or which has one
+/// of the defects a server can have (it takes one kind of conditional put as a plain put).
 #[derive(Debug, Default)]
 pub(crate) struct Scripted {
     inner: InMemory,
     answers: Mutex<VecDeque<Answer>>,
     applied: Mutex<u32>,
+    ignores: Option<ConditionalPutDefect>,
 }
 
 impl Scripted {
+    /// A backend with `defect`: every conditional put of the kind it names is stored as a
+    /// plain put (as one S3-compatible server did with `If-Match` on a missing key).
+    pub(crate) fn ignoring(defect: ConditionalPutDefect) -> Self {
+        Scripted {
+            ignores: Some(defect),
+            ..Scripted::default()
+        }
+    }
+
+    /// `opts` as a server with this backend's defect reads them.
+    async fn as_the_defect_reads(&self, location: &Path, opts: PutOptions) -> PutOptions {
+        let Some(defect) = self.ignores else {
+            return opts;
+        };
+        let exists = self.inner.head(location).await.is_ok();
+        let ignored = matches!(
+            (defect, &opts.mode, exists),
+            (
+                ConditionalPutDefect::CreateOverExisting,
+                PutMode::Create,
+                true
+            ) | (ConditionalPutDefect::StaleVersion, PutMode::Update(_), true)
+                | (
+                    ConditionalPutDefect::UpdateOfMissing,
+                    PutMode::Update(_),
+                    false
+                )
+        );
+        if ignored {
+            PutOptions {
+                mode: PutMode::Overwrite,
+                ..opts
+            }
+        } else {
+            opts
+        }
+    }
+
     /// Plans the answer to the next conditional put (the store's probe excepted).
     pub(crate) fn then(&self, answer: Answer) {
         self.answers.lock().unwrap().push_back(answer);
@@ -299,6 +351,7 @@ impl ObjectStore for Scripted {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
+        let opts = self.as_the_defect_reads(location, opts).await;
         let probe = location.as_ref().contains(".fencing-probe");
         let answer = if probe || matches!(opts.mode, PutMode::Overwrite) {
             None
