@@ -23,7 +23,23 @@ pub(crate) struct Opened {
     /// object store).
     pub(crate) floor: Option<Box<dyn FenceFloor>>,
     /// The object store, whose conditional writes a probe checks first.
-    pub(crate) objects: Option<Arc<FencedObjectStore>>,
+    pub(crate) objects: Option<ObjectStore>,
+}
+
+/// A store that swaps on versions: a probe checks its server's conditional writes first.
+pub(crate) enum ObjectStore {
+    S3(Arc<S3Store>),
+    Any(Arc<FencedObjectStore>),
+}
+
+impl ObjectStore {
+    /// The store's check of its server's conditional writes.
+    pub(crate) async fn check_conditional_writes(&self) -> fencing_core::Result<()> {
+        match self {
+            ObjectStore::S3(store) => store.check_conditional_writes().await,
+            ObjectStore::Any(store) => store.check_conditional_writes().await,
+        }
+    }
 }
 
 /// `name=value` options after the second colon, each applied by `set`.
@@ -148,6 +164,7 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
         }
         Parsed::S3(bucket) => {
             let store = Arc::new(S3Store::new(settings.s3()?, bucket));
+            objects = Some(ObjectStore::S3(store.clone()));
             (store.clone(), Some(Box::new(S3FenceFloor::new(store))))
         }
         Parsed::ObjectStore(url) => {
@@ -158,7 +175,7 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
                     Failure::usage(format!("{spec:?}: the backend cannot be built: {e}"))
                 })?;
             let store = Arc::new(FencedObjectStore::new(Arc::from(backend), prefix));
-            objects = Some(store.clone());
+            objects = Some(ObjectStore::Any(store.clone()));
             (store, None)
         }
     };

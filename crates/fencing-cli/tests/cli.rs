@@ -772,10 +772,10 @@ fn read_message(stream: &mut std::net::TcpStream) -> Option<(String, Vec<u8>)> {
     Some((head, body))
 }
 
-/// `fencing probe object-store:s3://…` checks the backend's conditional writes first: moto
-/// with ETag matching passes; the same moto behind a proxy that drops `If-Match` (a server
-/// that takes a stale or dangling `If-Match` as a plain put) is reported UNSAFE, exit 1,
-/// and nothing of the probe record is written through it.
+/// `fencing probe` checks an object store's conditional writes first (`object-store:s3://…`
+/// and `s3:…` alike): moto with ETag matching passes; the same moto behind a proxy that drops
+/// `If-Match` (a server that takes a stale or dangling `If-Match` as a plain put) is reported
+/// UNSAFE, exit 1, and nothing of the probe record is written through it.
 #[tokio::test]
 async fn probe_reports_an_object_store_that_ignores_if_match_as_unsafe() {
     let bucket = unique_name("probe-os");
@@ -785,7 +785,6 @@ async fn probe_reports_an_object_store_that_ignores_if_match_as_unsafe() {
         .send()
         .await
         .unwrap();
-    let spec = format!("object-store:s3://{bucket}/probes");
     let through = |endpoint: &str| {
         let mut command = fencing();
         command
@@ -794,29 +793,34 @@ async fn probe_reports_an_object_store_that_ignores_if_match_as_unsafe() {
             .env("AWS_CONDITIONAL_PUT", "etag");
         command
     };
-    let out = run(
-        through(&services::aws_endpoint()).arg("probe").arg(&spec),
-        0,
-    );
-    assert!(out.starts_with("ok "), "{out}");
-
-    for (on, defect) in [
-        ("", "a stale If-Match accepted"),
-        ("-missing", "If-Match on a missing key accepted"),
+    // The same bucket through object_store's S3 backend and through the AWS SDK's client.
+    for spec in [
+        format!("object-store:s3://{bucket}/probes"),
+        format!("s3:{bucket}/probes/"),
     ] {
-        let proxy = IfMatchDropped::start(&services::aws_endpoint(), on);
         let out = run(
-            through(&proxy.endpoint())
-                .args(["probe", "--json", "--key", "r_815"])
-                .arg(&spec),
-            1,
+            through(&services::aws_endpoint()).arg("probe").arg(&spec),
+            0,
         );
-        let report = json(&out);
-        let detail = report["stores"][0]["detail"].as_str().unwrap_or_default();
-        assert!(
-            detail.contains("UNSAFE") && detail.contains(defect),
-            "{out}"
-        );
+        assert!(out.starts_with("ok "), "{out}");
+        for (on, defect) in [
+            ("", "a stale If-Match accepted"),
+            ("-missing", "If-Match on a missing key accepted"),
+        ] {
+            let proxy = IfMatchDropped::start(&services::aws_endpoint(), on);
+            let out = run(
+                through(&proxy.endpoint())
+                    .args(["probe", "--json", "--key", "r_815"])
+                    .arg(&spec),
+                1,
+            );
+            let report = json(&out);
+            let detail = report["stores"][0]["detail"].as_str().unwrap_or_default();
+            assert!(
+                detail.contains("UNSAFE") && detail.contains(defect),
+                "{spec}: {out}"
+            );
+        }
     }
     let listed = aws_s3()
         .list_objects_v2()

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use fencing_core::adapter::{CasStore, check_store_name};
+use fencing_core::adapter::{CasStore, check_conditional_puts, check_store_name};
 use fencing_core::{
     FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result, Written,
 };
@@ -52,6 +52,35 @@ impl S3Store {
     /// The client.
     pub fn client(&self) -> &Client {
         self.cas.inner().client()
+    }
+
+    /// Checks that the bucket refuses what a fenced store needs refused: a create over an
+    /// existing object (`If-None-Match: *`), a stale `If-Match` and an `If-Match` on a
+    /// missing key, on probe objects of its own under the prefix (deleted after). An
+    /// S3-compatible server that takes any of them as a plain put answers every ordinary
+    /// write as a fenced store should, yet lets a stale holder's put land between a newer
+    /// holder's read and write: run this at start-up against a server you have not checked
+    /// (`fencing probe` does).
+    ///
+    /// # Errors
+    ///
+    /// [`fencing_core::Error::Backend`], naming the defect found
+    /// ([`fencing_core::adapter::ConditionalPutDefect::of`] tells it apart), or the failure
+    /// that kept the check from ending.
+    pub async fn check_conditional_writes(&self) -> Result<()> {
+        let (client, bucket) = (self.client(), self.bucket());
+        check_conditional_puts(self.cas.inner(), |key: RecordKey| async move {
+            // The probes are this check's own objects: a plain delete is safe.
+            if let Ok(object) = bucket.object_key(&key) {
+                let _ = client
+                    .delete_object()
+                    .bucket(bucket.bucket())
+                    .key(object)
+                    .send()
+                    .await;
+            }
+        })
+        .await
     }
 
     /// Deletes `key` as its holder: accepted only with the token of the object's fence, by a
