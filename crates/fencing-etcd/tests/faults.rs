@@ -113,7 +113,9 @@ async fn the_leader_killed_mid_batch_issues_no_token_twice_and_lets_no_stale_wri
     let mut cluster = EtcdCluster::start(3);
     let keys = keys();
     let lease = Arc::new(EtcdLease::new(client(&cluster).await).with_keys(keys.clone()));
-    let ttl = Ttl::from_secs(2).unwrap();
+    // Longer than the client's 2 s request timeout plus an election: a renewal sent to the
+    // member as it dies may wait out that timeout before the next one goes elsewhere.
+    let ttl = Ttl::from_secs(3).unwrap();
     let store = Arc::new(MemoryStore::new("refunds"));
     let refunds = pending_refunds(&store, 400).await;
     let guard = lease.try_acquire(&resource(), ttl).await.unwrap().unwrap();
