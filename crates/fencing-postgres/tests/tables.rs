@@ -548,3 +548,37 @@ async fn a_batch_write_naming_one_key_twice_is_refused_before_sending() {
     }
     schema.drop_schema().await;
 }
+
+/// A claim that meets a row another transaction is changing waits for it and reports what
+/// that transaction left, not what the claim's snapshot saw: a takeover told "pending" for a
+/// row just marked in flight would perform its effect without looking it up.
+#[tokio::test]
+async fn a_claim_waiting_on_a_row_being_changed_reports_what_the_change_left() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let lifecycle = Lifecycle::default();
+    let refund = key("r_0815");
+    pending_rows(&store, &[refund.clone()]).await;
+
+    let mut earlier_holder = schema.pool.begin().await.unwrap();
+    store
+        .write_on(&mut *earlier_holder, &refund, token(33), lifecycle.claim())
+        .await
+        .unwrap();
+    let takeover = tokio::spawn({
+        let store = store.clone();
+        let (refund, claim) = (refund.clone(), lifecycle.claim());
+        async move { store.write(&refund, token(34), &claim).await }
+    });
+    // Long enough for the takeover's statement to take its snapshot and wait on the row.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!takeover.is_finished(), "the takeover waits for the row");
+    earlier_holder.commit().await.unwrap();
+
+    let claimed = takeover.await.unwrap().unwrap();
+    assert_eq!(claimed.previous_fence, Some(token(33)));
+    assert_eq!(claimed.previous_state.as_ref(), Some(lifecycle.in_flight()));
+    let record = store.read(&refund).await.unwrap().unwrap();
+    assert_eq!(record.fence, Some(token(34)));
+    schema.drop_schema().await;
+}
