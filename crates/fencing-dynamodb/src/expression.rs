@@ -59,8 +59,21 @@ impl WriteExpression {
         table: &DynamoTable,
         token: FencingToken,
         write: &FencedWrite,
+        attributes: &[(String, AttributeValue)],
         pin: &StatePin,
     ) -> Result<Self, InvalidInput> {
+        let roles = table.roles();
+        for (name, _) in attributes {
+            if let Some((_, role)) = roles.iter().find(|(attribute, _)| attribute == name) {
+                return Err(InvalidInput::new(
+                    InputKind::Write,
+                    format!(
+                        "attribute {name:?} is the table's {role} attribute, which the fenced \
+                         write itself sets or checks"
+                    ),
+                ));
+            }
+        }
         let mut expr = WriteExpression::default();
         for (placeholder, attribute) in [
             ("#key", table.key_attribute()),
@@ -122,21 +135,26 @@ impl WriteExpression {
         }
         expr.condition = condition.join(" AND ");
 
-        let mut set = Vec::new();
+        let mut set: Vec<String> = Vec::new();
         if write.check() == FenceCheck::Claim {
-            set.push("#fence = :token");
+            set.push("#fence = :token".into());
         }
         if let Some(state) = write.new_state() {
             expr.values
                 .insert(":new_state".into(), AttributeValue::S(state.to_string()));
-            set.push("#state = :new_state");
+            set.push("#state = :new_state".into());
         }
         if let Some(payload) = write.new_payload() {
             expr.values.insert(
                 ":new_payload".into(),
                 AttributeValue::B(Blob::new(payload.to_vec())),
             );
-            set.push("#payload = :new_payload");
+            set.push("#payload = :new_payload".into());
+        }
+        for (i, (name, value)) in attributes.iter().enumerate() {
+            expr.names.insert(format!("#attribute{i}"), name.clone());
+            expr.values.insert(format!(":attribute{i}"), value.clone());
+            set.push(format!("#attribute{i} = :attribute{i}"));
         }
         if !set.is_empty() {
             expr.update = Some(format!("SET {}", set.join(", ")));
@@ -168,6 +186,7 @@ pub(crate) fn check_item_size(
     let payload = write.new_payload().map_or(0, <[u8]>::len);
     let state = write.new_state().map_or(0, |s| s.len());
     let estimate = table.key_attribute().len()
+        + table.sort_key().map_or(0, |(name, _)| name.len())
         + key.len()
         + table.fence_attribute().len()
         + 21
@@ -328,14 +347,14 @@ mod tests {
     fn only_the_placeholders_the_expressions_use_are_sent() {
         let table = DynamoTable::new("refunds").unwrap();
         let confirm = FencedWrite::holder_only().set_state(State::new("sent").unwrap());
-        let expr =
-            WriteExpression::of(&table, FencingToken::MIN, &confirm, &StatePin::Absent).unwrap();
+        let expr = WriteExpression::of(&table, FencingToken::MIN, &confirm, &[], &StatePin::Absent)
+            .unwrap();
         assert!(!expr.names.contains_key("#key"), "{expr:?}");
         assert!(expr.values.contains_key(":new_state"));
         assert!(!expr.values.contains_key(":new_payload"));
         let claim = FencedWrite::claim().when_state_in([State::new("pending").unwrap()]);
         let expr =
-            WriteExpression::of(&table, FencingToken::MIN, &claim, &StatePin::Absent).unwrap();
+            WriteExpression::of(&table, FencingToken::MIN, &claim, &[], &StatePin::Absent).unwrap();
         assert!(expr.names.contains_key("#key") && expr.values.contains_key(":required0"));
         let used = placeholders_in(&[&expr.condition, expr.update.as_deref().unwrap()]);
         assert_eq!(used.len(), expr.names.len() + expr.values.len());
@@ -348,11 +367,13 @@ mod tests {
             .map(|i| State::new(format!("s{i}")).unwrap())
             .collect();
         let write = FencedWrite::claim().when_state_in(states);
-        let err =
-            WriteExpression::of(&table, FencingToken::MIN, &write, &StatePin::Absent).unwrap_err();
+        let err = WriteExpression::of(&table, FencingToken::MIN, &write, &[], &StatePin::Absent)
+            .unwrap_err();
         assert_eq!(err.kind(), InputKind::State);
         let write = FencedWrite::claim().when_state_in([]);
-        assert!(WriteExpression::of(&table, FencingToken::MIN, &write, &StatePin::Absent).is_err());
+        assert!(
+            WriteExpression::of(&table, FencingToken::MIN, &write, &[], &StatePin::Absent).is_err()
+        );
     }
 
     #[test]

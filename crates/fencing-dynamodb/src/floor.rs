@@ -7,10 +7,11 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::adapter::RequestEffect;
-use fencing_core::{FenceFloor, FencingToken, ResourceName, Result};
+use fencing_core::{FenceFloor, FencingToken, InputKind, InvalidInput, ResourceName, Result};
 
 use crate::error::classify;
 use crate::item::{Fractions, token_from};
+use crate::key::DynamoKeyType;
 use crate::table::DynamoTable;
 
 /// Reports the highest fence in a [`DynamoTable`], or among the items whose key starts with a
@@ -49,7 +50,9 @@ impl DynamoFenceFloor {
         }
     }
 
-    /// The highest fence among items whose key begins with `prefix_of(resource)`.
+    /// The highest fence among items whose key begins with `prefix_of(resource)`: the prefix
+    /// is matched against the partition key, which must then be a String (on a table with a
+    /// sort key, the prefix of the record key's partition part).
     pub fn per_resource(
         client: Client,
         table: DynamoTable,
@@ -67,6 +70,17 @@ impl DynamoFenceFloor {
 impl FenceFloor for DynamoFenceFloor {
     async fn max_fence(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
         let store = self.table.store_name();
+        if self.prefix_of.is_some() && self.table.key_type() != DynamoKeyType::String {
+            return Err(InvalidInput::new(
+                InputKind::Identifier,
+                format!(
+                    "{store}: a key prefix needs a String partition key, not {:?} \
+                     (DynamoFenceFloor::new scans the whole table)",
+                    self.table.key_type()
+                ),
+            )
+            .into());
+        }
         let mut highest = None;
         let mut start = None;
         loop {

@@ -176,14 +176,6 @@ pub(crate) fn record_from(
     })
 }
 
-/// The key of `key` in `table`.
-pub(crate) fn key_of(table: &DynamoTable, key: &RecordKey) -> Item {
-    HashMap::from([(
-        table.key_attribute().to_owned(),
-        AttributeValue::S(key.to_string()),
-    )])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! A DynamoDB table as a fenced store: one conditional `UpdateItem` per write, and fenced
 //! transactions.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -9,7 +9,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use fencing_core::adapter::{RequestEffect, check_store_name};
 use fencing_core::{
@@ -17,9 +18,10 @@ use fencing_core::{
     Record, RecordKey, Result, Written,
 };
 
+use crate::attributes::DynamoWrite;
 use crate::error::{DynamoFailure, classify, without_retries};
 use crate::expression::{StatePin, WriteExpression, check_item_size};
-use crate::item::{key_of, record_from};
+use crate::item::record_from;
 use crate::table::DynamoTable;
 
 /// The most actions one `TransactWriteItems` takes.
@@ -168,14 +170,15 @@ impl DynamoStore {
                 ));
             }
             check_item_size(&self.table, key, write)?;
+            let item_key = self.table.key_item(key)?;
             bytes += key.len() + write.new_payload().map_or(0, <[u8]>::len) + 256;
-            let expr = WriteExpression::of(&self.table, token, write, pin)?;
+            let expr = WriteExpression::of(&self.table, token, write, &[], pin)?;
             let built = |e| self.not_built(e);
             let item = match expr.update {
                 Some(update) => TransactWriteItem::builder().update(
                     Update::builder()
                         .table_name(self.table.name())
-                        .set_key(Some(key_of(&self.table, key)))
+                        .set_key(Some(item_key))
                         .update_expression(update)
                         .condition_expression(expr.condition)
                         .set_expression_attribute_names(Some(expr.names))
@@ -189,7 +192,7 @@ impl DynamoStore {
                 None => TransactWriteItem::builder().condition_check(
                     ConditionCheck::builder()
                         .table_name(self.table.name())
-                        .set_key(Some(key_of(&self.table, key)))
+                        .set_key(Some(item_key))
                         .condition_expression(expr.condition)
                         .set_expression_attribute_names(Some(expr.names))
                         .set_expression_attribute_values(Some(expr.values))
@@ -300,17 +303,9 @@ impl FencedStore for DynamoStore {
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(self.table.name())
-            .set_key(Some(key_of(&self.table, key)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| classify(e, &self.name, RequestEffect::ReadOnly))?;
-        out.item()
-            .map(|item| record_from(&self.table, key, item))
+        self.get_item(key)
+            .await?
+            .map(|item| record_from(&self.table, key, &item))
             .transpose()
             .map_err(|e| e.into_error(&self.name, RequestEffect::ReadOnly))
     }
@@ -321,15 +316,80 @@ impl FencedStore for DynamoStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
+        self.write_setting(key, token, write, &[]).await
+    }
+}
+
+impl DynamoStore {
+    /// Writes `key` under `fence`'s token as [`Fence::write`] does (a lost answer sent again
+    /// and its own earlier success recognised, a refusal explained, the outcome reported),
+    /// also setting the write's own attributes in the same `UpdateItem`.
+    pub async fn write_with(
+        &self,
+        fence: &Fence<'_>,
+        key: &RecordKey,
+        write: impl Into<DynamoWrite>,
+    ) -> Result<Written> {
+        let write = write.into();
+        let setting = Setting {
+            store: self,
+            attributes: write.attributes(),
+        };
+        fence.write(&setting, key, write.write()).await
+    }
+
+    /// The record `key` names and the item's other attributes (every attribute but the key,
+    /// fence, state and payload), in one strongly consistent `GetItem`.
+    pub async fn read_with_attributes(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(Record, HashMap<String, AttributeValue>)>> {
+        let Some(item) = self.get_item(key).await? else {
+            return Ok(None);
+        };
+        let record = record_from(&self.table, key, &item)
+            .map_err(|e| e.into_error(&self.name, RequestEffect::ReadOnly))?;
+        let roles = self.table.roles();
+        let others = item
+            .into_iter()
+            .filter(|(name, _)| !roles.iter().any(|(attribute, _)| attribute == name))
+            .collect();
+        Ok(Some((record, others)))
+    }
+
+    /// The item `key` names, by a strongly consistent `GetItem`.
+    async fn get_item(&self, key: &RecordKey) -> Result<Option<HashMap<String, AttributeValue>>> {
+        let item_key = self.table.key_item(key)?;
+        let out = self
+            .client
+            .get_item()
+            .table_name(self.table.name())
+            .set_key(Some(item_key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(e, &self.name, RequestEffect::ReadOnly))?;
+        Ok(out.item)
+    }
+
+    /// One fenced `UpdateItem` that also sets `attributes`.
+    async fn write_setting(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+        attributes: &[(String, AttributeValue)],
+    ) -> Result<Written> {
         check_item_size(&self.table, key, write)?;
+        let item_key = self.table.key_item(key)?;
         let mut pin = StatePin::Absent;
         for _ in 0..PIN_ROUNDS {
-            let expr = WriteExpression::of(&self.table, token, write, &pin)?;
+            let expr = WriteExpression::of(&self.table, token, write, attributes, &pin)?;
             let sent = self
                 .client
                 .update_item()
                 .table_name(self.table.name())
-                .set_key(Some(key_of(&self.table, key)))
+                .set_key(Some(item_key.clone()))
                 .condition_expression(expr.condition)
                 .set_update_expression(expr.update)
                 .set_expression_attribute_names(Some(expr.names))
@@ -373,6 +433,36 @@ impl FencedStore for DynamoStore {
         Err(self.corrupt(DynamoFailure::Inconsistent(
             "the item's state kept changing under the write",
         )))
+    }
+}
+
+/// A store's writes that also set attributes of the caller's own, so [`Fence::write`] can
+/// send, resend and recognise them as it does any write: reads are the store's.
+#[derive(Debug)]
+struct Setting<'a> {
+    store: &'a DynamoStore,
+    attributes: &'a [(String, AttributeValue)],
+}
+
+#[async_trait]
+impl FencedStore for Setting<'_> {
+    fn name(&self) -> &str {
+        &self.store.name
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+        self.store.read(key).await
+    }
+
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        self.store
+            .write_setting(key, token, write, self.attributes)
+            .await
     }
 }
 

@@ -5,9 +5,11 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 use fencing_core::adapter::RequestEffect;
-use fencing_core::{InputKind, InvalidInput, Result};
+use fencing_core::{InputKind, InvalidInput, RecordKey, Result};
 
 use crate::error::classify;
+use crate::item::Item;
+use crate::key::{DynamoKeyType, KeyAttribute, KeySchema};
 
 /// A DynamoDB table name: 3 to 255 characters of `A-Z a-z 0-9 _ . -`, checked here because
 /// some emulators accept names the service refuses.
@@ -27,7 +29,7 @@ pub(crate) fn check_table_name(name: &str) -> Result<(), InvalidInput> {
 
 /// An attribute name: non-empty and at most 255 bytes (the limit for key attributes, and more
 /// than any fence, state or payload attribute needs).
-fn check_attribute(name: &str) -> Result<(), InvalidInput> {
+pub(crate) fn check_attribute(name: &str) -> Result<(), InvalidInput> {
     if name.is_empty() || name.len() > 255 {
         return Err(InvalidInput::new(
             InputKind::Identifier,
@@ -37,15 +39,37 @@ fn check_attribute(name: &str) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// A table whose items are fenced records: a string partition key, a Number fence attribute
-/// (absent or 0: no fence yet), a String state attribute and a Binary payload attribute.
+/// A table whose items are fenced records: a partition key (a String unless
+/// [`Self::with_key_type`] says otherwise) and optionally a sort key
+/// ([`Self::with_sort_key`]), a Number fence attribute (absent or 0: no fence yet), a String
+/// state attribute and a Binary payload attribute.
 ///
 /// Every attribute name is configurable and always sent through expression attribute names, so
 /// reserved words (`state`) and names with dots or spaces are safe.
+///
+/// On a table with a sort key, a record key is the partition key's value, the separator
+/// (`|` unless [`Self::with_key_separator`] names another) and the sort key's value, split at
+/// the first separator; [`Self::record_key`] builds one from its parts. A record key the
+/// table cannot hold (no separator, a Number key that is not a number in its one accepted
+/// spelling, see [`DynamoKeyType`]) is refused as [`InputKind::RecordKey`] before anything is
+/// sent.
+///
+/// ```
+/// use fencing_dynamodb::{DynamoKeyType, DynamoTable};
+///
+/// # fn main() -> Result<(), fencing_core::InvalidInput> {
+/// let ledger = DynamoTable::new("ledger")?
+///     .with_key_attribute("merchant")?
+///     .with_sort_key("entry", DynamoKeyType::Number)?;
+/// let entry = ledger.record_key("m_4471", Some("815"))?;
+/// assert_eq!(entry.as_str(), "m_4471|815");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DynamoTable {
     name: String,
-    key: String,
+    key: KeySchema,
     fence: String,
     state: String,
     payload: String,
@@ -58,20 +82,59 @@ impl DynamoTable {
         check_table_name(&name)?;
         Ok(DynamoTable {
             name,
-            key: "id".into(),
+            key: KeySchema {
+                partition: KeyAttribute {
+                    name: "id".into(),
+                    kind: DynamoKeyType::String,
+                },
+                sort: None,
+                separator: '|',
+            },
             fence: "fence".into(),
             state: "state".into(),
             payload: "payload".into(),
         })
     }
 
-    /// Names the partition key attribute (a String).
-    pub fn with_key_attribute(self, name: impl Into<String>) -> Result<Self, InvalidInput> {
-        DynamoTable {
-            key: name.into(),
-            ..self
+    /// Names the partition key attribute.
+    pub fn with_key_attribute(mut self, name: impl Into<String>) -> Result<Self, InvalidInput> {
+        self.key.partition.name = name.into();
+        self.checked()
+    }
+
+    /// The partition key's type (String unless set).
+    pub fn with_key_type(mut self, kind: DynamoKeyType) -> Self {
+        self.key.partition.kind = kind;
+        self
+    }
+
+    /// Gives the table a sort key: attribute `name` of type `kind`.
+    pub fn with_sort_key(
+        mut self,
+        name: impl Into<String>,
+        kind: DynamoKeyType,
+    ) -> Result<Self, InvalidInput> {
+        self.key.sort = Some(KeyAttribute {
+            name: name.into(),
+            kind,
+        });
+        self.checked()
+    }
+
+    /// The character between a record key's partition and sort key values (`|` unless set):
+    /// ASCII punctuation other than `-` and `.`, which Number keys contain.
+    pub fn with_key_separator(mut self, separator: char) -> Result<Self, InvalidInput> {
+        if !separator.is_ascii_punctuation() || matches!(separator, '-' | '.') {
+            return Err(InvalidInput::new(
+                InputKind::Identifier,
+                format!(
+                    "{separator:?} cannot separate key values: ASCII punctuation other than \
+                     '-' and '.'"
+                ),
+            ));
         }
-        .checked()
+        self.key.separator = separator;
+        Ok(self)
     }
 
     /// Names the fence attribute (a Number).
@@ -102,7 +165,9 @@ impl DynamoTable {
     }
 
     fn checked(self) -> Result<Self, InvalidInput> {
-        let names = [&self.key, &self.fence, &self.state, &self.payload];
+        let mut names = vec![&self.key.partition.name];
+        names.extend(self.key.sort.as_ref().map(|sort| &sort.name));
+        names.extend([&self.fence, &self.state, &self.payload]);
         for (i, name) in names.iter().enumerate() {
             check_attribute(name)?;
             if names[..i].contains(name) {
@@ -122,7 +187,56 @@ impl DynamoTable {
 
     /// The partition key attribute.
     pub fn key_attribute(&self) -> &str {
-        &self.key
+        &self.key.partition.name
+    }
+
+    /// The partition key's type.
+    pub fn key_type(&self) -> DynamoKeyType {
+        self.key.partition.kind
+    }
+
+    /// The sort key attribute and its type, if the table has one.
+    pub fn sort_key(&self) -> Option<(&str, DynamoKeyType)> {
+        self.key.sort.as_ref().map(|s| (s.name.as_str(), s.kind))
+    }
+
+    /// The character between a record key's partition and sort key values.
+    pub fn key_separator(&self) -> char {
+        self.key.separator
+    }
+
+    /// The record key of the item with these key values (`sort` for a table with a sort
+    /// key only), checked as every write checks its key: a partition value containing the
+    /// separator, a missing or superfluous sort value, or a value not of its key's type is
+    /// refused.
+    pub fn record_key(
+        &self,
+        partition: &str,
+        sort: Option<&str>,
+    ) -> Result<RecordKey, InvalidInput> {
+        self.key.record_key(partition, sort)
+    }
+
+    /// Each attribute the table gives a role, with the role's name.
+    pub(crate) fn roles(&self) -> Vec<(&str, &'static str)> {
+        let mut roles = vec![(self.key.partition.name.as_str(), "partition key")];
+        roles.extend(
+            self.key
+                .sort
+                .as_ref()
+                .map(|s| (s.name.as_str(), "sort key")),
+        );
+        roles.extend([
+            (self.fence.as_str(), "fence"),
+            (self.state.as_str(), "state"),
+            (self.payload.as_str(), "payload"),
+        ]);
+        roles
+    }
+
+    /// The key attributes of the item `key` names.
+    pub(crate) fn key_item(&self, key: &RecordKey) -> Result<Item, InvalidInput> {
+        self.key.item(key)
     }
 
     /// The fence attribute.
@@ -145,47 +259,52 @@ impl DynamoTable {
         format!("dynamodb:{}", self.name)
     }
 
-    /// Creates the table (on-demand capacity, the key attribute as a String hash key) and
+    /// Creates the table (on-demand capacity, its partition and sort keys as declared) and
     /// waits until it is active. A table of that name that exists already is accepted if its
-    /// key is exactly that attribute as a String hash key (so creating is idempotent), and
-    /// refused with a message naming its key schema otherwise.
+    /// key schema is exactly that (so creating is idempotent), and refused with a message
+    /// naming its key schema otherwise.
     pub async fn create(&self, client: &Client) -> Result<()> {
-        create_table(client, &self.name, &self.key, &self.store_name()).await
+        create_table(client, &self.name, &self.key.elements(), &self.store_name()).await
     }
 }
 
-/// Creates a table keyed by the String attribute `key`, on-demand, and waits for it to be
-/// active (a few polls on the service; at once on an emulator). A table that already exists
-/// with exactly that key is waited for instead; one with another key is an error naming it.
+/// The key schema of a table: each key attribute with its type and role, partition first.
+pub(crate) type KeyElements<'a> = [(&'a str, ScalarAttributeType, KeyType)];
+
+/// Creates a table with the key `elements`, on-demand, and waits for it to be active (a few
+/// polls on the service; at once on an emulator). A table that already exists with exactly
+/// that key is waited for instead; one with another key is an error naming it.
 pub(crate) async fn create_table(
     client: &Client,
     name: &str,
-    key: &str,
+    elements: &KeyElements<'_>,
     store: &str,
 ) -> Result<()> {
     let built = |e: aws_sdk_dynamodb::error::BuildError| {
         fencing_core::Error::failed_request(store, RequestEffect::ReadOnly, false, Box::new(e))
     };
-    let created = client
+    let mut request = client
         .create_table()
         .table_name(name)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(key)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(built)?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(key)
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(built)?,
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await;
+        .billing_mode(BillingMode::PayPerRequest);
+    for (attribute, scalar, role) in elements {
+        request = request
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(*attribute)
+                    .attribute_type(scalar.clone())
+                    .build()
+                    .map_err(built)?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(*attribute)
+                    .key_type(role.clone())
+                    .build()
+                    .map_err(built)?,
+            );
+    }
+    let created = request.send().await;
     if let Err(err) = created
         && err
             .as_service_error()
@@ -203,7 +322,7 @@ pub(crate) async fn create_table(
         let Some(table) = described.table() else {
             break;
         };
-        check_key_schema(table, name, key, store)?;
+        check_key_schema(table, name, elements, store)?;
         if table.table_status().is_some_and(|s| s.as_str() == "ACTIVE") {
             return Ok(());
         }
@@ -217,11 +336,11 @@ pub(crate) async fn create_table(
     ))
 }
 
-/// Refuses a table whose key is not exactly `key` as a String hash key.
+/// Refuses a table whose key schema is not exactly `elements`.
 fn check_key_schema(
     table: &aws_sdk_dynamodb::types::TableDescription,
     name: &str,
-    key: &str,
+    elements: &KeyElements<'_>,
     store: &str,
 ) -> Result<()> {
     let schema: Vec<String> = table
@@ -236,10 +355,16 @@ fn check_key_schema(
             format!("{} ({kind}, {})", k.attribute_name(), k.key_type().as_str())
         })
         .collect();
-    let expected = format!("{key} (S, HASH)");
-    if schema == [expected.clone()] {
+    let expected: Vec<String> = elements
+        .iter()
+        .map(|(attribute, scalar, role)| {
+            format!("{attribute} ({}, {})", scalar.as_str(), role.as_str())
+        })
+        .collect();
+    if schema == expected {
         return Ok(());
     }
+    let expected = expected.join(" + ");
     Err(fencing_core::Error::failed_request(
         store,
         RequestEffect::ReadOnly,

@@ -8,7 +8,9 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeyType, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
+};
 use fencing_core::adapter::RequestEffect;
 use fencing_core::{Error, FencingToken, InvalidInput, ResourceName, Result, TokenSource};
 
@@ -82,7 +84,8 @@ impl DynamoTokenSource {
 
     /// Creates the counter table (on-demand, `resource` as a String hash key).
     pub async fn create_table(&self) -> Result<()> {
-        create_table(&self.client, &self.table, RESOURCE, &self.name).await
+        let key = [(RESOURCE, ScalarAttributeType::S, KeyType::Hash)];
+        create_table(&self.client, &self.table, &key, &self.name).await
     }
 
     /// The store name in errors, `dynamodb:<table>`.

@@ -39,6 +39,18 @@ mod concrete {
     }
 }
 
+/// The store guarantees on a table keyed as teams key theirs: Binary partition, Number sort
+/// key, reserved-word attribute names.
+mod composite_key {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: common::composite_store().await,
+        caps: common::composite_caps(),
+    }
+}
+
 mod as_dyn {
     use super::*;
 

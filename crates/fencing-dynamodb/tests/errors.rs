@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, RecordKey};
-use fencing_dynamodb::{DynamoStore, DynamoTable};
+use fencing_dynamodb::{DynamoKeyType, DynamoStore, DynamoTable};
 use fencing_test_support::aws;
 
 fn key(text: &str) -> RecordKey {
@@ -93,4 +93,14 @@ async fn creating_a_table_that_exists_is_idempotent_or_names_the_key_it_has() {
         "{message}"
     );
     assert!(message.contains("not refund_id (S, HASH)"), "{message}");
+
+    let with_sort_key = DynamoTable::new(table.name())
+        .unwrap()
+        .with_sort_key("entry", DynamoKeyType::Number)
+        .unwrap();
+    let message = with_sort_key.create(&client).await.unwrap_err().to_string();
+    assert!(
+        message.contains("not id (S, HASH) + entry (N, RANGE)"),
+        "{message}"
+    );
 }

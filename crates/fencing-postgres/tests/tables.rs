@@ -558,7 +558,7 @@ async fn a_claim_waiting_on_a_row_being_changed_reports_what_the_change_left() {
     let store = schema.store();
     let lifecycle = Lifecycle::default();
     let refund = key("r_0815");
-    pending_rows(&store, &[refund.clone()]).await;
+    pending_rows(&store, std::slice::from_ref(&refund)).await;
 
     let mut earlier_holder = schema.pool.begin().await.unwrap();
     store

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use aws_sdk_dynamodb::Client;
-use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
+use fencing_dynamodb::{DynamoKeyType, DynamoLease, DynamoStore, DynamoTable};
 use fencing_test_support::aws;
 use fencing_testkit::conformance::Capabilities;
 use fencing_testkit::unique_name;
@@ -42,4 +42,66 @@ pub(crate) async fn lease(client: &Client) -> DynamoLease {
     let lease = DynamoLease::new(client.clone(), unique_name("leases")).unwrap();
     lease.create_table().await.unwrap();
     lease
+}
+
+/// A table as a team's ledger might be keyed: a Binary partition key `merchant` and a Number
+/// sort key `entry`, attribute names that are reserved words or need placeholders.
+pub(crate) async fn composite_table(client: &Client) -> DynamoTable {
+    let table = DynamoTable::new(unique_name("ledger"))
+        .unwrap()
+        .with_key_attribute("merchant")
+        .unwrap()
+        .with_key_type(DynamoKeyType::Binary)
+        .with_sort_key("entry", DynamoKeyType::Number)
+        .unwrap()
+        .with_fence_attribute("fence.v2")
+        .unwrap()
+        .with_state_attribute("status")
+        .unwrap();
+    table.create(client).await.unwrap();
+    table
+}
+
+/// A fresh store on [`composite_table`].
+pub(crate) async fn composite_store() -> DynamoStore {
+    let client = client();
+    let table = composite_table(&client).await;
+    DynamoStore::new(client, table)
+}
+
+/// The emulator's capabilities, the suite's keys spelled for [`composite_table`]: the key
+/// text's bytes as the partition key, entry 815.
+pub(crate) fn composite_caps() -> Capabilities {
+    fn spelled(text: &str) -> String {
+        let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("{hex}|815")
+    }
+    caps().with_record_keys(spelled)
+}
+
+/// A ledger keyed by merchant (String) and entry number (Number), with the state attribute
+/// named `status` (a reserved word).
+pub(crate) async fn ledger_table(client: &Client) -> DynamoTable {
+    let table = DynamoTable::new(unique_name("ledger"))
+        .unwrap()
+        .with_key_attribute("merchant")
+        .unwrap()
+        .with_sort_key("entry", DynamoKeyType::Number)
+        .unwrap()
+        .with_state_attribute("status")
+        .unwrap();
+    table.create(client).await.unwrap();
+    table
+}
+
+/// How many items `table` holds, by a strongly consistent scan.
+pub(crate) async fn item_count(client: &Client, table: &DynamoTable) -> i32 {
+    client
+        .scan()
+        .table_name(table.name())
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .count()
 }

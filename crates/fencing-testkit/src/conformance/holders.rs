@@ -9,7 +9,7 @@ use fencing_core::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Capabilities, OneAtATime, key, make_pending, must_acquire, resource};
+use super::{Capabilities, OneAtATime, make_pending, must_acquire, resource};
 use crate::Fencing;
 
 /// What [`fenced_increments`] counted.
@@ -80,7 +80,7 @@ impl Increments {
             seed,
         } = self;
         let r = resource("increments");
-        let k = key("counter");
+        let k = caps.key("counter");
         let step = caps.short_ttl.duration() / 10;
         let patient = RetryPolicy::new(10_000, step, step).unwrap();
         let mut tasks = tokio::task::JoinSet::new();
@@ -156,7 +156,7 @@ where
 {
     let lifecycle = fencing_core::Lifecycle::default();
     let r = resource("paused");
-    let k = key("r_815");
+    let k = caps.key("r_815");
     make_pending(store, &k).await;
     let a = must_acquire(lease, &r, caps.short_ttl).await;
     let fence_a = Fence::of_guard(&a, lease.token_source());
@@ -201,7 +201,7 @@ pub async fn token_regression_is_detected<L, S>(
     S: FencedStore + ?Sized,
 {
     let r = resource("regression");
-    let k = key("fenced-row");
+    let k = caps.key("fenced-row");
     let mut highest = None;
     for _ in 0..5 {
         let guard = must_acquire(lease, &r, caps.short_ttl).await;
@@ -289,7 +289,7 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
 {
     let lifecycle = fencing_core::Lifecycle::default();
     let r = resource("reissue");
-    let k = key("r_1");
+    let k = caps.key("r_1");
     make_pending(store, &k).await;
     let a = must_acquire(lease, &r, caps.short_ttl).await;
     let fence_a = Fence::of_guard(&a, lease.token_source());

@@ -28,19 +28,19 @@ macro_rules! store_conformance {
     ($($config:tt)*) => {
         $crate::__conformance_tests! {
             [$($config)*]
-            plain claim_creates_a_missing_record,
-            plain stale_claim_is_rejected,
-            plain same_token_reclaim_is_idempotent,
-            plain confirm_by_a_non_claimer_is_rejected,
-            plain state_preconditions_are_enforced,
-            plain fence_is_checked_before_state,
-            plain payload_round_trips_bytes,
-            plain hostile_keys_are_distinct,
-            plain refused_writes_change_nothing,
-            plain retried_writes_are_recognised,
+            with_caps claim_creates_a_missing_record,
+            with_caps stale_claim_is_rejected,
+            with_caps same_token_reclaim_is_idempotent,
+            with_caps confirm_by_a_non_claimer_is_rejected,
+            with_caps state_preconditions_are_enforced,
+            with_caps fence_is_checked_before_state,
+            with_caps payload_round_trips_bytes,
+            with_caps hostile_keys_are_distinct,
+            with_caps refused_writes_change_nothing,
+            with_caps retried_writes_are_recognised,
             shared racing_claims_serialise,
-            plain many_writes_answer_as_single_writes,
-            plain retried_groups_are_recognised,
+            with_caps many_writes_answer_as_single_writes,
+            with_caps retried_groups_are_recognised,
             shared a_group_racing_a_newer_holder_serialises,
         }
     };

@@ -54,6 +54,10 @@ pub struct Capabilities {
     /// whose tokens are a revision that every other write to the server advances too (etcd):
     /// the suite then checks that tokens rise and floors hold, not that they are consecutive.
     pub consecutive_tokens: bool,
+    /// How the suite's record keys are spelled for this store: the suite's own key text in,
+    /// a key the store can hold out. The text itself, unless the store's keys have a shape
+    /// of their own (a DynamoDB table with a Number sort key takes `<partition>|<number>`).
+    pub record_key: fn(&str) -> String,
 }
 
 impl Capabilities {
@@ -65,6 +69,7 @@ impl Capabilities {
             serialises_concurrent_writes: true,
             braces_in_resource_names: true,
             consecutive_tokens: true,
+            record_key: str::to_owned,
         }
     }
 
@@ -76,6 +81,7 @@ impl Capabilities {
             serialises_concurrent_writes: true,
             braces_in_resource_names: true,
             consecutive_tokens: true,
+            record_key: str::to_owned,
         }
     }
 
@@ -93,6 +99,21 @@ impl Capabilities {
             braces_in_resource_names: false,
             ..self
         }
+    }
+
+    /// The same, for a store whose record keys are spelled by `record_key`.
+    pub fn with_record_keys(self, record_key: fn(&str) -> String) -> Self {
+        Capabilities { record_key, ..self }
+    }
+
+    /// A fresh record key, unique to this run, spelled for the store.
+    pub fn key(&self, prefix: &str) -> RecordKey {
+        self.key_spelled(&crate::unique_name(prefix))
+    }
+
+    /// The record key `text` names in this store's spelling.
+    pub fn key_spelled(&self, text: &str) -> RecordKey {
+        RecordKey::new((self.record_key)(text)).expect("valid record key")
     }
 
     /// How long to wait for a lease taken with `short_ttl` to be expired everywhere.
@@ -128,10 +149,6 @@ pub fn hostile_names() -> Vec<String> {
 
 pub(crate) fn resource(prefix: &str) -> ResourceName {
     ResourceName::new(crate::unique_name(prefix)).expect("valid resource name")
-}
-
-pub(crate) fn key(prefix: &str) -> RecordKey {
-    RecordKey::new(crate::unique_name(prefix)).expect("valid record key")
 }
 
 /// Acquires `r`, which must be free.

@@ -7,7 +7,7 @@ use fencing_core::{
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
-use super::{Capabilities, OneAtATime, hostile_names, key, make_pending, resource};
+use super::{Capabilities, OneAtATime, hostile_names, make_pending, resource};
 use crate::faults::{Fault, FaultyStore};
 
 fn token(n: u64) -> FencingToken {
@@ -26,8 +26,11 @@ async fn must_claim<S: FencedStore + ?Sized>(store: &S, key: &RecordKey, t: u64)
 }
 
 /// A claim without a state condition creates a missing record with the token as its fence.
-pub async fn claim_creates_a_missing_record<S: FencedStore + ?Sized>(store: &S) {
-    let k = key("create");
+pub async fn claim_creates_a_missing_record<S: FencedStore + ?Sized>(
+    store: &S,
+    caps: Capabilities,
+) {
+    let k = caps.key("create");
     assert_eq!(store.read(&k).await.unwrap(), None);
     let write = FencedWrite::claim()
         .set_state(state("pending"))
@@ -43,8 +46,8 @@ pub async fn claim_creates_a_missing_record<S: FencedStore + ?Sized>(store: &S) 
 }
 
 /// A claim with a lower token than the fence is refused, names the fence, changes nothing.
-pub async fn stale_claim_is_rejected<S: FencedStore + ?Sized>(store: &S) {
-    let k = key("stale");
+pub async fn stale_claim_is_rejected<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
+    let k = caps.key("stale");
     must_claim(store, &k, 34).await;
     let before = store.read(&k).await.unwrap();
     let write = FencedWrite::claim().set_state(state("sending"));
@@ -73,8 +76,11 @@ pub async fn stale_claim_is_rejected<S: FencedStore + ?Sized>(store: &S) {
 
 /// Claiming again with the same token (an ambiguous write retried) is accepted; a higher
 /// token takes over.
-pub async fn same_token_reclaim_is_idempotent<S: FencedStore + ?Sized>(store: &S) {
-    let k = key("reclaim");
+pub async fn same_token_reclaim_is_idempotent<S: FencedStore + ?Sized>(
+    store: &S,
+    caps: Capabilities,
+) {
+    let k = caps.key("reclaim");
     let write = FencedWrite::claim().set_state(state("sending"));
     store.write(&k, token(5), &write).await.unwrap();
     let again = store.write(&k, token(5), &write).await.unwrap();
@@ -86,8 +92,11 @@ pub async fn same_token_reclaim_is_idempotent<S: FencedStore + ?Sized>(store: &S
 }
 
 /// A holder-only write is accepted only with exactly the fence's token, and keeps the fence.
-pub async fn confirm_by_a_non_claimer_is_rejected<S: FencedStore + ?Sized>(store: &S) {
-    let k = key("confirm");
+pub async fn confirm_by_a_non_claimer_is_rejected<S: FencedStore + ?Sized>(
+    store: &S,
+    caps: Capabilities,
+) {
+    let k = caps.key("confirm");
     let lifecycle = Lifecycle::default();
     store
         .write(
@@ -125,9 +134,12 @@ pub async fn confirm_by_a_non_claimer_is_rejected<S: FencedStore + ?Sized>(store
 }
 
 /// State conditions hold in the same step as the fence; missing records are not invented.
-pub async fn state_preconditions_are_enforced<S: FencedStore + ?Sized>(store: &S) {
+pub async fn state_preconditions_are_enforced<S: FencedStore + ?Sized>(
+    store: &S,
+    caps: Capabilities,
+) {
     let lifecycle = Lifecycle::default();
-    let k = key("state");
+    let k = caps.key("state");
     store
         .write(
             &k,
@@ -155,7 +167,7 @@ pub async fn state_preconditions_are_enforced<S: FencedStore + ?Sized>(store: &S
     }
     assert_eq!(store.read(&k).await.unwrap(), before, "fence must not move");
 
-    let missing = key("missing");
+    let missing = caps.key("missing");
     for write in [
         lifecycle.claim(),
         lifecycle.confirm(),
@@ -168,9 +180,9 @@ pub async fn state_preconditions_are_enforced<S: FencedStore + ?Sized>(store: &S
 }
 
 /// A stale writer is told it is stale even when the state would also refuse it.
-pub async fn fence_is_checked_before_state<S: FencedStore + ?Sized>(store: &S) {
+pub async fn fence_is_checked_before_state<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
     let lifecycle = Lifecycle::default();
-    let k = key("order");
+    let k = caps.key("order");
     store
         .write(
             &k,
@@ -187,8 +199,8 @@ pub async fn fence_is_checked_before_state<S: FencedStore + ?Sized>(store: &S) {
 }
 
 /// Payloads are bytes, NUL and invalid UTF-8 included; a write without a payload keeps it.
-pub async fn payload_round_trips_bytes<S: FencedStore + ?Sized>(store: &S) {
-    let k = key("payload");
+pub async fn payload_round_trips_bytes<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
+    let k = caps.key("payload");
     let bytes = vec![0u8, 255, 0x80, b'\'', b'"', 0, 10];
     store
         .write(
@@ -206,14 +218,14 @@ pub async fn payload_round_trips_bytes<S: FencedStore + ?Sized>(store: &S) {
 }
 
 /// Keys full of quotes, SQL, braces and look-alikes are stored independently.
-pub async fn hostile_keys_are_distinct<S: FencedStore + ?Sized>(store: &S) {
+pub async fn hostile_keys_are_distinct<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
     let names = hostile_names();
     for (i, name) in names.iter().enumerate() {
-        let k = RecordKey::new(name.clone()).unwrap();
+        let k = caps.key_spelled(name);
         must_claim(store, &k, i as u64 + 1).await;
     }
     for (i, name) in names.iter().enumerate() {
-        let k = RecordKey::new(name.clone()).unwrap();
+        let k = caps.key_spelled(name);
         let record = store.read(&k).await.unwrap().expect("stored");
         assert_eq!(record.key, k);
         assert_eq!(record.fence, Some(token(i as u64 + 1)), "{name:?}");
@@ -241,8 +253,8 @@ async fn refusal_changes_nothing<S: FencedStore + ?Sized>(
 
 /// Every kind of refused write (stale claim, holder-only by a lower or higher token, state
 /// mismatch for either kind, a missing record) leaves the record exactly as it was.
-pub async fn refused_writes_change_nothing<S: FencedStore + ?Sized>(store: &S) {
-    let k = key("refused");
+pub async fn refused_writes_change_nothing<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
+    let k = caps.key("refused");
     store
         .write(
             &k,
@@ -272,7 +284,7 @@ pub async fn refused_writes_change_nothing<S: FencedStore + ?Sized>(store: &S) {
         mismatch,
     )
     .await;
-    let missing = key("refused-missing");
+    let missing = caps.key("refused-missing");
     refusal_changes_nothing(
         store,
         &missing,
@@ -286,7 +298,7 @@ pub async fn refused_writes_change_nothing<S: FencedStore + ?Sized>(store: &S) {
 /// A write whose answer was lost after it applied, or whose request was lost before, is
 /// retried by [`Fence::write`] with the same token and reported as applied, for both kinds of
 /// write; a retry that finds the record in another state is still refused.
-pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S) {
+pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
     let faulty = FaultyStore::new(store);
     let r = resource("retried");
     let source = MemoryTokenSource::new();
@@ -294,7 +306,7 @@ pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S) {
     let fence = Fence::new(&r, token(20), &source);
     let lifecycle = Lifecycle::default();
     for fault in [Fault::LoseAnswer, Fault::LoseRequest] {
-        let k = key("retried");
+        let k = caps.key("retried");
         make_pending(store, &k).await;
         faulty.inject(Some(FenceCheck::Claim), fault);
         let claimed = fence.write(&faulty, &k, &lifecycle.claim()).await;
@@ -321,7 +333,7 @@ pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S) {
 
     // The first attempt never arrived and the record is not in a state this write sets: the
     // retry's refusal stands.
-    let k = key("retried-refused");
+    let k = caps.key("retried-refused");
     make_pending(store, &k).await;
     fence.write(store, &k, &FencedWrite::claim()).await.unwrap();
     faulty.inject(None, Fault::LoseRequest);
@@ -357,7 +369,7 @@ pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
     store: Arc<S>,
     caps: Capabilities,
 ) {
-    let k = key("race");
+    let k = caps.key("race");
     let mut tokens: Vec<u64> = (1..=16).collect();
     tokens.shuffle(&mut rand::rngs::StdRng::seed_from_u64(16));
     let outcomes = if caps.serialises_concurrent_writes {
@@ -399,8 +411,15 @@ pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
 /// unchanged; a holder-only write with a state condition applies where fence and state admit
 /// it and is refused (fence, state, missing) where a single write would be. Keys given twice
 /// are refused with nothing written; no keys is no writes.
-pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(store: &S) {
-    let (missing, older, newer) = (key("many-new"), key("many-older"), key("many-newer"));
+pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(
+    store: &S,
+    caps: Capabilities,
+) {
+    let (missing, older, newer) = (
+        caps.key("many-new"),
+        caps.key("many-older"),
+        caps.key("many-newer"),
+    );
     must_claim(store, &older, 5).await;
     must_claim(store, &newer, 9).await;
     let newer_before = store.read(&newer).await.unwrap();
@@ -443,7 +462,7 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(store:
         "the refused record is unchanged"
     );
 
-    let absent = key("many-absent");
+    let absent = caps.key("many-absent");
     let confirm = FencedWrite::holder_only()
         .when_state_in([state("sending")])
         .set_state(state("sent"));
@@ -481,7 +500,7 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(store:
         "a second confirm finds the record sent: {again:?}"
     );
 
-    let twice = key("many-twice");
+    let twice = caps.key("many-twice");
     let err = store
         .write_many(&[twice.clone(), twice.clone()], token(7), &claim)
         .await
@@ -500,7 +519,7 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(store:
 /// A write of many records whose answer was lost after it applied, or whose request was lost
 /// before, is sent again by [`Fence::write_many`] and every record reported as applied, for
 /// claims and confirms alike; a record a newer holder took in between stays refused.
-pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S) {
+pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
     let faulty = FaultyStore::new(store);
     let r = resource("retried-group");
     let source = MemoryTokenSource::new();
@@ -508,7 +527,7 @@ pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S) {
     let fence = Fence::new(&r, token(20), &source);
     let lifecycle = Lifecycle::default();
     for fault in [Fault::LoseAnswer, Fault::LoseRequest] {
-        let keys: Vec<RecordKey> = (0..5).map(|_| key("retried-group")).collect();
+        let keys: Vec<RecordKey> = (0..5).map(|_| caps.key("retried-group")).collect();
         for k in &keys {
             make_pending(store, k).await;
         }
@@ -541,7 +560,7 @@ pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S) {
 
     // A newer holder claims one record between the lost answer and the retry: that record
     // is refused by its fence, the others are this holder's.
-    let keys: Vec<RecordKey> = (0..3).map(|_| key("retried-taken")).collect();
+    let keys: Vec<RecordKey> = (0..3).map(|_| caps.key("retried-taken")).collect();
     for k in &keys {
         make_pending(store, k).await;
     }
@@ -583,7 +602,7 @@ pub async fn a_group_racing_a_newer_holder_serialises<S: FencedStore + ?Sized + 
     } else {
         Arc::new(OneAtATime::new(store))
     };
-    let keys: Vec<RecordKey> = (0..12).map(|_| key("group-race")).collect();
+    let keys: Vec<RecordKey> = (0..12).map(|_| caps.key("group-race")).collect();
     for k in &keys {
         make_pending(&*store, k).await;
     }

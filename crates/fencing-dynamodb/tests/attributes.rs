@@ -1,0 +1,151 @@
+//! The team's own attributes, typed, set in the same fenced `UpdateItem` on a table keyed as
+//! teams key theirs: read back by a plain `GetItem`, never set by a stale holder, refused
+//! where they would collide with the table's own attributes, and resent and recognised when
+//! an answer is lost.
+
+mod common;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use fencing_core::{
+    Error, Fence, FencedWrite, FencingToken, InputKind, Lifecycle, MemoryTokenSource, ResourceName,
+    TokenSource,
+};
+use fencing_dynamodb::{DynamoStore, DynamoWrite};
+use fencing_test_support::aws::LoseAnswers;
+use fencing_testkit::conformance::make_pending;
+
+fn token(n: u64) -> FencingToken {
+    FencingToken::new(n).unwrap()
+}
+
+/// A store on a fresh ledger table.
+async fn ledger(client: &aws_sdk_dynamodb::Client) -> DynamoStore {
+    DynamoStore::new(client.clone(), common::ledger_table(client).await)
+}
+
+/// A token source that has issued up to 40 for the settlement.
+async fn issued() -> (MemoryTokenSource, ResourceName) {
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    source.advance_to(&resource, token(40)).await.unwrap();
+    (source, resource)
+}
+
+fn entry(amount_cents: &str, by: &str) -> DynamoWrite {
+    DynamoWrite::new(FencedWrite::claim().set_state(Lifecycle::default().done().clone()))
+        .set("amount_cents", AttributeValue::N(amount_cents.into()))
+        .unwrap()
+        .set("posted by", AttributeValue::S(by.into()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn attributes_are_set_with_the_fence_and_a_stale_holder_sets_none() {
+    let client = common::client();
+    let store = ledger(&client).await;
+    let key = store.table().record_key("m_4471", Some("815")).unwrap();
+    let (source, resource) = issued().await;
+    let newer = Fence::new(&resource, token(34), &source);
+    let stale = Fence::new(&resource, token(33), &source);
+
+    store
+        .write_with(&newer, &key, entry("1250", "worker-b"))
+        .await
+        .unwrap();
+    let err = store
+        .write_with(&stale, &key, entry("9999", "worker-a"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+
+    let raw = client
+        .get_item()
+        .table_name(store.table().name())
+        .key("merchant", AttributeValue::S("m_4471".into()))
+        .key("entry", AttributeValue::N("815".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let item = raw.item().unwrap();
+    assert_eq!(item["amount_cents"], AttributeValue::N("1250".into()));
+    assert_eq!(item["posted by"], AttributeValue::S("worker-b".into()));
+    assert_eq!(item["fence"], AttributeValue::N("34".into()));
+    let done = Lifecycle::default().done().to_string();
+    assert_eq!(item["status"], AttributeValue::S(done));
+
+    let (record, attributes) = store.read_with_attributes(&key).await.unwrap().unwrap();
+    assert_eq!(record.fence, Some(token(34)));
+    assert_eq!(attributes.len(), 2, "only the team's own: {attributes:?}");
+    assert_eq!(attributes["amount_cents"], AttributeValue::N("1250".into()));
+    let missing = store.table().record_key("m_4471", Some("816")).unwrap();
+    assert_eq!(store.read_with_attributes(&missing).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn attributes_named_like_the_tables_own_are_refused_with_nothing_written() {
+    let client = common::client();
+    let store = ledger(&client).await;
+    let key = store.table().record_key("m_4471", Some("815")).unwrap();
+    let (source, resource) = issued().await;
+    let fence = Fence::new(&resource, token(34), &source);
+    for taken in ["merchant", "entry", "fence", "status", "payload"] {
+        let write = DynamoWrite::new(FencedWrite::claim())
+            .set(taken, AttributeValue::S("x".into()))
+            .unwrap();
+        let err = store.write_with(&fence, &key, write).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidInput(input) if input.kind() == InputKind::Write),
+            "{taken}: {err:?}"
+        );
+    }
+    let twice = DynamoWrite::new(FencedWrite::claim())
+        .set("amount_cents", AttributeValue::N("1".into()))
+        .unwrap()
+        .set("amount_cents", AttributeValue::N("2".into()))
+        .unwrap_err();
+    assert_eq!(twice.kind(), InputKind::Write);
+    assert!(
+        DynamoWrite::new(FencedWrite::claim())
+            .set("", AttributeValue::Bool(true))
+            .is_err()
+    );
+    assert_eq!(
+        common::item_count(&client, store.table()).await,
+        0,
+        "nothing was written"
+    );
+}
+
+#[tokio::test]
+async fn a_write_with_attributes_whose_answer_is_lost_is_resent_and_recognised() {
+    let faults = LoseAnswers::default();
+    let client =
+        common::client_with(aws_sdk_dynamodb::Config::builder().interceptor(faults.clone()));
+    let store = ledger(&client).await;
+    let key = store.table().record_key("m_4471", Some("815")).unwrap();
+    let (source, resource) = issued().await;
+    let fence = Fence::new(&resource, token(34), &source);
+    let lifecycle = Lifecycle::default();
+    make_pending(&store, &key).await;
+
+    faults.arm(1);
+    let claim = DynamoWrite::new(lifecycle.claim())
+        .set("gateway", AttributeValue::S("acme".into()))
+        .unwrap();
+    store.write_with(&fence, &key, claim).await.unwrap();
+    faults.arm(1);
+    let confirm = DynamoWrite::new(lifecycle.confirm())
+        .set("gateway_ref", AttributeValue::S("re_3Pq81".into()))
+        .unwrap();
+    store.write_with(&fence, &key, confirm).await.unwrap();
+    assert_eq!(faults.lost(), 2);
+
+    let (record, attributes) = store.read_with_attributes(&key).await.unwrap().unwrap();
+    assert_eq!(record.state.as_ref(), Some(lifecycle.done()));
+    assert_eq!(attributes["gateway"], AttributeValue::S("acme".into()));
+    assert_eq!(
+        attributes["gateway_ref"],
+        AttributeValue::S("re_3Pq81".into())
+    );
+}
