@@ -284,6 +284,28 @@ mod tests {
         }
     }
 
+    /// The example of docs/envelope.md, byte for byte, so the page's decoder is checked
+    /// against what this crate writes.
+    #[test]
+    fn the_documented_example_is_what_encode_writes() {
+        let receipt = Record {
+            key: key(),
+            fence: Some(FencingToken::new(34).unwrap()),
+            state: Some(State::new("sent").unwrap()),
+            payload: br#"{"refund":"r_0815","cents":1250}"#.to_vec(),
+        };
+        let id = WriteId(0x0001_0203_0405_0607_0809_0a0b_0c0d_0e0f);
+        let hex: String = encode(&receipt, id)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "464e434501030000000000000022000102030405060708090a0b0c0d0e0f0473656e74\
+             00000000000000207b22726566756e64223a22725f30383135222c2263656e7473223a313235307d"
+        );
+    }
+
     #[test]
     fn the_fence_is_in_the_body_so_identical_payloads_differ() {
         let [_, a, _] = <[Record; 3]>::try_from(samples()).unwrap();

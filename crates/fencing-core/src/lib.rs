@@ -44,6 +44,7 @@ mod telemetry;
 
 mod cas;
 mod cas_check;
+mod codec;
 mod envelope;
 mod epoch;
 mod fence;

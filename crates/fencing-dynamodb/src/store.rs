@@ -92,12 +92,30 @@ impl DynamoStore {
         fence: &Fence<'_>,
         writes: &[(RecordKey, FencedWrite)],
     ) -> Result<()> {
+        let writes: Vec<(RecordKey, DynamoWrite)> = writes
+            .iter()
+            .map(|(key, write)| (key.clone(), DynamoWrite::from(write)))
+            .collect();
+        self.transact_with(fence, &writes).await
+    }
+
+    /// [`Self::transact`] of writes that also set attributes of the caller's own
+    /// ([`DynamoWrite`]), each in its item's `Update` of the one `TransactWriteItems`: a
+    /// refusal anywhere sets none of them anywhere.
+    pub async fn transact_with(
+        &self,
+        fence: &Fence<'_>,
+        writes: &[(RecordKey, DynamoWrite)],
+    ) -> Result<()> {
         let token = fence.token();
         let mut pins = vec![StatePin::Absent; writes.len()];
         // Checked once before the first request: a bad list is refused unsent.
         self.transaction_items(token, writes, &pins)?;
         let records: Vec<&RecordKey> = writes.iter().map(|(key, _)| key).collect();
-        let check = match writes.iter().any(|(_, w)| w.check() == FenceCheck::Claim) {
+        let check = match writes
+            .iter()
+            .any(|(_, w)| w.write().check() == FenceCheck::Claim)
+        {
             true => FenceCheck::Claim,
             false => FenceCheck::HolderOnly,
         };
@@ -121,7 +139,7 @@ impl DynamoStore {
     async fn transact_once(
         &self,
         token: FencingToken,
-        writes: &[(RecordKey, FencedWrite)],
+        writes: &[(RecordKey, DynamoWrite)],
         pins: &[StatePin],
     ) -> Result<Transacted> {
         let items = self.transaction_items(token, writes, pins)?;
@@ -147,7 +165,7 @@ impl DynamoStore {
     fn transaction_items(
         &self,
         token: FencingToken,
-        writes: &[(RecordKey, FencedWrite)],
+        writes: &[(RecordKey, DynamoWrite)],
         pins: &[StatePin],
     ) -> Result<Vec<TransactWriteItem>> {
         if writes.is_empty() || writes.len() > MAX_TRANSACTION_ITEMS {
@@ -169,10 +187,11 @@ impl DynamoStore {
                     format!("{key:?} appears twice in one transaction"),
                 ));
             }
+            let (write, attributes) = (write.write(), write.attributes());
             check_item_size(&self.table, key, write)?;
             let item_key = self.table.key_item(key)?;
             bytes += key.len() + write.new_payload().map_or(0, <[u8]>::len) + 256;
-            let expr = WriteExpression::of(&self.table, token, write, &[], pin)?;
+            let expr = WriteExpression::of(&self.table, token, write, attributes, pin)?;
             let built = |e| self.not_built(e);
             let item = match expr.update {
                 Some(update) => TransactWriteItem::builder().update(
@@ -223,7 +242,7 @@ impl DynamoStore {
     fn cancellation(
         &self,
         token: FencingToken,
-        writes: &[(RecordKey, FencedWrite)],
+        writes: &[(RecordKey, DynamoWrite)],
         pins: &[StatePin],
         reasons: &[aws_sdk_dynamodb::types::CancellationReason],
     ) -> Result<Transacted> {
@@ -234,6 +253,7 @@ impl DynamoStore {
                 continue;
             }
             failed = true;
+            let write = write.write();
             let found = reason
                 .item()
                 .map(|item| record_from(&self.table, key, item))
@@ -284,7 +304,7 @@ enum Transacted {
 fn request_token(
     store: &str,
     token: FencingToken,
-    writes: &[(RecordKey, FencedWrite)],
+    writes: &[(RecordKey, DynamoWrite)],
     pins: &[StatePin],
 ) -> String {
     let mut described = format!("{store}\n{token}\n");

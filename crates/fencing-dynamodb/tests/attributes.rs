@@ -149,3 +149,53 @@ async fn a_write_with_attributes_whose_answer_is_lost_is_resent_and_recognised()
         AttributeValue::S("re_3Pq81".into())
     );
 }
+
+#[tokio::test]
+async fn a_transaction_sets_every_items_attributes_or_none() {
+    let client = common::client();
+    let store = ledger(&client).await;
+    let (first, second) = (
+        store.table().record_key("m_4471", Some("815")).unwrap(),
+        store.table().record_key("m_4471", Some("816")).unwrap(),
+    );
+    let (source, resource) = issued().await;
+    let newer = Fence::new(&resource, token(35), &source);
+    let holder = Fence::new(&resource, token(34), &source);
+    // A newer holder has the second entry already.
+    store
+        .write_with(&newer, &second, entry("700", "worker-c"))
+        .await
+        .unwrap();
+
+    let both = [
+        (first.clone(), entry("1250", "worker-b")),
+        (second.clone(), entry("800", "worker-b")),
+    ];
+    let err = store.transact_with(&holder, &both).await.unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+    assert_eq!(store.read_with_attributes(&first).await.unwrap(), None);
+    let (_, kept) = store.read_with_attributes(&second).await.unwrap().unwrap();
+    assert_eq!(kept["amount_cents"], AttributeValue::N("700".into()));
+
+    let third = store.table().record_key("m_4471", Some("817")).unwrap();
+    let fresh = [
+        (first.clone(), entry("1250", "worker-b")),
+        (third.clone(), entry("300", "worker-b")),
+    ];
+    store.transact_with(&holder, &fresh).await.unwrap();
+    for (key, cents) in [(&first, "1250"), (&third, "300")] {
+        let (record, attributes) = store.read_with_attributes(key).await.unwrap().unwrap();
+        assert_eq!(record.fence, Some(token(34)));
+        assert_eq!(attributes["amount_cents"], AttributeValue::N(cents.into()));
+    }
+
+    let colliding = [(
+        store.table().record_key("m_4471", Some("818")).unwrap(),
+        DynamoWrite::new(FencedWrite::claim())
+            .set("status", AttributeValue::S("x".into()))
+            .unwrap(),
+    )];
+    let err = store.transact_with(&holder, &colliding).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(common::item_count(&client, store.table()).await, 3);
+}

@@ -9,7 +9,9 @@
 //! ASCII-safe) for people browsing the bucket; the body is what counts.
 //!
 //! * [`S3Bucket`]: the bucket and key prefix, names checked as the service checks them.
-//! * [`S3Store`]: the fenced store, and a fenced delete ([`S3Store::delete`]).
+//! * [`S3Store`]: the fenced store, and a fenced delete ([`S3Store::delete`]); its bodies are
+//!   envelopes unless [`S3Store::with_codec`] names another [`ObjectCodec`] ([`JsonCodec`]:
+//!   the team's own JSON object, fence, state and write id as three of its fields).
 //! * [`S3FenceFloor`]: the highest fence under a prefix, to seed a token source.
 //!
 //! Every type takes an `aws_sdk_s3::Client` built by the caller (any endpoint, path-style or
@@ -22,5 +24,6 @@ mod objects;
 mod store;
 
 pub use bucket::{MAX_OBJECT_KEY_BYTES, S3Bucket};
+pub use fencing_core::adapter::{EnvelopeCodec, JsonCodec, ObjectCodec};
 pub use floor::S3FenceFloor;
 pub use store::S3Store;

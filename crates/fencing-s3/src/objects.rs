@@ -6,8 +6,12 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use fencing_core::adapter::envelope::{self, EnvelopeError};
-use fencing_core::adapter::{PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId};
+use std::sync::Arc;
+
+use fencing_core::adapter::{
+    EnvelopeCodec, ObjectCodec, PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId,
+    encode_checked,
+};
 use fencing_core::{Error, Record, RecordKey, Result};
 
 use crate::bucket::S3Bucket;
@@ -20,6 +24,7 @@ pub(crate) struct S3Objects {
     client: Client,
     bucket: S3Bucket,
     name: String,
+    codec: Arc<dyn ObjectCodec>,
 }
 
 impl S3Objects {
@@ -36,7 +41,13 @@ impl S3Objects {
             client: Client::from_conf(without_retries),
             bucket,
             name,
+            codec: Arc::new(EnvelopeCodec),
         }
+    }
+
+    /// The same objects, their bodies in `codec`'s format.
+    pub(crate) fn with_codec(self, codec: Arc<dyn ObjectCodec>) -> Self {
+        S3Objects { codec, ..self }
     }
 
     /// The same objects under another store name.
@@ -68,14 +79,14 @@ impl S3Objects {
     }
 
     /// The record in the object at `object`, refused (and so never written over) when the
-    /// object is not an envelope this crate can read.
+    /// object is not a record the store's codec can read.
     pub(crate) fn decode(
         &self,
         key: &RecordKey,
         object: &str,
         body: &[u8],
     ) -> Result<(Record, WriteId)> {
-        envelope::decode(key, body).map_err(|e: EnvelopeError| {
+        self.codec.decode(key, body).map_err(|e| {
             self.definite(format!(
                 "s3://{}/{object} cannot be read as a fenced record ({e}); it is left as it is \
                  and not written over",
@@ -160,13 +171,14 @@ impl VersionedStore for S3Objects {
         expected: Option<&String>,
     ) -> Result<PutOutcome<String>> {
         let object = self.bucket.object_key(key)?;
+        let body = encode_checked(&*self.codec, record, write_id)?;
         let mut request = self
             .client
             .put_object()
             .bucket(self.bucket.bucket())
             .key(&object)
-            .body(ByteStream::from(envelope::encode(record, write_id)))
-            .content_type("application/vnd.fencing.envelope")
+            .body(ByteStream::from(body))
+            .content_type(self.codec.content_type())
             .metadata(
                 "fence",
                 record.fence.map_or_else(String::new, |f| f.to_string()),

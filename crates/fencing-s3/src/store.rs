@@ -1,8 +1,10 @@
 //! An S3 bucket (under a key prefix) as a fenced store.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use fencing_core::adapter::{CasStore, check_conditional_puts, check_store_name};
+use fencing_core::adapter::{CasStore, ObjectCodec, check_conditional_puts, check_store_name};
 use fencing_core::{
     FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result, Written,
 };
@@ -12,7 +14,8 @@ use crate::objects::S3Objects;
 
 /// Fenced records as objects, one per record at `<prefix><key>`, each body an envelope that
 /// carries the fence, the state and a per-write id ahead of the payload
-/// ([`fencing_core::adapter::envelope`]).
+/// ([`fencing_core::adapter::envelope`]), or the team's own JSON object with those as fields
+/// ([`Self::with_codec`]).
 ///
 /// S3 cannot compare numbers, only ETags, so a write is [`CasStore`]'s loop: read the object
 /// (envelope and ETag) → decide → put with `If-Match: <etag>` (or `If-None-Match: *` for a new
@@ -42,6 +45,17 @@ impl S3Store {
         Ok(S3Store {
             cas: CasStore::new(objects),
         })
+    }
+
+    /// The same store, each body in `codec`'s format instead of the envelope: with
+    /// [`JsonCodec`](crate::JsonCodec), the team's own JSON object with the fence, state and write id as three
+    /// fields of it. Whatever the codec, a body is checked to read back as the record it holds
+    /// before it is written, and an object the codec cannot read is never written over.
+    pub fn with_codec(self, codec: impl ObjectCodec + 'static) -> Self {
+        let objects = self.cas.into_inner().with_codec(Arc::new(codec));
+        S3Store {
+            cas: CasStore::new(objects),
+        }
     }
 
     /// The bucket and prefix.

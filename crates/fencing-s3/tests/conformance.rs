@@ -20,6 +20,17 @@ mod concrete {
     }
 }
 
+/// The store guarantees with each object the team's own JSON, fence and state as its fields.
+mod json_codec {
+    use super::*;
+
+    fencing_testkit::store_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: common::json_store().await,
+        caps: common::json_caps(),
+    }
+}
+
 mod boxed {
     use super::*;
 

@@ -3,7 +3,8 @@
 //!
 //! * compare-and-swap over versions ([`CasStore`] over a
 //!   [`VersionedStore`]), the check that a store refuses the puts it must
-//!   ([`check_conditional_puts`]) and the object [`envelope`];
+//!   ([`check_conditional_puts`]), the object [`envelope`] and the codecs that keep a record
+//!   in an object's body ([`ObjectCodec`]: [`EnvelopeCodec`], [`JsonCodec`]);
 //! * epoch-prefixed tokens ([`epoch`]);
 //! * the input checks every name obeys inside a store
 //!   ([`is_refused_char`],
@@ -71,6 +72,7 @@ pub mod epoch {
 pub use crate::cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
 pub use crate::cas_check::{ConditionalPutDefect, check_conditional_puts};
 pub use crate::clock::{Clock, TokioClock};
+pub use crate::codec::{CodecError, EnvelopeCodec, JsonCodec, ObjectCodec, encode_checked};
 pub use crate::error::RequestEffect;
 pub use crate::input::{check_store_name, is_refused_char, refused_char_ranges};
 pub use crate::memory::MemoryVersionedStore;

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use aws_sdk_s3::Client;
-use fencing_s3::{S3Bucket, S3Store};
+use fencing_s3::{JsonCodec, S3Bucket, S3Store};
 use fencing_test_support::aws;
 use fencing_testkit::conformance::Capabilities;
 use fencing_testkit::unique_name;
@@ -39,4 +39,22 @@ pub(crate) async fn store() -> S3Store {
 pub(crate) async fn store_on(client: Client) -> S3Store {
     let bucket = bucket(&client, "m_4471/").await;
     S3Store::new(client, bucket)
+}
+
+/// A fresh fenced store whose objects are the team's own JSON ([`JsonCodec`]).
+pub(crate) async fn json_store() -> S3Store {
+    store().await.with_codec(JsonCodec::new())
+}
+
+/// The emulator's capabilities, the suite's payloads spelled as JSON objects for
+/// [`json_store`]: `{"p":"<the bytes in hex>"}`, and no payload as none.
+pub(crate) fn json_caps() -> Capabilities {
+    fn spelled(bytes: &[u8]) -> Vec<u8> {
+        if bytes.is_empty() {
+            return Vec::new();
+        }
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{{\"p\":\"{hex}\"}}").into_bytes()
+    }
+    caps().with_record_payloads(spelled)
 }

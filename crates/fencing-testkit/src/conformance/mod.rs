@@ -58,6 +58,11 @@ pub struct Capabilities {
     /// a key the store can hold out. The text itself, unless the store's keys have a shape
     /// of their own (a DynamoDB table with a Number sort key takes `<partition>|<number>`).
     pub record_key: fn(&str) -> String,
+    /// How the suite's payloads are spelled for this store: the suite's bytes in, a payload
+    /// the store can hold out (the same bytes back for none). The bytes themselves, unless
+    /// the store's payloads have a shape of their own (an S3 store with the JSON codec takes
+    /// JSON objects).
+    pub record_payload: fn(&[u8]) -> Vec<u8>,
 }
 
 impl Capabilities {
@@ -70,6 +75,7 @@ impl Capabilities {
             braces_in_resource_names: true,
             consecutive_tokens: true,
             record_key: str::to_owned,
+            record_payload: <[u8]>::to_vec,
         }
     }
 
@@ -82,6 +88,7 @@ impl Capabilities {
             braces_in_resource_names: true,
             consecutive_tokens: true,
             record_key: str::to_owned,
+            record_payload: <[u8]>::to_vec,
         }
     }
 
@@ -104,6 +111,19 @@ impl Capabilities {
     /// The same, for a store whose record keys are spelled by `record_key`.
     pub fn with_record_keys(self, record_key: fn(&str) -> String) -> Self {
         Capabilities { record_key, ..self }
+    }
+
+    /// The same, for a store whose payloads are spelled by `record_payload`.
+    pub fn with_record_payloads(self, record_payload: fn(&[u8]) -> Vec<u8>) -> Self {
+        Capabilities {
+            record_payload,
+            ..self
+        }
+    }
+
+    /// The payload `bytes` stand for, in this store's spelling.
+    pub fn payload(&self, bytes: &[u8]) -> Vec<u8> {
+        (self.record_payload)(bytes)
     }
 
     /// A fresh record key, unique to this run, spelled for the store.

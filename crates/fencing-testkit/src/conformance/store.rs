@@ -34,7 +34,7 @@ pub async fn claim_creates_a_missing_record<S: FencedStore + ?Sized>(
     assert_eq!(store.read(&k).await.unwrap(), None);
     let write = FencedWrite::claim()
         .set_state(state("pending"))
-        .set_payload(b"70.25".to_vec());
+        .set_payload(caps.payload(b"70.25"));
     let written = store.write(&k, token(7), &write).await.unwrap();
     assert!(written.created);
     assert_eq!(written.previous_fence, None);
@@ -42,7 +42,7 @@ pub async fn claim_creates_a_missing_record<S: FencedStore + ?Sized>(
     assert_eq!(record, written.record);
     assert_eq!(record.fence, Some(token(7)));
     assert_eq!(record.state, Some(state("pending")));
-    assert_eq!(record.payload, b"70.25");
+    assert_eq!(record.payload, caps.payload(b"70.25"));
 }
 
 /// A claim with a lower token than the fence is refused, names the fence, changes nothing.
@@ -201,7 +201,7 @@ pub async fn fence_is_checked_before_state<S: FencedStore + ?Sized>(store: &S, c
 /// Payloads are bytes, NUL and invalid UTF-8 included; a write without a payload keeps it.
 pub async fn payload_round_trips_bytes<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
     let k = caps.key("payload");
-    let bytes = vec![0u8, 255, 0x80, b'\'', b'"', 0, 10];
+    let bytes = caps.payload(&[0u8, 255, 0x80, b'\'', b'"', 0, 10]);
     store
         .write(
             &k,
@@ -261,11 +261,14 @@ pub async fn refused_writes_change_nothing<S: FencedStore + ?Sized>(store: &S, c
             token(10),
             &FencedWrite::claim()
                 .set_state(state("sending"))
-                .set_payload(b"before".to_vec()),
+                .set_payload(caps.payload(b"before")),
         )
         .await
         .unwrap();
-    let everything = |w: FencedWrite| w.set_state(state("sent")).set_payload(b"after".to_vec());
+    let everything = |w: FencedWrite| {
+        w.set_state(state("sent"))
+            .set_payload(caps.payload(b"after"))
+    };
     let fenced = |e: &Error| matches!(e, Error::Fenced { .. });
     let mismatch = |e: &Error| matches!(e, Error::StateMismatch { .. });
     refusal_changes_nothing(store, &k, 9, &everything(FencedWrite::claim()), fenced).await;
@@ -320,10 +323,14 @@ pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S, c
         assert_eq!(confirmed.record.fence, Some(token(20)));
 
         faulty.inject(None, fault);
-        let payload = FencedWrite::holder_only().set_payload(format!("{fault:?}").into_bytes());
+        let payload =
+            FencedWrite::holder_only().set_payload(caps.payload(format!("{fault:?}").as_bytes()));
         let written = fence.write(&faulty, &k, &payload).await;
         let written = written.unwrap_or_else(|e| panic!("payload after {fault:?}: {e}"));
-        assert_eq!(written.record.payload, format!("{fault:?}").into_bytes());
+        assert_eq!(
+            written.record.payload,
+            caps.payload(format!("{fault:?}").as_bytes())
+        );
         assert_eq!(
             store.read(&k).await.unwrap().unwrap().state.as_ref(),
             Some(lifecycle.done())
@@ -352,11 +359,12 @@ async fn race_claims<S: FencedStore + ?Sized + 'static>(
     store: Arc<S>,
     k: &RecordKey,
     tokens: Vec<u64>,
+    caps: Capabilities,
 ) -> Vec<(u64, fencing_core::Result<fencing_core::Written>)> {
     let mut tasks = tokio::task::JoinSet::new();
     for t in tokens {
         let (store, k) = (store.clone(), k.clone());
-        let claim = FencedWrite::claim().set_payload(t.to_string().into_bytes());
+        let claim = FencedWrite::claim().set_payload(caps.payload(t.to_string().as_bytes()));
         tasks.spawn(async move { (t, store.write(&k, token(t), &claim).await) });
     }
     tasks.join_all().await
@@ -373,9 +381,9 @@ pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
     let mut tokens: Vec<u64> = (1..=16).collect();
     tokens.shuffle(&mut rand::rngs::StdRng::seed_from_u64(16));
     let outcomes = if caps.serialises_concurrent_writes {
-        race_claims(store.clone(), &k, tokens).await
+        race_claims(store.clone(), &k, tokens, caps).await
     } else {
-        race_claims(Arc::new(OneAtATime::new(store.clone())), &k, tokens).await
+        race_claims(Arc::new(OneAtATime::new(store.clone())), &k, tokens, caps).await
     };
     for (t, outcome) in &outcomes {
         match outcome {
@@ -403,7 +411,7 @@ pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
     );
     let record = store.read(&k).await.unwrap().expect("claimed");
     assert_eq!(record.fence, Some(token(16)));
-    assert_eq!(record.payload, b"16");
+    assert_eq!(record.payload, caps.payload(b"16"));
 }
 
 /// `write_many` answers each record as a single write of it would: a claim creates a missing
@@ -425,7 +433,7 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(
     let newer_before = store.read(&newer).await.unwrap();
     let claim = FencedWrite::claim()
         .set_state(state("sending"))
-        .set_payload(b"7".to_vec());
+        .set_payload(caps.payload(b"7"));
     let keys = [missing.clone(), older.clone(), newer.clone()];
     let claimed = store.write_many(&keys, token(7), &claim).await.unwrap();
     assert_eq!(claimed.len(), 3, "one outcome per key: {claimed:?}");
@@ -453,7 +461,11 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(
                 record.state.clone(),
                 record.payload.as_slice()
             ),
-            (Some(token(7)), Some(state("sending")), &b"7"[..])
+            (
+                Some(token(7)),
+                Some(state("sending")),
+                &caps.payload(b"7")[..]
+            )
         );
     }
     assert_eq!(

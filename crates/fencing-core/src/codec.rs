@@ -1,0 +1,469 @@
+//! How a fenced record is kept in an object's body: the envelope, the fields of the team's
+//! own JSON object, or a format of the caller's own.
+//!
+//! Whatever the format, every write's body must differ from every other write's, even when a
+//! newer holder writes a byte-identical payload: an object store compares ETags, which cover
+//! the body alone, and a stale holder's `If-Match` must never land on a newer holder's
+//! object. Both codecs here put the fence and a fresh per-write id in the body.
+
+use std::fmt;
+
+use crate::cas::WriteId;
+use crate::envelope;
+use crate::input::{InputKind, InvalidInput};
+use crate::name::{RecordKey, State};
+use crate::store::Record;
+use crate::token::FencingToken;
+
+/// Why a body is not a record this codec can read. A store never writes over such an object.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CodecError(pub String);
+
+/// How a record becomes an object's body and back.
+///
+/// # Contract
+///
+/// * `decode(key, encode(record, id))` is `(record, id)` for every record `encode` accepts (a
+///   store checks it before every write: [`encode_checked`]);
+/// * two writes with different write ids never share a body;
+/// * `decode` refuses, never guesses at, a body it did not write; it never panics.
+pub trait ObjectCodec: Send + Sync + fmt::Debug {
+    /// The `Content-Type` of the bodies it writes.
+    fn content_type(&self) -> &str;
+
+    /// The body of `record`, written by `write_id`; a record the format cannot hold (a
+    /// payload that is not a JSON object, for JSON) is refused as [`InputKind::Write`].
+    fn encode(&self, record: &Record, write_id: WriteId) -> Result<Vec<u8>, InvalidInput>;
+
+    /// The record `key`'s object holds in `body`, and the id of the write that stored it.
+    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Record, WriteId), CodecError>;
+}
+
+/// `codec`'s body for `record`, checked to read back as exactly `record` and `write_id`: a
+/// codec that breaks its contract is refused before anything is written.
+pub fn encode_checked(
+    codec: &dyn ObjectCodec,
+    record: &Record,
+    write_id: WriteId,
+) -> Result<Vec<u8>, InvalidInput> {
+    let body = codec.encode(record, write_id)?;
+    match codec.decode(&record.key, &body) {
+        Ok((back, id)) if back == *record && id == write_id => Ok(body),
+        Ok((back, id)) => Err(InvalidInput::new(
+            InputKind::Write,
+            format!(
+                "{codec:?} reads back another record than it wrote for {:?} (fence {:?}, \
+                 state {:?}, {} payload bytes, {id:?} instead of fence {:?}, state {:?}, {} \
+                 bytes, {write_id:?}); nothing was written",
+                record.key,
+                back.fence,
+                back.state,
+                back.payload.len(),
+                record.fence,
+                record.state,
+                record.payload.len(),
+            ),
+        )),
+        Err(e) => Err(InvalidInput::new(
+            InputKind::Write,
+            format!(
+                "{codec:?} cannot read back its own body for {:?} ({e}); nothing was written",
+                record.key
+            ),
+        )),
+    }
+}
+
+/// The envelope ([`crate::adapter::envelope`]): fence, state and write id ahead of the
+/// payload, any payload bytes. The default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EnvelopeCodec;
+
+impl ObjectCodec for EnvelopeCodec {
+    fn content_type(&self) -> &str {
+        "application/vnd.fencing.envelope"
+    }
+
+    fn encode(&self, record: &Record, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
+        Ok(envelope::encode(record, write_id))
+    }
+
+    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Record, WriteId), CodecError> {
+        envelope::decode(key, body).map_err(|e| CodecError(e.to_string()))
+    }
+}
+
+/// The team's own JSON object as the body, with the fence, the state and the write id as
+/// three more fields of it, first: `{"_fence":34,"_state":"sent","_write":"<32 hex>", …the
+/// payload's own members, byte for byte…}`. A plain JSON reader needs nothing from this
+/// library to read one.
+///
+/// The payload must be a JSON object without members of those three names, or empty (a
+/// record without payload is an object of the three fields alone); anything else is refused
+/// as [`InputKind::Write`] with nothing written. The payload's own text follows the three
+/// fields unchanged, so it reads back byte for byte. The write id changes with every write,
+/// so a newer holder's byte-identical payload still changes the body (and its ETag).
+///
+/// Only bodies in this exact shape are read (the three fields first, in this order, the
+/// fence a plain number or `null`, the state a string whose only escapes are `\"` and `\\`,
+/// or `null`): an object written otherwise is refused and never written over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonCodec {
+    fence: String,
+    state: String,
+    write_id: String,
+}
+
+impl Default for JsonCodec {
+    fn default() -> Self {
+        JsonCodec {
+            fence: "_fence".into(),
+            state: "_state".into(),
+            write_id: "_write".into(),
+        }
+    }
+}
+
+impl JsonCodec {
+    /// Fields `_fence`, `_state` and `_write`.
+    pub fn new() -> Self {
+        JsonCodec::default()
+    }
+
+    /// Other names for the three fields: 1 to 64 characters of `A-Z a-z 0-9 _ . -` each
+    /// (no escaping needed), all different.
+    pub fn with_fields(fence: &str, state: &str, write_id: &str) -> Result<Self, InvalidInput> {
+        let plain = |name: &str| {
+            (1..=64).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        };
+        if ![fence, state, write_id].into_iter().all(plain)
+            || fence == state
+            || state == write_id
+            || fence == write_id
+        {
+            return Err(InvalidInput::new(
+                InputKind::Identifier,
+                format!(
+                    "JSON fields {fence:?}, {state:?}, {write_id:?}: three different names of \
+                     1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-'"
+                ),
+            ));
+        }
+        Ok(JsonCodec {
+            fence: fence.into(),
+            state: state.into(),
+            write_id: write_id.into(),
+        })
+    }
+
+    fn names(&self) -> [&str; 3] {
+        [&self.fence, &self.state, &self.write_id]
+    }
+
+    /// The payload's members as a JSON object, refused if it is not one or uses a field name
+    /// of the codec's.
+    fn payload_object(&self, payload: &[u8]) -> Result<(), String> {
+        let object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(payload)
+            .map_err(|e| format!("the payload is not a JSON object ({e})"))?;
+        match self
+            .names()
+            .into_iter()
+            .find(|name| object.contains_key(*name))
+        {
+            Some(name) => Err(format!(
+                "the payload has a member {name:?}, which the codec's own field takes"
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A state as a JSON string: it holds no control characters, so `"` and `\` are the only
+/// characters to escape.
+fn json_string(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        if matches!(c, '"' | '\\') {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// Reads the text `json_string` writes at the start of `text`: the string and what follows.
+fn read_json_string(text: &str) -> Option<(String, &str)> {
+    let mut chars = text.strip_prefix('"')?.char_indices();
+    let mut value = String::new();
+    while let Some((_, c)) = chars.next() {
+        match c {
+            '"' => return Some((value, chars.as_str())),
+            '\\' => match chars.next()? {
+                (_, escaped @ ('"' | '\\')) => value.push(escaped),
+                _ => return None,
+            },
+            other => value.push(other),
+        }
+    }
+    None
+}
+
+impl ObjectCodec for JsonCodec {
+    fn content_type(&self) -> &str {
+        "application/json"
+    }
+
+    fn encode(&self, record: &Record, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
+        let refused = |why: String| {
+            InvalidInput::new(
+                InputKind::Write,
+                format!("{:?} cannot be kept as JSON: {why}", record.key),
+            )
+        };
+        let payload = if record.payload.is_empty() {
+            "}"
+        } else {
+            self.payload_object(&record.payload).map_err(refused)?;
+            let text = std::str::from_utf8(&record.payload).map_err(|e| refused(e.to_string()))?;
+            // The body starts with the codec's own `{`: what precedes the payload's cannot be
+            // kept, and an empty object would read back as no payload.
+            let members = text.strip_prefix('{').ok_or_else(|| {
+                refused("whitespace before the payload's '{' cannot be kept".into())
+            })?;
+            if members.starts_with('}') {
+                return Err(refused(
+                    "an empty object `{}` reads back as no payload: write none instead".into(),
+                ));
+            }
+            members
+        };
+        let fence = record.fence.map_or("null".into(), |f| f.to_string());
+        let state = record
+            .state
+            .as_ref()
+            .map_or("null".into(), |s| json_string(s));
+        let separator = if payload.trim_start().starts_with('}') {
+            ""
+        } else {
+            ","
+        };
+        Ok(format!(
+            "{{\"{}\":{fence},\"{}\":{state},\"{}\":\"{:032x}\"{separator}{payload}",
+            self.fence, self.state, self.write_id, write_id.0
+        )
+        .into_bytes())
+    }
+
+    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Record, WriteId), CodecError> {
+        let refused = |why: &str| CodecError(format!("not a fenced JSON record: {why}"));
+        let text = std::str::from_utf8(body).map_err(|_| refused("not UTF-8"))?;
+        let rest = text
+            .strip_prefix(&format!("{{\"{}\":", self.fence))
+            .ok_or_else(|| refused("it does not start with the fence field"))?;
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (fence, rest) = if let Some(rest) = rest.strip_prefix("null") {
+            (None, rest)
+        } else if digits > 0 && !rest.starts_with('0') {
+            let token = rest[..digits]
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| FencingToken::new(n).ok())
+                .ok_or_else(|| refused("the fence is not a fencing token"))?;
+            (Some(token), &rest[digits..])
+        } else {
+            return Err(refused("the fence is neither a token nor null"));
+        };
+        let rest = rest
+            .strip_prefix(&format!(",\"{}\":", self.state))
+            .ok_or_else(|| refused("the state field does not follow the fence"))?;
+        let (state, rest) = if let Some(rest) = rest.strip_prefix("null") {
+            (None, rest)
+        } else {
+            let (text, rest) =
+                read_json_string(rest).ok_or_else(|| refused("the state is not a string"))?;
+            let state = State::new(text).map_err(|e| refused(&e.to_string()))?;
+            (Some(state), rest)
+        };
+        let rest = rest
+            .strip_prefix(&format!(",\"{}\":\"", self.write_id))
+            .ok_or_else(|| refused("the write id field does not follow the state"))?;
+        let hex = rest
+            .get(..32)
+            .filter(|hex| hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .ok_or_else(|| refused("the write id is not 32 lowercase hex digits"))?;
+        let write_id = WriteId(u128::from_str_radix(hex, 16).map_err(|_| refused("write id"))?);
+        let rest = rest[32..]
+            .strip_prefix('"')
+            .ok_or_else(|| refused("the write id is not 32 lowercase hex digits"))?;
+        let payload = if rest == "}" {
+            Vec::new()
+        } else if let Some(members) = rest.strip_prefix(',') {
+            format!("{{{members}").into_bytes()
+        } else if rest.trim_start().starts_with('}') && rest.starts_with(char::is_whitespace) {
+            format!("{{{rest}").into_bytes()
+        } else {
+            return Err(refused("the payload's members do not follow the write id"));
+        };
+        if !payload.is_empty() {
+            self.payload_object(&payload).map_err(|why| refused(&why))?;
+        }
+        let record = Record {
+            key: key.clone(),
+            fence,
+            state,
+            payload,
+        };
+        Ok((record, write_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(fence: Option<u64>, state: Option<&str>, payload: &[u8]) -> Record {
+        Record {
+            key: RecordKey::new("r_0815").unwrap(),
+            fence: fence.map(|n| FencingToken::new(n).unwrap()),
+            state: state.map(|s| State::new(s).unwrap()),
+            payload: payload.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_fields_lead_the_teams_own_object_which_reads_back_byte_for_byte() {
+        let codec = JsonCodec::new();
+        let receipt = record(
+            Some(34),
+            Some("sent"),
+            br#"{"refund":"r_0815", "cents": 1250}"#,
+        );
+        let body = codec.encode(&receipt, WriteId(0xab)).unwrap();
+        assert_eq!(
+            String::from_utf8(body.clone()).unwrap(),
+            r#"{"_fence":34,"_state":"sent","_write":"000000000000000000000000000000ab","refund":"r_0815", "cents": 1250}"#
+        );
+        let plain: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(plain["cents"], 1250);
+        assert_eq!(plain["_fence"], 34);
+        assert_eq!(
+            codec.decode(&receipt.key, &body).unwrap(),
+            (receipt, WriteId(0xab))
+        );
+    }
+
+    #[test]
+    fn every_shape_of_record_round_trips() {
+        let codec = JsonCodec::with_fields("fence", "status", "write.id").unwrap();
+        for sample in [
+            record(None, None, b""),
+            record(Some(1), None, b"{\"a\":1} "),
+            record(Some(i64::MAX as u64), Some("en \"cours\" \\ é"), b"{ }"),
+            record(
+                Some(7),
+                Some("sending"),
+                b"{\n  \"a\": [1, {\"b\": null}]\n}",
+            ),
+        ] {
+            let body = encode_checked(&codec, &sample, WriteId(u128::MAX)).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap();
+            assert_eq!(codec.decode(&sample.key, &body).unwrap().0, sample);
+        }
+    }
+
+    #[test]
+    fn a_newer_holders_identical_payload_still_changes_the_body() {
+        let codec = JsonCodec::new();
+        let older = record(Some(33), Some("sent"), br#"{"cents":1250}"#);
+        let newer = Record {
+            fence: Some(FencingToken::new(34).unwrap()),
+            ..older.clone()
+        };
+        let id = WriteId(1);
+        assert_ne!(
+            codec.encode(&older, id).unwrap(),
+            codec.encode(&newer, id).unwrap()
+        );
+        assert_ne!(
+            codec.encode(&older, WriteId(1)).unwrap(),
+            codec.encode(&older, WriteId(2)).unwrap()
+        );
+    }
+
+    #[test]
+    fn payloads_json_cannot_hold_are_refused() {
+        let codec = JsonCodec::new();
+        for payload in [
+            &b"[1, 2]"[..],
+            b"\"text\"",
+            b"70.25",
+            b"{\"a\":1",
+            b"\xff",
+            br#"{"_fence": 1}"#,
+            b" {\"a\":1}",
+            b"{}",
+        ] {
+            let err = codec
+                .encode(&record(Some(1), None, payload), WriteId(1))
+                .unwrap_err();
+            assert_eq!(err.kind(), InputKind::Write, "{payload:?}");
+        }
+        assert!(JsonCodec::with_fields("a", "a", "b").is_err());
+        assert!(JsonCodec::with_fields("a\"", "b", "c").is_err());
+    }
+
+    #[test]
+    fn bodies_it_did_not_write_are_refused() {
+        let codec = JsonCodec::new();
+        let key = RecordKey::new("r_0815").unwrap();
+        let id = r#""_write":"000000000000000000000000000000ab""#;
+        for body in [
+            r#"{"cents":1250}"#.to_owned(),
+            format!(r#"{{"_fence":034,"_state":null,{id}}}"#),
+            format!(r#"{{"_fence":-1,"_state":null,{id}}}"#),
+            format!(r#"{{"_fence":9223372036854775808,"_state":null,{id}}}"#),
+            format!(r#"{{"_fence":1,"_state":"a\nb",{id}}}"#),
+            format!(r#"{{"_fence":1,"_state":"\u0041",{id}}}"#),
+            format!(r#"{{"_fence":1,"_state":"",{id}}}"#),
+            format!(r#"{{"_fence":1,"_state":null,{id},"_fence":2}}"#),
+            format!(r#"{{"_fence":1,"_state":null,{id},"a":}}"#),
+            format!(r#"{{"_fence":1,"_state":null,{id}"#),
+            r#"{"_fence":1,"_state":null,"_write":"AB"}"#.to_owned(),
+        ] {
+            assert!(codec.decode(&key, body.as_bytes()).is_err(), "{body}");
+        }
+    }
+
+    /// A codec that writes one fence and reads back another.
+    #[derive(Debug)]
+    struct Forgetful;
+
+    impl ObjectCodec for Forgetful {
+        fn content_type(&self) -> &str {
+            "application/octet-stream"
+        }
+
+        fn encode(&self, record: &Record, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
+            EnvelopeCodec.encode(record, write_id)
+        }
+
+        fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Record, WriteId), CodecError> {
+            let (mut record, id) = EnvelopeCodec.decode(key, body)?;
+            record.fence = None;
+            Ok((record, id))
+        }
+    }
+
+    #[test]
+    fn a_codec_that_reads_back_another_fence_is_refused_before_writing() {
+        let err = encode_checked(&Forgetful, &record(Some(34), None, b""), WriteId(1)).unwrap_err();
+        assert_eq!(err.kind(), InputKind::Write);
+        assert!(encode_checked(&EnvelopeCodec, &record(Some(34), None, b"x"), WriteId(1)).is_ok());
+    }
+}
