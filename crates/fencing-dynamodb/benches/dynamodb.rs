@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use fencing_core::{
-    Fence, FencedStore, FencedWrite, FencingToken, MemoryTokenSource, RecordKey, ResourceName,
-    State, TokenSource,
+    Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource, RecordKey,
+    ResourceName, State, TokenSource,
 };
-use fencing_dynamodb::{DynamoStore, DynamoTable};
+use fencing_dynamodb::{DynamoKeyType, DynamoStore, DynamoTable, DynamoWrite};
 use fencing_test_support::{aws, bench, services};
 
 const ITEMS: usize = 200;
@@ -33,10 +33,14 @@ async fn main() {
     table.create(&client).await.unwrap();
     let store = DynamoStore::new(client.clone(), table);
     let keys = bench::pending_records(&store, ITEMS).await;
+    let ledger = ledger(&client).await;
+    let entries = ledger_entries(&ledger).await;
     let bench = Bench {
         client,
         store,
         keys,
+        ledger,
+        entries,
     };
 
     println!("DynamoDB at {endpoint}, {ITEMS} items, {ROUNDS} rounds, median per round\n");
@@ -62,12 +66,55 @@ async fn main() {
         )
         .await;
     bench::report(&transactions, ITEMS, "write");
+    println!();
+    let attributes = bench
+        .compare(
+            2 + 2 * ROUNDS as u64,
+            &[
+                "conditional UpdateItem, raw SDK, composite key and two attributes (the library's request)",
+                "DynamoStore::write_with (lifecycle claim, composite key, two attributes)",
+            ],
+        )
+        .await;
+    bench::report(&attributes, ITEMS, "write");
+}
+
+/// A ledger keyed as a team's: merchant (String) and entry number (Number).
+async fn ledger(client: &Client) -> DynamoStore {
+    let table = DynamoTable::new(fencing_testkit::unique_name("bench-ledger"))
+        .unwrap()
+        .with_key_attribute("merchant")
+        .unwrap()
+        .with_sort_key("entry", DynamoKeyType::Number)
+        .unwrap();
+    table.create(client).await.unwrap();
+    DynamoStore::new(client.clone(), table)
+}
+
+/// `ITEMS` pending entries of merchant m_4471, numbered from 1.
+async fn ledger_entries(ledger: &DynamoStore) -> Vec<RecordKey> {
+    let pending = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
+    let mut entries = Vec::with_capacity(ITEMS);
+    for entry in 1..=ITEMS {
+        let key = ledger
+            .table()
+            .record_key("m_4471", Some(&entry.to_string()))
+            .unwrap();
+        ledger
+            .write(&key, FencingToken::MIN, &pending)
+            .await
+            .unwrap();
+        entries.push(key);
+    }
+    entries
 }
 
 struct Bench {
     client: Client,
     store: DynamoStore,
     keys: Vec<RecordKey>,
+    ledger: DynamoStore,
+    entries: Vec<RecordKey>,
 }
 
 impl Bench {
@@ -153,6 +200,65 @@ impl Bench {
                 for chunk in self.keys.chunks(TRANSACTION) {
                     let writes: Vec<_> = chunk.iter().map(|k| (k.clone(), claim.clone())).collect();
                     self.store.transact(&fence, &writes).await.unwrap();
+                }
+            }
+            "conditional UpdateItem, raw SDK, composite key and two attributes (the library's request)" =>
+            {
+                let lifecycle = Lifecycle::default();
+                for (i, k) in self.entries.iter().enumerate() {
+                    let amount = n(1000 + i);
+                    self.client
+                        .update_item()
+                        .table_name(self.ledger.table().name())
+                        .key("merchant", s("m_4471"))
+                        .key("entry", n(i + 1))
+                        .condition_expression(
+                            "(attribute_not_exists(#fence) OR (attribute_type(#fence, :type_n) \
+                             AND #fence BETWEEN :zero AND :token)) AND \
+                             (attribute_not_exists(#payload) OR attribute_type(#payload, :type_b)) \
+                             AND attribute_exists(#key) AND #state IN (:required0, :required1)",
+                        )
+                        .update_expression(
+                            "SET #fence = :token, #state = :new_state, #attribute0 = :attribute0, \
+                             #attribute1 = :attribute1",
+                        )
+                        .expression_attribute_names("#fence", "fence")
+                        .expression_attribute_names("#state", "state")
+                        .expression_attribute_names("#payload", "payload")
+                        .expression_attribute_names("#key", "merchant")
+                        .expression_attribute_names("#attribute0", "amount_cents")
+                        .expression_attribute_names("#attribute1", "posted by")
+                        .expression_attribute_values(":token", n(token))
+                        .expression_attribute_values(":zero", n(0))
+                        .expression_attribute_values(":type_n", s("N"))
+                        .expression_attribute_values(":type_b", s("B"))
+                        .expression_attribute_values(":required0", s(lifecycle.pending()))
+                        .expression_attribute_values(":required1", s(lifecycle.in_flight()))
+                        .expression_attribute_values(":new_state", s(lifecycle.in_flight()))
+                        .expression_attribute_values(":attribute0", amount)
+                        .expression_attribute_values(":attribute1", s("worker-b"))
+                        .return_values(ReturnValue::AllOld)
+                        .return_values_on_condition_check_failure(
+                            ReturnValuesOnConditionCheckFailure::AllOld,
+                        )
+                        .send()
+                        .await
+                        .unwrap_or_else(|e| panic!("{k:?}: {e:?}"));
+                }
+            }
+            "DynamoStore::write_with (lifecycle claim, composite key, two attributes)" => {
+                let lifecycle = Lifecycle::default();
+                let source = MemoryTokenSource::new();
+                let resource = ResourceName::new("settle:m_4471").unwrap();
+                source.advance_to(&resource, token).await.unwrap();
+                let fence = Fence::new(&resource, token, &source);
+                for (i, k) in self.entries.iter().enumerate() {
+                    let write = DynamoWrite::new(lifecycle.claim())
+                        .set("amount_cents", n(1000 + i))
+                        .unwrap()
+                        .set("posted by", s("worker-b"))
+                        .unwrap();
+                    self.ledger.write_with(&fence, k, write).await.unwrap();
                 }
             }
             other => unreachable!("no variant {other}"),

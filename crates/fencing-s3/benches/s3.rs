@@ -15,13 +15,16 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use fencing_core::{FencedStore, FencedWrite, FencingToken, RecordKey};
-use fencing_s3::{S3Bucket, S3Store};
+use fencing_core::adapter::WriteId;
+use fencing_core::{FencedStore, FencedWrite, FencingToken, Record, RecordKey};
+use fencing_s3::{JsonCodec, ObjectCodec, S3Bucket, S3Store};
 use fencing_test_support::{aws, bench, services};
 
 const OBJECTS: usize = 100;
 const ROUNDS: usize = 21;
 const PAYLOAD: &[u8] = b"refund r_815: 70.25 EUR to card ending 4471";
+/// The same receipt as the team's own JSON, for the JSON codec's variants.
+const JSON_PAYLOAD: &[u8] = br#"{"refund":"r_815","cents":7025,"currency":"EUR","card":"4471"}"#;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -33,7 +36,8 @@ async fn main() {
     let keys = bench::record_keys(OBJECTS);
     let bench = Bench {
         client: client.clone(),
-        warm: S3Store::new(client, bucket.clone()),
+        warm: S3Store::new(client.clone(), bucket.clone()),
+        warm_json: S3Store::new(client, bucket.clone()).with_codec(JsonCodec::new()),
         etags: Default::default(),
         bucket,
         keys,
@@ -46,6 +50,8 @@ async fn main() {
             "conditional PutObject, raw SDK (If-Match its own last ETag)",
             "fenced put, the holder's own ETag remembered",
             "fenced put, cold (GetObject + conditional PutObject)",
+            "conditional PutObject, raw SDK, the JSON codec's body (If-Match its own last ETag)",
+            "fenced put, JSON codec, the holder's own ETag remembered",
         ],
         ROUNDS,
         OBJECTS,
@@ -64,6 +70,8 @@ struct Bench {
     client: Client,
     /// One holder's store: it remembers the ETag each of its own puts returned.
     warm: S3Store,
+    /// The same, its objects the team's own JSON.
+    warm_json: S3Store,
     /// The ETag of each raw conditional put, for the next one's `If-Match`.
     etags: std::sync::Mutex<std::collections::HashMap<RecordKey, String>>,
     bucket: S3Bucket,
@@ -115,6 +123,45 @@ impl Bench {
                 let k = RecordKey::new(format!("cold-{k}")).unwrap();
                 let start = Instant::now();
                 cold.write(&k, token, &write).await.unwrap();
+                start.elapsed()
+            }
+            "conditional PutObject, raw SDK, the JSON codec's body (If-Match its own last ETag)" => {
+                let k = RecordKey::new(format!("json-{k}")).unwrap();
+                let receipt = Record {
+                    key: k.clone(),
+                    fence: Some(token),
+                    state: None,
+                    payload: JSON_PAYLOAD.to_vec(),
+                };
+                let body = JsonCodec::new()
+                    .encode(&receipt, WriteId::random())
+                    .unwrap();
+                let last = self.etags.lock().unwrap().get(&k).cloned();
+                let put = self
+                    .client
+                    .put_object()
+                    .bucket(self.bucket.bucket())
+                    .key(format!("json-conditional/{k}"))
+                    .content_type("application/json")
+                    .metadata("fence", token.to_string())
+                    .metadata("state", "")
+                    .body(ByteStream::from(body));
+                let put = match last {
+                    Some(etag) => put.if_match(etag),
+                    None => put.if_none_match("*"),
+                };
+                let start = Instant::now();
+                let etag = put.send().await.unwrap().e_tag().unwrap().to_owned();
+                let elapsed = start.elapsed();
+                self.etags.lock().unwrap().insert(k, etag);
+                elapsed
+            }
+            "fenced put, JSON codec, the holder's own ETag remembered" => {
+                let write = FencedWrite::claim().set_payload(JSON_PAYLOAD.to_vec());
+                // Objects of its own: the envelope store's are not JSON.
+                let k = RecordKey::new(format!("json-{k}")).unwrap();
+                let start = Instant::now();
+                self.warm_json.write(&k, token, &write).await.unwrap();
                 start.elapsed()
             }
             other => unreachable!("no variant {other}"),
