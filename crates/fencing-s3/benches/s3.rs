@@ -14,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
 use fencing_core::adapter::WriteId;
 use fencing_core::{FencedStore, FencedWrite, FencingToken, Record, RecordKey};
@@ -79,6 +80,21 @@ struct Bench {
 }
 
 impl Bench {
+    /// Sends `put` on condition that the object is still what the last put remembered for
+    /// `memo` left (or absent), remembers the new ETag, and returns the time of the put.
+    async fn put_if_last(&self, memo: RecordKey, put: PutObjectFluentBuilder) -> Duration {
+        let last = self.etags.lock().unwrap().get(&memo).cloned();
+        let put = match last {
+            Some(etag) => put.if_match(etag),
+            None => put.if_none_match("*"),
+        };
+        let start = Instant::now();
+        let etag = put.send().await.unwrap().e_tag().unwrap().to_owned();
+        let elapsed = start.elapsed();
+        self.etags.lock().unwrap().insert(memo, etag);
+        elapsed
+    }
+
     /// Puts object `k` as `variant` does and returns the time of that put alone.
     async fn put(&self, variant: &str, token: FencingToken, k: &RecordKey) -> Duration {
         let write = FencedWrite::claim().set_payload(PAYLOAD.to_vec());
@@ -95,22 +111,13 @@ impl Bench {
                 start.elapsed()
             }
             "conditional PutObject, raw SDK (If-Match its own last ETag)" => {
-                let last = self.etags.lock().unwrap().get(k).cloned();
                 let put = self
                     .client
                     .put_object()
                     .bucket(self.bucket.bucket())
                     .key(format!("conditional/{k}"))
                     .body(ByteStream::from(PAYLOAD.to_vec()));
-                let put = match last {
-                    Some(etag) => put.if_match(etag),
-                    None => put.if_none_match("*"),
-                };
-                let start = Instant::now();
-                let etag = put.send().await.unwrap().e_tag().unwrap().to_owned();
-                let elapsed = start.elapsed();
-                self.etags.lock().unwrap().insert(k.clone(), etag);
-                elapsed
+                self.put_if_last(k.clone(), put).await
             }
             "fenced put, the holder's own ETag remembered" => {
                 let start = Instant::now();
@@ -136,7 +143,6 @@ impl Bench {
                 let body = JsonCodec::new()
                     .encode(&receipt, WriteId::random())
                     .unwrap();
-                let last = self.etags.lock().unwrap().get(&k).cloned();
                 let put = self
                     .client
                     .put_object()
@@ -146,15 +152,7 @@ impl Bench {
                     .metadata("fence", token.to_string())
                     .metadata("state", "")
                     .body(ByteStream::from(body));
-                let put = match last {
-                    Some(etag) => put.if_match(etag),
-                    None => put.if_none_match("*"),
-                };
-                let start = Instant::now();
-                let etag = put.send().await.unwrap().e_tag().unwrap().to_owned();
-                let elapsed = start.elapsed();
-                self.etags.lock().unwrap().insert(k, etag);
-                elapsed
+                self.put_if_last(k, put).await
             }
             "fenced put, JSON codec, the holder's own ETag remembered" => {
                 let write = FencedWrite::claim().set_payload(JSON_PAYLOAD.to_vec());
