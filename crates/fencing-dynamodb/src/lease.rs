@@ -13,10 +13,9 @@ use fencing_core::{
 use crate::error::DynamoFailure;
 use crate::expression::number;
 use crate::item::{Item, Number};
-use crate::tokens::{AMBIGUOUS_RETRIES, COUNTER_ROUNDS, DynamoTokenSource, Failed, above};
-
-const OWNER: &str = "owner";
-const EXPIRES: &str = "expires_at_ms";
+use crate::tokens::{
+    AMBIGUOUS_RETRIES, COUNTER_ROUNDS, DynamoTokenSource, EXPIRES, Failed, OWNER, above,
+};
 
 /// Leases in a table of items `{resource, owner, expires_at_ms, token}`, one per resource.
 ///
@@ -49,7 +48,15 @@ impl DynamoLease {
         })
     }
 
-    /// Creates the lease table (on-demand, `resource` as a String hash key).
+    /// The same leases in a table whose String partition key is `name`
+    /// ([`DynamoTokenSource::with_key_attribute`]).
+    pub fn with_key_attribute(self, name: impl Into<String>) -> Result<Self, InvalidInput> {
+        Ok(DynamoLease {
+            tokens: self.tokens.with_key_attribute(name)?,
+        })
+    }
+
+    /// Creates the lease table (on-demand, the key attribute as a String hash key).
     pub async fn create_table(&self) -> Result<()> {
         self.tokens.create_table().await
     }

@@ -12,17 +12,23 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, KeyType, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
 };
 use fencing_core::adapter::RequestEffect;
-use fencing_core::{Error, FencingToken, InvalidInput, ResourceName, Result, TokenSource};
+use fencing_core::{
+    Error, FencingToken, InputKind, InvalidInput, ResourceName, Result, TokenSource,
+};
 
 use crate::error::{DynamoFailure, classify, without_retries};
 use crate::expression::number;
 use crate::item::{Fractions, Item, token_from};
-use crate::table::{check_table_name, create_table};
+use crate::table::{check_attribute, check_table_name, create_table};
 
 /// The partition key of a counter (and lease) item: the resource name.
 pub(crate) const RESOURCE: &str = "resource";
 /// The counter attribute: the highest token issued for the resource.
 pub(crate) const TOKEN: &str = "token";
+/// A lease item's holder attribute.
+pub(crate) const OWNER: &str = "owner";
+/// A lease item's expiry attribute, in milliseconds since the epoch on the writer's clock.
+pub(crate) const EXPIRES: &str = "expires_at_ms";
 
 /// How many times a counter update is sent again with the value the service's refusal
 /// returned; each round means another writer raised the counter in between.
@@ -52,6 +58,7 @@ pub(crate) const AMBIGUOUS_RETRIES: u32 = 2;
 pub struct DynamoTokenSource {
     client: Client,
     table: String,
+    key_attribute: String,
     name: String,
     seen: Arc<Mutex<HashMap<ResourceName, Option<FencingToken>>>>,
 }
@@ -73,8 +80,26 @@ impl DynamoTokenSource {
             client: without_retries(&client),
             name: format!("dynamodb:{table}"),
             table,
+            key_attribute: RESOURCE.to_owned(),
             seen: Arc::default(),
         })
+    }
+
+    /// The same counters in a table whose String partition key is `name` (`resource` unless
+    /// set), e.g. a team's existing table: each resource's item is keyed by its name there.
+    /// The item's other attributes are the counter `token` and, for a lease, `owner` and
+    /// `expires_at_ms`; the key may be none of them.
+    pub fn with_key_attribute(mut self, name: impl Into<String>) -> Result<Self, InvalidInput> {
+        let name = name.into();
+        check_attribute(&name)?;
+        if [TOKEN, OWNER, EXPIRES].contains(&name.as_str()) {
+            return Err(InvalidInput::new(
+                InputKind::Identifier,
+                format!("{name:?} is an attribute the counter or lease item itself holds"),
+            ));
+        }
+        self.key_attribute = name;
+        Ok(self)
     }
 
     /// The counter table.
@@ -82,10 +107,23 @@ impl DynamoTokenSource {
         &self.table
     }
 
-    /// Creates the counter table (on-demand, `resource` as a String hash key).
+    /// Creates the counter table (on-demand, the key attribute, `resource` unless set, as a
+    /// String hash key).
     pub async fn create_table(&self) -> Result<()> {
-        let key = [(RESOURCE, ScalarAttributeType::S, KeyType::Hash)];
+        let key = [(
+            self.key_attribute.as_str(),
+            ScalarAttributeType::S,
+            KeyType::Hash,
+        )];
         create_table(&self.client, &self.table, &key, &self.name).await
+    }
+
+    /// The key of the counter (and lease) item of `resource`.
+    fn resource_key(&self, resource: &ResourceName) -> Item {
+        HashMap::from([(
+            self.key_attribute.clone(),
+            AttributeValue::S(resource.to_string()),
+        )])
     }
 
     /// The store name in errors, `dynamodb:<table>`.
@@ -117,7 +155,7 @@ impl DynamoTokenSource {
         self.client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(resource_key(resource)))
+            .set_key(Some(self.resource_key(resource)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
     }
 
@@ -159,7 +197,7 @@ impl DynamoTokenSource {
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(resource_key(resource)))
+            .set_key(Some(self.resource_key(resource)))
             .consistent_read(true)
             .send()
             .await
@@ -197,11 +235,6 @@ impl DynamoTokenSource {
         DynamoFailure::Inconsistent("the counter kept changing under every update")
             .into_error(&self.name, RequestEffect::Writes)
     }
-}
-
-/// The key of the counter (and lease) item of `resource`.
-pub(crate) fn resource_key(resource: &ResourceName) -> Item {
-    HashMap::from([(RESOURCE.to_owned(), AttributeValue::S(resource.to_string()))])
 }
 
 /// The token above `counter`, or [`Error::TokenExhausted`] at `i64::MAX`.

@@ -39,6 +39,41 @@ mod concrete {
     }
 }
 
+/// A team's existing table whose partition key is `pk`, for leases and tokens.
+async fn team_table() -> String {
+    let name = fencing_testkit::unique_name("team");
+    fencing_dynamodb::DynamoTable::new(&name)
+        .unwrap()
+        .with_key_attribute("pk")
+        .unwrap()
+        .create(&common::client())
+        .await
+        .unwrap();
+    name
+}
+
+/// The token and lease guarantees with the items in a team's table under its own key name.
+mod own_key {
+    use super::*;
+
+    fencing_testkit::token_source_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: DynamoTokenSource::new(common::client(), team_table().await)
+            .unwrap()
+            .with_key_attribute("pk")
+            .unwrap(),
+        caps: common::caps(),
+    }
+    fencing_testkit::lease_conformance! {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        subject: fencing_dynamodb::DynamoLease::new(common::client(), team_table().await)
+            .unwrap()
+            .with_key_attribute("pk")
+            .unwrap(),
+        caps: common::caps(),
+    }
+}
+
 /// The store guarantees on a table keyed as teams key theirs: Binary partition, Number sort
 /// key, reserved-word attribute names.
 mod composite_key {

@@ -8,7 +8,8 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::FenceFloor;
 use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, InputKind, RecordKey, State};
-use fencing_dynamodb::{DynamoFenceFloor, DynamoKeyType, DynamoStore, DynamoTable};
+use fencing_core::{Lease, Ttl};
+use fencing_dynamodb::{DynamoFenceFloor, DynamoKeyType, DynamoLease, DynamoStore, DynamoTable};
 use fencing_testkit::unique_name;
 
 fn token(n: u64) -> FencingToken {
@@ -140,4 +141,47 @@ async fn a_key_prefix_floor_needs_a_string_partition_key() {
         matches!(&err, Error::InvalidInput(input) if input.kind() == InputKind::Identifier),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn a_lease_keeps_its_item_in_a_teams_table_under_the_teams_key_name() {
+    let client = common::client();
+    let name = unique_name("team");
+    DynamoTable::new(&name)
+        .unwrap()
+        .with_key_attribute("pk")
+        .unwrap()
+        .create(&client)
+        .await
+        .unwrap();
+    let lease = DynamoLease::new(client.clone(), &name)
+        .unwrap()
+        .with_key_attribute("pk")
+        .unwrap();
+    let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
+    let guard = lease
+        .try_acquire(&resource, Ttl::from_secs(30).unwrap())
+        .await
+        .unwrap()
+        .expect("a free lease");
+    let raw = client
+        .get_item()
+        .table_name(&name)
+        .key("pk", AttributeValue::S("settle:m_4471".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let item = raw.item().expect("the lease item under the team's key");
+    assert_eq!(item["token"], AttributeValue::N(guard.token().to_string()));
+    assert!(item.contains_key("owner") && item.contains_key("expires_at_ms"));
+    for taken in ["token", "owner", "expires_at_ms", ""] {
+        assert!(
+            DynamoLease::new(client.clone(), &name)
+                .unwrap()
+                .with_key_attribute(taken)
+                .is_err(),
+            "{taken:?}"
+        );
+    }
 }
