@@ -62,7 +62,12 @@ impl WriteExpression {
         attributes: &[(String, AttributeValue)],
         pin: &StatePin,
     ) -> Result<Self, InvalidInput> {
-        let roles = table.roles();
+        // Only a write with attributes of its own pays for the list of the table's roles.
+        let roles = if attributes.is_empty() {
+            Vec::new()
+        } else {
+            table.roles()
+        };
         for (name, _) in attributes {
             if let Some((_, role)) = roles.iter().find(|(attribute, _)| attribute == name) {
                 return Err(InvalidInput::new(
