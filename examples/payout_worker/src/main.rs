@@ -5,11 +5,20 @@
 //! ```text
 //! cargo run -p payout-worker
 //! DATABASE_URL=postgres://… REDIS_URL=redis://… cargo run -p payout-worker
+//! AWS_ENDPOINT_URL=http://127.0.0.1:5000 cargo run -p payout-worker
 //! ```
 //!
 //! It creates the tables in a schema `payout_demo` if missing (as they were before fencing),
 //! fits the payouts table for fencing with the SQL a migration tool would run, queues 25
 //! payouts for merchant m_4471 and runs one worker over them.
+//!
+//! With `AWS_ENDPOINT_URL` set (an emulator such as moto, or a service endpoint), each
+//! payout's ledger entry goes to the DynamoDB table `payout_demo_ledger` and its receipt to
+//! the S3 bucket `payout-demo-receipts` (both created if missing), written under the lease's
+//! token before the PostgreSQL confirm. Credentials come from `AWS_ACCESS_KEY_ID` and
+//! `AWS_SECRET_ACCESS_KEY` (`test`/`test` if unset, as an emulator takes), the region from
+//! `AWS_REGION` (`us-east-1`). A worker on the service would build its clients with
+//! `aws-config` instead (the guide shows both).
 //!
 //! To watch a paused worker refused, run one that stalls (the whole process, renewal
 //! included) on its fifth gateway call for 40 s, and, once its 10 s lease has run out,
@@ -67,7 +76,7 @@ fn options() -> std::result::Result<Options, String> {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::result::Result<(), BoxError> {
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -105,12 +114,21 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .await?;
     let lease: Arc<dyn Lease> = Arc::new(RedisLease::new(redis, Arc::new(epochs)));
 
+    let ledger = match std::env::var("AWS_ENDPOINT_URL") {
+        Ok(endpoint) => {
+            let (dynamodb, s3) = aws_clients(&endpoint);
+            worker::Ledger::on_aws(dynamodb, s3, "payout_demo_ledger", "payout-demo-receipts")
+                .await?
+        }
+        Err(_) => worker::Ledger::Postgres,
+    };
+
     let gateway = worker::Gateway::default();
     if let Some((call, secs)) = options.stall {
         gateway.stall_on_call(call, std::time::Duration::from_secs(secs));
     }
     let ttl = Ttl::from_secs(options.ttl_secs)?;
-    let run = worker::run(&pool, SCHEMA, lease, "m_4471", ttl, &gateway).await?;
+    let run = worker::run(&pool, SCHEMA, lease, "m_4471", ttl, &gateway, &ledger).await?;
     println!(
         "token {}: {} paid, {} recovered from an earlier run, {} left alone",
         run.token.map_or("-".to_owned(), |t| t.to_string()),
@@ -124,6 +142,56 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     )))
     .fetch_one(&pool)
     .await?;
-    println!("payouts paid in all: {paid}; ledger entries in all: {entries}");
+    println!("payouts paid in all: {paid}; ledger entries in PostgreSQL in all: {entries}");
+    if let worker::Ledger::Aws { entries, .. } = &ledger {
+        let items = entries
+            .client()
+            .scan()
+            .table_name(entries.table().name())
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .send()
+            .await?
+            .count();
+        println!("ledger items in DynamoDB in all: {items}");
+    }
     Ok(())
+}
+
+/// DynamoDB and S3 clients on `endpoint`: static credentials, rustls with ring (it speaks
+/// plain HTTP to a local emulator too), S3 addressed path-style (an emulator has no virtual
+/// hosts). The adapters turn the SDK's retries off in their copies: `Fence` resends a write
+/// whose answer was lost, with the same token, and recognises its own earlier success.
+fn aws_clients(endpoint: &str) -> (aws_sdk_dynamodb::Client, aws_sdk_s3::Client) {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    let variable = |name: &str, default: &str| std::env::var(name).unwrap_or(default.to_owned());
+    let credentials = aws_credential_types::Credentials::new(
+        variable("AWS_ACCESS_KEY_ID", "test"),
+        variable("AWS_SECRET_ACCESS_KEY", "test"),
+        None,
+        None,
+        "payout-worker",
+    );
+    let region = variable("AWS_REGION", "us-east-1");
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    let dynamodb = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_sdk_dynamodb::config::Region::new(region.clone()))
+        .credentials_provider(credentials.clone())
+        .http_client(http.clone())
+        .build();
+    let s3 = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_sdk_s3::config::Region::new(region))
+        .credentials_provider(credentials)
+        .http_client(http)
+        .force_path_style(true)
+        .build();
+    (
+        aws_sdk_dynamodb::Client::from_conf(dynamodb),
+        aws_sdk_s3::Client::from_conf(s3),
+    )
 }

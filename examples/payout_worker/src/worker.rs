@@ -1,16 +1,22 @@
 //! The payout worker: a payments team's own tables, their own pool, a Redis lease, and a
-//! confirm that posts the ledger entry in the same transaction.
+//! confirm that posts the ledger entry, either in PostgreSQL in the same transaction, or in
+//! DynamoDB with a receipt in S3, each under the lease's token, before the PostgreSQL confirm.
 //!
 //! The tables are the team's, as they were before fencing: `payouts` keyed by `uuid` with a
 //! `status` column, and `"Billing"."LedgerEntries"` with a `bigserial` key. The only change
 //! fencing asks for is the one `PgTable::migration_sql` prints (a `fence` column and its
-//! check), which a migration tool would run.
+//! check), which a migration tool would run. On AWS, the ledger is a DynamoDB table keyed by
+//! `merchant` and `payout_id` whose amount and gateway reference are attributes of their own,
+//! and the receipt a JSON object any reader can parse, the fence among its fields.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
+use fencing::dynamodb::{DynamoKeyType, DynamoWrite};
 use fencing::prelude::*;
+use fencing::s3::JsonCodec;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 /// The team's schema, as it was before fencing, in `schema` (the ledger in `"Billing"`-like
@@ -56,6 +62,78 @@ pub(crate) fn payouts_table(schema: &str) -> Result<PgTable> {
     Ok(PgTable::new(schema, "payouts")?.with_state_column("status")?)
 }
 
+/// Where a paid payout's ledger entry goes.
+pub(crate) enum Ledger {
+    /// `"<schema>_Billing"."LedgerEntries"`, in the confirm's transaction: a refused confirm
+    /// takes its entry with it.
+    Postgres,
+    /// An item in DynamoDB and a receipt in S3, written under the lease's token after the
+    /// transfer and before the PostgreSQL confirm, so that `paid` means all three exist. Each
+    /// store checks the fence itself: a stale worker is refused by whichever it reaches first
+    /// after a newer worker wrote there.
+    Aws {
+        /// The ledger: one item per payout, keyed `<merchant>|<payout id>`.
+        entries: Arc<DynamoStore>,
+        /// The receipts: `receipts/<merchant>/<payout id>`, JSON.
+        receipts: Arc<S3Store>,
+    },
+}
+
+impl Ledger {
+    /// The AWS ledger in `table` (created if missing: partition key `merchant`, sort key
+    /// `payout_id`, both strings) and `bucket` (created if missing), on the caller's clients.
+    pub(crate) async fn on_aws(
+        dynamodb: aws_sdk_dynamodb::Client,
+        s3: aws_sdk_s3::Client,
+        table: &str,
+        bucket: &str,
+    ) -> Result<Ledger, BoxError> {
+        let table = DynamoTable::new(table)?
+            .with_key_attribute("merchant")?
+            .with_sort_key("payout_id", DynamoKeyType::String)?
+            .with_state_attribute("status")?;
+        table.create(&dynamodb).await?;
+        let receipts = S3Store::new(s3, S3Bucket::new(bucket, "receipts/")?)
+            .named("receipts")?
+            .with_codec(JsonCodec::new());
+        if let Err(err) = receipts
+            .client()
+            .create_bucket()
+            .bucket(bucket)
+            .send()
+            .await
+        {
+            let owned = err
+                .as_service_error()
+                .is_some_and(|e| e.is_bucket_already_owned_by_you());
+            if !owned {
+                return Err(err.into());
+            }
+        }
+        Ok(Ledger::Aws {
+            entries: Arc::new(DynamoStore::new(dynamodb, table).named("ledger")?),
+            receipts: Arc::new(receipts),
+        })
+    }
+
+    /// The ledger entry's key in DynamoDB (`<merchant>|<payout id>`), as
+    /// [`DynamoTable::record_key`] spells it.
+    pub(crate) fn entry_key(
+        entries: &DynamoStore,
+        merchant: &str,
+        payout: &RecordKey,
+    ) -> Result<RecordKey> {
+        Ok(entries
+            .table()
+            .record_key(merchant, Some(payout.as_str()))?)
+    }
+
+    /// The receipt's key in S3 (`<merchant>/<payout id>`, under the store's `receipts/`).
+    pub(crate) fn receipt_key(merchant: &str, payout: &RecordKey) -> Result<RecordKey> {
+        Ok(RecordKey::new(format!("{merchant}/{payout}"))?)
+    }
+}
+
 /// `queued → sending → paid`.
 pub(crate) fn lifecycle() -> Lifecycle {
     let state = |s: &str| State::new(s).expect("a state name");
@@ -69,6 +147,7 @@ pub(crate) fn lifecycle() -> Lifecycle {
 #[derive(Debug, Default)]
 pub(crate) struct Gateway {
     journal: Mutex<GatewayJournal>,
+    woken: Condvar,
 }
 
 /// Every call the gateway saw.
@@ -82,6 +161,7 @@ pub(crate) struct GatewayJournal {
     pub(crate) lookups: u32,
     stall: Option<(usize, Duration)>,
     calls: usize,
+    wake: bool,
 }
 
 impl Gateway {
@@ -90,40 +170,50 @@ impl Gateway {
         self.journal.lock().unwrap().stall = Some((nth, pause));
     }
 
+    /// Ends a stall now rather than when its pause runs out (a stopped process continued).
+    #[allow(
+        dead_code,
+        reason = "the tests end a stall early; the binary's runs out"
+    )]
+    pub(crate) fn wake(&self) {
+        self.journal.lock().unwrap().wake = true;
+        self.woken.notify_all();
+    }
+
     /// What the gateway did.
     pub(crate) fn journal(&self) -> std::sync::MutexGuard<'_, GatewayJournal> {
         self.journal.lock().unwrap()
     }
 
     fn transfer(&self, key: &str, cents: i64) -> String {
-        let stall = {
-            let mut journal = self.journal.lock().unwrap();
-            journal.calls += 1;
-            let count = journal.transfers.len();
-            let reference = match journal.transfers.get(key) {
-                Some((reference, _)) => {
-                    let reference = reference.clone();
-                    journal.repeated_calls += 1;
-                    reference
-                }
-                None => {
-                    let reference = format!("po_{:05}", count + 1);
-                    journal
-                        .transfers
-                        .insert(key.to_owned(), (reference.clone(), cents));
-                    reference
-                }
-            };
-            let stall = match journal.stall {
-                Some((nth, pause)) if nth == journal.calls => Some(pause),
-                _ => None,
-            };
-            (reference, stall)
+        let mut journal = self.journal.lock().unwrap();
+        journal.calls += 1;
+        let count = journal.transfers.len();
+        let reference = match journal.transfers.get(key) {
+            Some((reference, _)) => {
+                let reference = reference.clone();
+                journal.repeated_calls += 1;
+                reference
+            }
+            None => {
+                let reference = format!("po_{:05}", count + 1);
+                journal
+                    .transfers
+                    .insert(key.to_owned(), (reference.clone(), cents));
+                reference
+            }
         };
-        if let Some(pause) = stall.1 {
-            std::thread::sleep(pause);
+        if let Some((nth, pause)) = journal.stall
+            && nth == journal.calls
+        {
+            // Waiting gives the journal up, so other workers go on calling the gateway.
+            drop(
+                self.woken
+                    .wait_timeout_while(journal, pause, |journal| !journal.wake)
+                    .unwrap(),
+            );
         }
-        stall.0
+        reference
     }
 }
 
@@ -162,11 +252,17 @@ pub(crate) struct Run {
     pub(crate) skipped: u32,
 }
 
+/// The resource a merchant's payout runs hold the lease on.
+pub(crate) fn resource(merchant: &str) -> Result<ResourceName> {
+    Ok(ResourceName::new(format!("payouts:{merchant}"))?)
+}
+
 /// One run of the payout worker for `merchant`: acquire the lease, claim every queued (or
-/// stuck) payout in one statement, and for each, call the gateway by payout id and confirm it
-/// with its ledger entry in one transaction. Every write carries the lease's token, so a run
-/// that paused past its TTL is refused at its first write after a newer run's claim, and its
-/// transaction (ledger entry included) rolls back.
+/// stuck) payout in one statement, and for each, call the gateway by payout id, post its
+/// ledger entry (by `ledger`) and confirm it. Every write carries the lease's token, so a run
+/// that paused past its TTL is refused at its first write after a newer run's claim: in
+/// PostgreSQL its transaction (ledger entry included) rolls back; on AWS the ledger item or
+/// the receipt a newer run wrote refuses it, and the payout is never marked paid by it.
 pub(crate) async fn run(
     pool: &PgPool,
     schema: &str,
@@ -174,10 +270,15 @@ pub(crate) async fn run(
     merchant: &str,
     ttl: Ttl,
     gateway: &Gateway,
+    ledger: &Ledger,
 ) -> Result<Run> {
     let payouts = Arc::new(PgStore::new(pool.clone(), payouts_table(schema)?).named("payouts")?);
-    let resource = ResourceName::new(format!("payouts:{merchant}"))?;
-    let stores: [Arc<dyn FencedStore>; 1] = [payouts.clone()];
+    let resource = resource(merchant)?;
+    let mut stores: Vec<Arc<dyn FencedStore>> = vec![payouts.clone()];
+    if let Ledger::Aws { entries, receipts } = ledger {
+        stores.push(entries.clone());
+        stores.push(receipts.clone());
+    }
     let retry = RetryPolicy::new(20, Duration::from_millis(100), Duration::from_secs(1))?;
     let renewing = lease.clone();
     FencedBatch::scope(lease, &resource, ttl, stores)
@@ -225,16 +326,25 @@ pub(crate) async fn run(
                     return Err(batch.guard().lost());
                 }
                 let key = &written.record.key;
-                let confirm = async |reference: &String| {
-                    confirm_with_ledger_entry(
-                        pool,
-                        schema,
-                        &payouts,
-                        &batch.fence(),
-                        key,
-                        reference,
-                    )
-                    .await
+                let fence = batch.fence();
+                let confirm = async |reference: &String| match ledger {
+                    Ledger::Postgres => {
+                        confirm_with_ledger_entry(pool, schema, &payouts, &fence, key, reference)
+                            .await
+                    }
+                    Ledger::Aws { entries, receipts } => {
+                        let payout = Payout {
+                            merchant,
+                            key,
+                            cents: amounts[key],
+                            reference,
+                        };
+                        post_to_aws(entries, receipts, &fence, &payout).await?;
+                        payouts
+                            .write_in(pool, &fence, key, paid(reference)?)
+                            .await?;
+                        Ok(())
+                    }
                 };
                 match batch
                     .run_effect_then(
@@ -272,10 +382,9 @@ async fn confirm_with_ledger_entry(
     reference: &str,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(|e| payouts.sql_failure(e))?;
-    let confirm = PgWrite::new(lifecycle().confirm())
-        .set("paid_at", PgValue::Now)?
-        .set("gateway_ref", reference)?;
-    payouts.write_in(&mut *tx, fence, key, confirm).await?;
+    payouts
+        .write_in(&mut *tx, fence, key, paid(reference)?)
+        .await?;
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO \"{schema}_Billing\".\"LedgerEntries\" (payout_id, amount_cents) \
          SELECT id, amount_cents FROM \"{schema}\".payouts WHERE id = $1::uuid"
@@ -285,4 +394,56 @@ async fn confirm_with_ledger_entry(
     .await
     .map_err(|e| payouts.sql_failure(e))?;
     tx.commit().await.map_err(|e| payouts.sql_failure(e))
+}
+
+/// The confirm: `paid`, with its time and the gateway's reference.
+fn paid(reference: &str) -> Result<PgWrite> {
+    Ok(PgWrite::new(lifecycle().confirm())
+        .set("paid_at", PgValue::Now)?
+        .set("gateway_ref", reference)?)
+}
+
+/// A transferred payout, as its ledger entry and receipt record it.
+pub(crate) struct Payout<'a> {
+    /// Whose payout it is.
+    pub(crate) merchant: &'a str,
+    /// Its id (the payouts row's key).
+    pub(crate) key: &'a RecordKey,
+    /// Its amount.
+    pub(crate) cents: i64,
+    /// The gateway's reference for its transfer.
+    pub(crate) reference: &'a str,
+}
+
+/// Writes the payout's ledger item in DynamoDB (state `posted`, its amount and reference as
+/// attributes of their own) and then its JSON receipt in S3, each under `fence`. Both are
+/// claims, so a newer holder that finishes a payout an older one left in flight writes them
+/// again under its own token, and the older holder's late copy is refused in each store.
+pub(crate) async fn post_to_aws(
+    entries: &DynamoStore,
+    receipts: &S3Store,
+    fence: &Fence<'_>,
+    payout: &Payout<'_>,
+) -> Result<()> {
+    let state = |s: &str| State::new(s).expect("a state name");
+    let entry = DynamoWrite::new(FencedWrite::claim().set_state(state("posted")))
+        .set("amount_cents", AttributeValue::N(payout.cents.to_string()))?
+        .set(
+            "gateway_ref",
+            AttributeValue::S(payout.reference.to_owned()),
+        )?;
+    let entry_key = Ledger::entry_key(entries, payout.merchant, payout.key)?;
+    entries.write_with(fence, &entry_key, entry).await?;
+    let receipt = serde_json::json!({
+        "payout_id": payout.key.as_str(),
+        "merchant": payout.merchant,
+        "amount_cents": payout.cents,
+        "gateway_ref": payout.reference,
+    });
+    let receipt = FencedWrite::claim()
+        .set_state(state("issued"))
+        .set_payload(receipt.to_string());
+    let receipt_key = Ledger::receipt_key(payout.merchant, payout.key)?;
+    fence.write(receipts, &receipt_key, &receipt).await?;
+    Ok(())
 }

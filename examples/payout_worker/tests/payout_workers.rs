@@ -1,18 +1,23 @@
 //! Two payout workers on a payments team's own schema (the example's worker, as it is), one
 //! stalled past its TTL in the middle of a gateway call, the whole process stopped, renewal
-//! included. The tables are read back with plain SQL: every payout paid once, its ledger entry
-//! posted once, the stalled worker refused with its transaction rolled back.
+//! included, with the ledger in PostgreSQL and then on DynamoDB and S3. Every store is read
+//! back without the library (plain SQL, raw `GetItem`/`Scan`, raw `GetObject` parsed as
+//! JSON): every payout paid once, its ledger entry posted once, the stalled worker refused
+//! in every store.
 
 #[path = "../src/worker.rs"]
 #[allow(unreachable_pub)]
 mod worker;
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use fencing::postgres::{PgQualifiedName, PgTokenSource};
 use fencing::prelude::*;
-use fencing_test_support::services;
+use fencing_test_support::{aws, services};
 use fencing_testkit::unique_name;
 use sqlx::AssertSqlSafe;
 
@@ -32,64 +37,98 @@ async fn redis_lease(pool: &sqlx::PgPool, schema: &str) -> Arc<dyn Lease> {
     Arc::new(RedisLease::new(redis, Arc::new(epochs)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once() {
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(6)
-        .connect(&services::postgres_url())
-        .await
-        .unwrap();
+/// The team's schema with `PAYOUTS` payouts for a merchant of this test's own, the last one
+/// cancelled before the runs: (schema, merchant).
+async fn queued_payouts(pool: &sqlx::PgPool) -> (String, String) {
     let schema = unique_name("payouts").replace('-', "_");
-    worker::create_tables(&pool, &schema).await.unwrap();
+    worker::create_tables(pool, &schema).await.unwrap();
     let table = worker::payouts_table(&schema).unwrap();
     sqlx::raw_sql(AssertSqlSafe(table.migration_sql()))
-        .execute(&pool)
-        .await
-        .unwrap();
-    worker::queue_payouts(&pool, &schema, "m_4471", PAYOUTS, 7025)
+        .execute(pool)
         .await
         .unwrap();
     let merchant = unique_name("m_4471");
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "UPDATE \"{schema}\".payouts SET merchant = '{merchant}'"
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
-    // One payout was cancelled before the runs: both leave it alone and go on.
+    worker::queue_payouts(pool, &schema, &merchant, PAYOUTS, 7025)
+        .await
+        .unwrap();
+    // Both runs leave the cancelled payout alone and go on.
     sqlx::raw_sql(AssertSqlSafe(format!(
         "UPDATE \"{schema}\".payouts SET status = 'cancelled' \
          WHERE id = (SELECT id FROM \"{schema}\".payouts ORDER BY created_at DESC, id DESC LIMIT 1)"
     )))
-    .execute(&pool)
+    .execute(pool)
     .await
     .unwrap();
-    let gateway = Arc::new(worker::Gateway::default());
-    let ttl = Ttl::from_millis(1500).unwrap();
-    // A stalls on its 10th gateway call, after the gateway created the transfer and before
-    // its answer returns, for twice its TTL: its renewal stalls with it.
-    gateway.stall_on_call(10, Duration::from_secs(3));
+    (schema, merchant)
+}
 
-    // A runs on a thread and runtime of its own, with a pool of its own, as a process of its
-    // own would (sqlx connections belong to the runtime that made them).
-    let a = std::thread::spawn({
-        let (schema, merchant, gateway) = (schema.clone(), merchant.clone(), gateway.clone());
-        move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    let pool = sqlx::PgPool::connect(&services::postgres_url())
-                        .await
-                        .unwrap();
-                    let lease = redis_lease(&pool, &schema).await;
-                    worker::run(&pool, &schema, lease, &merchant, ttl, &gateway).await
-                })
+async fn pool() -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(6)
+        .connect(&services::postgres_url())
+        .await
+        .unwrap()
+}
+
+/// How the ledger is reached, for a worker that builds its own clients.
+#[derive(Clone)]
+enum LedgerAt {
+    Postgres,
+    Aws { table: String, bucket: String },
+}
+
+impl LedgerAt {
+    async fn ledger(&self) -> worker::Ledger {
+        match self {
+            LedgerAt::Postgres => worker::Ledger::Postgres,
+            LedgerAt::Aws { table, bucket } => worker::Ledger::on_aws(
+                aws::dynamodb_client(aws_sdk_dynamodb::Config::builder()),
+                aws::s3_client(aws_sdk_s3::Config::builder()),
+                table,
+                bucket,
+            )
+            .await
+            .unwrap(),
         }
-    });
-    // B starts once A is stalled holding the lease (its 10th transfer is made), waits for the
-    // lease to expire, and takes over.
+    }
+}
+
+/// A: a worker on a thread and runtime of its own, with a pool and clients of its own, as a
+/// process of its own would (connections belong to the runtime that made them). It stalls on
+/// its 10th gateway call, after the gateway created the transfer and before its answer
+/// returns, until `gateway.wake()` (at most a minute): its renewal stalls with it.
+fn stalled_worker(
+    schema: &str,
+    merchant: &str,
+    gateway: &Arc<worker::Gateway>,
+    ledger: &LedgerAt,
+    ttl: Ttl,
+) -> JoinHandle<Result<worker::Run>> {
+    gateway.stall_on_call(10, Duration::from_secs(60));
+    let (schema, merchant, gateway, ledger) = (
+        schema.to_owned(),
+        merchant.to_owned(),
+        gateway.clone(),
+        ledger.clone(),
+    );
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let pool = sqlx::PgPool::connect(&services::postgres_url())
+                    .await
+                    .unwrap();
+                let lease = redis_lease(&pool, &schema).await;
+                let ledger = ledger.ledger().await;
+                worker::run(&pool, &schema, lease, &merchant, ttl, &gateway, &ledger).await
+            })
+    })
+}
+
+/// Waits until A is stalled holding the lease (its 10th transfer made).
+async fn until_stalled(gateway: &worker::Gateway) {
     let started = std::time::Instant::now();
     while gateway.journal().transfers.len() < 10 {
         assert!(
@@ -98,64 +137,275 @@ async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let lease = redis_lease(&pool, &schema).await;
-    let b = worker::run(&pool, &schema, lease, &merchant, ttl, &gateway)
-        .await
-        .unwrap();
-    let a = a.join().unwrap();
+}
 
-    let err = a.unwrap_err();
-    assert!(
-        matches!(err, Error::Fenced { .. }),
-        "A must be refused: {err:?}"
-    );
+/// Checks B's run and the gateway: A's nine payouts and B's twenty, the stalled one found by
+/// its key, each transferred once.
+fn check_runs(b: &worker::Run, gateway: &worker::Gateway) {
     assert_eq!(b.recovered, 1, "B found A's stalled transfer by its key");
     assert_eq!(b.paid + b.recovered, (PAYOUTS - 10) as u32, "{b:?}");
     assert_eq!(b.skipped, 1, "the cancelled payout");
+    let journal = gateway.journal();
+    assert_eq!(
+        journal.transfers.len(),
+        (PAYOUTS - 1) as usize,
+        "one transfer per payout"
+    );
+    assert_eq!(journal.repeated_calls, 0, "nothing sent twice");
+}
 
-    let (paid, fenced_by_b, entries, distinct, cents): (i64, i64, i64, i64, i64) =
+/// The payouts table by plain SQL: `(paid with a time and reference, claimed by `token`,
+/// the cancelled one's fence)`.
+async fn payouts_audit(pool: &sqlx::PgPool, schema: &str, token: FencingToken) -> (i64, i64, i64) {
+    let (paid, fenced_by, cancelled_fence): (i64, i64, i64) =
         sqlx::query_as(AssertSqlSafe(format!(
             "SELECT (SELECT count(*) FROM \"{schema}\".payouts WHERE status = 'paid' \
-               AND paid_at IS NOT NULL AND gateway_ref IS NOT NULL), \
-             (SELECT count(*) FROM \"{schema}\".payouts WHERE fence = $1), \
-             (SELECT count(*) FROM \"{schema}_Billing\".\"LedgerEntries\"), \
-             (SELECT count(DISTINCT payout_id) FROM \"{schema}_Billing\".\"LedgerEntries\"), \
-             (SELECT COALESCE(sum(amount_cents), 0)::int8 FROM \"{schema}_Billing\".\"LedgerEntries\")"
+           AND paid_at IS NOT NULL AND gateway_ref IS NOT NULL), \
+         (SELECT count(*) FROM \"{schema}\".payouts WHERE fence = $1), \
+         (SELECT fence FROM \"{schema}\".payouts WHERE status = 'cancelled')"
         )))
-        .bind(b.token.unwrap().as_i64())
-        .fetch_one(&pool)
+        .bind(token.as_i64())
+        .fetch_one(pool)
         .await
         .unwrap();
-    assert_eq!(paid, PAYOUTS - 1, "every payout paid but the cancelled one");
-    let (cancelled_fence,): (i64,) = sqlx::query_as(AssertSqlSafe(format!(
-        "SELECT fence FROM \"{schema}\".payouts WHERE status = 'cancelled'"
+    (paid, fenced_by, cancelled_fence)
+}
+
+async fn drop_schemas(pool: &sqlx::PgPool, schema: &str) {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE; DROP SCHEMA \"{schema}_Billing\" CASCADE"
     )))
-    .fetch_one(&pool)
+    .execute(pool)
     .await
     .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once() {
+    let pool = pool().await;
+    let (schema, merchant) = queued_payouts(&pool).await;
+    let gateway = Arc::new(worker::Gateway::default());
+    let ttl = Ttl::from_millis(1500).unwrap();
+    let a = stalled_worker(&schema, &merchant, &gateway, &LedgerAt::Postgres, ttl);
+    // B starts once A is stalled, waits for the lease to expire, and takes over; A wakes
+    // once B is done.
+    until_stalled(&gateway).await;
+    let lease = redis_lease(&pool, &schema).await;
+    let b = worker::run(
+        &pool,
+        &schema,
+        lease,
+        &merchant,
+        ttl,
+        &gateway,
+        &worker::Ledger::Postgres,
+    )
+    .await
+    .unwrap();
+    gateway.wake();
+    let err = a.join().unwrap().unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { store, .. } if store == "payouts"),
+        "A must be refused by its confirm: {err:?}"
+    );
+    check_runs(&b, &gateway);
+
+    let (paid, fenced_by_b, cancelled_fence) =
+        payouts_audit(&pool, &schema, b.token.unwrap()).await;
+    assert_eq!(paid, PAYOUTS - 1, "every payout paid but the cancelled one");
     assert_eq!(cancelled_fence, 0, "the cancelled payout was never claimed");
     assert_eq!(
         fenced_by_b,
         PAYOUTS - 10,
         "B claimed every payout A had not confirmed, and only those"
     );
+    let (entries, distinct, cents): (i64, i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT count(*), count(DISTINCT payout_id), COALESCE(sum(amount_cents), 0)::int8 \
+         FROM \"{schema}_Billing\".\"LedgerEntries\""
+    )))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     assert_eq!(
         (entries, distinct),
         (PAYOUTS - 1, PAYOUTS - 1),
-        "one ledger entry each"
+        "one ledger entry each, A's stalled one rolled back"
     );
     assert_eq!(cents, (PAYOUTS - 1) * 7025);
-    let (transfers, repeated_calls) = {
-        let journal = gateway.journal();
-        (journal.transfers.len(), journal.repeated_calls)
-    };
-    assert_eq!(transfers, (PAYOUTS - 1) as usize, "one transfer per payout");
-    assert_eq!(repeated_calls, 0, "nothing sent twice");
+    drop_schemas(&pool, &schema).await;
+}
 
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP SCHEMA \"{schema}\" CASCADE; DROP SCHEMA \"{schema}_Billing\" CASCADE"
-    )))
-    .execute(&pool)
+/// A number attribute of a raw item.
+fn number(item: &HashMap<String, AttributeValue>, name: &str) -> i64 {
+    item[name].as_n().unwrap().parse().unwrap()
+}
+
+/// A string attribute of a raw item.
+fn string<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> &'a str {
+    item[name].as_s().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_three_written() {
+    let pool = pool().await;
+    let (schema, merchant) = queued_payouts(&pool).await;
+    let at = LedgerAt::Aws {
+        table: unique_name("ledger"),
+        bucket: unique_name("receipts"),
+    };
+    // Created here, so that A and B each find them.
+    let ledger = at.ledger().await;
+    let worker::Ledger::Aws { entries, receipts } = &ledger else {
+        unreachable!("an AWS ledger")
+    };
+    let gateway = Arc::new(worker::Gateway::default());
+    let ttl = Ttl::from_millis(1500).unwrap();
+    let a = stalled_worker(&schema, &merchant, &gateway, &at, ttl);
+    until_stalled(&gateway).await;
+    let lease = redis_lease(&pool, &schema).await;
+    let b = worker::run(
+        &pool,
+        &schema,
+        lease.clone(),
+        &merchant,
+        ttl,
+        &gateway,
+        &ledger,
+    )
     .await
     .unwrap();
+    gateway.wake();
+    let stalled = {
+        let journal = gateway.journal();
+        let (key, _) = journal
+            .transfers
+            .iter()
+            .find(|(_, (reference, _))| reference == "po_00010")
+            .unwrap();
+        RecordKey::new(key.as_str()).unwrap()
+    };
+    // A, woken, writes the stalled payout's ledger item first: B has written it since, under
+    // its own token, so DynamoDB refuses A, and A never reaches the receipt or the confirm.
+    let err = a.join().unwrap().unwrap_err();
+    let entry_key = worker::Ledger::entry_key(entries, &merchant, &stalled).unwrap();
+    assert!(
+        matches!(&err, Error::Fenced { store, record, .. } if store == "ledger" && *record == entry_key),
+        "A must be refused by the DynamoDB ledger: {err:?}"
+    );
+    check_runs(&b, &gateway);
+    let b_token = b.token.unwrap();
+
+    // The ledger by raw Scan: one item per paid payout, A's nine under A's token.
+    let items = entries
+        .client()
+        .scan()
+        .table_name(entries.table().name())
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap();
+    assert_eq!(
+        items.len(),
+        (PAYOUTS - 1) as usize,
+        "one ledger item per payout"
+    );
+    let by_a: Vec<_> = items
+        .iter()
+        .filter(|i| number(i, "fence") != b_token.as_i64())
+        .collect();
+    assert_eq!(by_a.len(), 9, "A's nine payouts, posted before it stalled");
+    let a_token = FencingToken::new(number(by_a[0], "fence") as u64).unwrap();
+    assert!(by_a.iter().all(|i| number(i, "fence") == a_token.as_i64()));
+    assert!(a_token < b_token);
+
+    // A's token, presented to the other two stores on the stalled payout, is refused by each.
+    let resource = worker::resource(&merchant).unwrap();
+    let a_fence = Fence::new(&resource, a_token, lease.token_source());
+    let late_receipt = FencedWrite::claim().set_payload(r#"{"payout_id":"late"}"#);
+    let receipt_key = worker::Ledger::receipt_key(&merchant, &stalled).unwrap();
+    let err = a_fence
+        .write(&**receipts, &receipt_key, &late_receipt)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { store, found: FoundFence::Fence(f), .. } if store == "receipts" && *f == b_token),
+        "S3 must refuse A's token: {err:?}"
+    );
+    let payouts = PgStore::new(pool.clone(), worker::payouts_table(&schema).unwrap());
+    let err = a_fence
+        .write(&payouts, &stalled, &worker::lifecycle().confirm())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { found: FoundFence::Fence(f), .. } if *f == b_token),
+        "PostgreSQL must refuse A's token: {err:?}"
+    );
+
+    // Every paid payout, by plain SQL, has its ledger item (raw GetItem by the team's key
+    // names) and its receipt (raw GetObject, parsed as JSON by serde alone), each naming the
+    // same transfer, under the token of the worker that confirmed it.
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT id::text, gateway_ref, fence FROM \"{schema}\".payouts WHERE status = 'paid'"
+    )))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), (PAYOUTS - 1) as usize);
+    for (id, reference, fence) in &rows {
+        let item = entries
+            .client()
+            .get_item()
+            .table_name(entries.table().name())
+            .key("merchant", AttributeValue::S(merchant.clone()))
+            .key("payout_id", AttributeValue::S(id.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        assert_eq!(string(&item, "status"), "posted");
+        assert_eq!(string(&item, "gateway_ref"), reference);
+        assert_eq!(number(&item, "amount_cents"), 7025);
+        assert_eq!(number(&item, "fence"), *fence, "payout {id}");
+        let object = receipts
+            .client()
+            .get_object()
+            .bucket(receipts.bucket().bucket())
+            .key(format!("receipts/{merchant}/{id}"))
+            .send()
+            .await
+            .unwrap();
+        let body = object.body.collect().await.unwrap().into_bytes();
+        let receipt: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(receipt["payout_id"], id.as_str());
+        assert_eq!(receipt["merchant"], merchant.as_str());
+        assert_eq!(receipt["amount_cents"], 7025);
+        assert_eq!(receipt["gateway_ref"], reference.as_str());
+        assert_eq!(receipt["_fence"], *fence, "payout {id}");
+        assert_eq!(receipt["_state"], "issued");
+    }
+    let stalled_fence = rows
+        .iter()
+        .find(|(id, _, _)| id == stalled.as_str())
+        .map(|(_, _, fence)| *fence);
+    assert_eq!(
+        stalled_fence,
+        Some(b_token.as_i64()),
+        "B confirmed the stalled payout"
+    );
+    let (paid, fenced_by_b, cancelled_fence) = payouts_audit(&pool, &schema, b_token).await;
+    assert_eq!(paid, PAYOUTS - 1);
+    assert_eq!(fenced_by_b, PAYOUTS - 10);
+    assert_eq!(cancelled_fence, 0);
+    let (pg_entries,): (i64,) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{schema}_Billing\".\"LedgerEntries\""
+    )))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(pg_entries, 0, "the ledger lives in DynamoDB");
+    drop_schemas(&pool, &schema).await;
 }
