@@ -14,7 +14,10 @@
 //!   example and the scenario tests.
 //! * [`faults`]: a store decorator that loses answers and requests, and a recording side
 //!   effect, for every store.
+//! * [`cancellation`]: a decorator that turns every call into two await points, and a driver
+//!   that drops an operation at each of them in turn.
 
+pub mod cancellation;
 pub mod conformance;
 pub mod events;
 pub mod faults;
