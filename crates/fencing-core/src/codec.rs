@@ -304,6 +304,10 @@ impl ObjectCodec for JsonCodec {
         let payload = if rest == "}" {
             Vec::new()
         } else if let Some(members) = rest.strip_prefix(',') {
+            // `,}` would read as an empty object, but it is no JSON a plain reader takes.
+            if members.trim_start().starts_with('}') {
+                return Err(refused("a comma before the object's closing brace"));
+            }
             format!("{{{members}").into_bytes()
         } else if rest.trim_start().starts_with('}') && rest.starts_with(char::is_whitespace) {
             format!("{{{rest}").into_bytes()
@@ -436,6 +440,15 @@ mod tests {
             format!(r#"{{"_fence":1,"_state":null,{id}"#),
             r#"{"_fence":1,"_state":null,"_write":"AB"}"#.to_owned(),
         ] {
+            assert!(codec.decode(&key, body.as_bytes()).is_err(), "{body}");
+        }
+        // Found by the fuzzer (fuzz/seeds/json_codec/trailing_comma): read as the payload `{}`
+        // before, though no JSON reader takes them.
+        for body in [
+            format!(r#"{{"_fence":34,"_state":"sent",{id},}}"#),
+            format!(r#"{{"_fence":34,"_state":"sent",{id}, }}"#),
+        ] {
+            assert!(serde_json::from_str::<serde_json::Value>(&body).is_err());
             assert!(codec.decode(&key, body.as_bytes()).is_err(), "{body}");
         }
     }
