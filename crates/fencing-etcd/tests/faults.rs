@@ -113,9 +113,10 @@ async fn the_leader_killed_mid_batch_issues_no_token_twice_and_lets_no_stale_wri
     let mut cluster = EtcdCluster::start(3);
     let keys = keys();
     let lease = Arc::new(EtcdLease::new(client(&cluster).await).with_keys(keys.clone()));
-    // Longer than the client's 2 s request timeout plus an election: a renewal sent to the
-    // member as it dies may wait out that timeout before the next one goes elsewhere.
-    let ttl = Ttl::from_secs(3).unwrap();
+    // Room for two renewals in a row to wait out the client's 2 s request timeout (the
+    // client may send the next one to the dead member too) plus an election, with the
+    // renewal's safety margin to spare: at 3 s, CI's loaded machine lost the lease this way.
+    let ttl = Ttl::from_secs(8).unwrap();
     let store = Arc::new(MemoryStore::new("refunds"));
     let refunds = pending_refunds(&store, 400).await;
     let guard = lease.try_acquire(&resource(), ttl).await.unwrap().unwrap();

@@ -1,6 +1,7 @@
 //! The audit after a run, independent of the library: plain SQL on the refunds and their
 //! history, plain SDK calls on the ledger and on every version of every receipt, and the
-//! gateway's journal. It trusts nothing the workers reported.
+//! gateway's journal, and the job queue's own counts. It trusts nothing the workers reported
+//! but the one thing no store can tell: which worker's call deleted the job's message.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -13,7 +14,7 @@ pub use fencing_testkit::settlement::euros;
 
 use crate::gateway::{Outcome, read_journal};
 use crate::plan::{REFUND_CENTS, RunPlan};
-use crate::stores::{Clients, RunNames};
+use crate::stores::{Clients, JOB, RunNames};
 
 /// A broken promise the audit found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,11 +45,15 @@ pub enum Check {
     LedgerEntry,
     /// Every sent refund has its receipt, naming the gateway's reference.
     Receipt,
+    /// The job was finished once, and its message deleted once (the queue is empty), by the
+    /// worker whose batch finished it (or, had that worker died before deleting, by the next
+    /// one to receive the message, which found the job finished).
+    JobDeletedOnce,
 }
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 7] = [
+    pub const ALL: [Check; 8] = [
         Check::CreatedOnce,
         Check::Totals,
         Check::ConfirmedByClaimer,
@@ -56,6 +61,7 @@ impl Check {
         Check::OneFilerToken,
         Check::LedgerEntry,
         Check::Receipt,
+        Check::JobDeletedOnce,
     ];
 
     /// What it checks, in a few words.
@@ -68,6 +74,7 @@ impl Check {
             Check::OneFilerToken => "one token across the stores",
             Check::LedgerEntry => "ledger entry",
             Check::Receipt => "receipt",
+            Check::JobDeletedOnce => "job message deleted once, by its finisher",
         }
     }
 }
@@ -108,12 +115,15 @@ impl AuditReport {
     }
 }
 
-/// Audits run `names` of `plan` from its stores and the gateway's journal at `journal`.
+/// Audits run `names` of `plan` from its stores, the gateway's journal at `journal` and the
+/// job queue; `deletions` are the workers' reports of deleting the job's message (each the
+/// `by` of a `deleted <message> by <by>` line).
 pub async fn audit(
     names: &RunNames,
     plan: &RunPlan,
     clients: &Clients,
     journal: &Path,
+    deletions: &[String],
 ) -> Result<AuditReport, AuditError> {
     let mut auditor = Auditor {
         report: AuditReport::default(),
@@ -127,6 +137,7 @@ pub async fn audit(
     auditor.refunds().await?;
     auditor.ledger().await?;
     auditor.receipts().await?;
+    auditor.job(deletions).await?;
     let Auditor {
         mut report,
         expected,
@@ -276,6 +287,55 @@ impl Auditor<'_> {
                 );
             }
             *before = (*before).max(fence);
+        }
+        Ok(())
+    }
+
+    async fn job(&mut self, deletions: &[String]) -> Result<(), AuditError> {
+        let schema = self.names.schema();
+        let finishers: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT DISTINCT finished_by FROM \"{schema}\".job_history \
+             WHERE finished_by IS NOT NULL"
+        )))
+        .fetch_all(&self.clients.pool)
+        .await?;
+        let finished_by: Option<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT finished_by FROM \"{schema}\".jobs WHERE id = $1"
+        )))
+        .bind(JOB)
+        .fetch_one(&self.clients.pool)
+        .await?;
+        let violation = |report: &mut AuditReport, detail: String| {
+            report.violation(Check::JobDeletedOnce, None, detail)
+        };
+        if finishers.len() > 1 {
+            violation(
+                &mut self.report,
+                format!("finished by each of {finishers:?}"),
+            );
+        }
+        let Some(finisher) = finished_by else {
+            violation(&mut self.report, "never finished".to_owned());
+            return Ok(());
+        };
+        let depth = self.clients.job_queue(self.names).await?.depth().await?;
+        if depth.visible + depth.in_flight > 0 {
+            violation(
+                &mut self.report,
+                format!("the message is still queued: {depth:?}"),
+            );
+        }
+        let after_finish = format!(", finished by {finisher}");
+        match deletions {
+            [by] if *by == finisher || by.ends_with(&after_finish) => {}
+            [by] => violation(
+                &mut self.report,
+                format!("deleted by {by}, finished by {finisher}"),
+            ),
+            many => violation(
+                &mut self.report,
+                format!("deleted {} times: by {many:?}", many.len()),
+            ),
         }
         Ok(())
     }

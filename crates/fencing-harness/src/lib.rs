@@ -2,8 +2,8 @@
 //! each run from the stores themselves.
 //!
 //! Three programs: `gateway` (a payment gateway over HTTP, idempotent by refund id, which
-//! journals every call), `settle-worker` (the job: lease, claim, gateway call, confirm, ledger
-//! entry, receipt, each write fenced) and `campaign` (starts the services and processes of
+//! journals every call), `settle-worker` (the job, received from an SQS queue: lease, claim,
+//! gateway call, confirm, ledger entry, receipt, each write fenced, then the message deleted) and `campaign` (starts the services and processes of
 //! each run, injects the faults its seed schedules, audits, and writes `docs/reliability.md`).
 //! `docs/reliability.md` says how to run it and what it found.
 
@@ -11,6 +11,7 @@ pub mod audit;
 pub mod gateway;
 pub mod http;
 pub mod plan;
+pub mod queue;
 pub mod stores;
 pub mod unfenced;
 

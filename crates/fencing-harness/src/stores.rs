@@ -4,7 +4,8 @@
 //! A run's refunds live in the PostgreSQL schema named after the run, with a history table
 //! filled by a trigger (so the audit sees every accepted write, not only the last); its
 //! ledger is a DynamoDB table; its receipts an S3 bucket with versioning on (so the audit sees
-//! every version of every receipt).
+//! every version of every receipt). The job itself is a message on the run's SQS queue, and a
+//! row of the `jobs` table whose fence gates the message's deletion.
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use fencing_test_support::aws;
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::plan::{LeaseKind, REFUND_CENTS, RunPlan};
+use crate::queue::{self, JobQueue};
 
 /// The merchant every run settles.
 pub const MERCHANT: &str = "m_4471";
@@ -85,6 +87,11 @@ impl RunNames {
         self.id.replace('_', "-")
     }
 
+    /// The SQS queue the job is put on.
+    pub fn job_queue(&self) -> String {
+        format!("{}-jobs", self.id)
+    }
+
     /// The lease's resource: the merchant's settlement.
     pub fn resource(&self) -> fencing_core::ResourceName {
         fencing_core::ResourceName::new(format!("settle:{MERCHANT}")).expect("a valid name")
@@ -111,6 +118,8 @@ pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// S3.
     pub s3: aws_sdk_s3::Client,
+    /// SQS, for the job queue.
+    pub sqs: aws_sdk_sqs::Client,
 }
 
 impl Clients {
@@ -132,9 +141,28 @@ impl Clients {
             pool,
             dynamodb: aws::dynamodb_client_at(aws_endpoint, aws_sdk_dynamodb::Config::builder()),
             s3: aws::s3_client_at(aws_endpoint, aws_sdk_s3::Config::builder()),
+            sqs: queue::client(aws_endpoint),
         })
     }
+
+    /// The job queue of run `names`, which the campaign created.
+    pub async fn job_queue(
+        &self,
+        names: &RunNames,
+    ) -> std::result::Result<JobQueue, Box<dyn std::error::Error + Send + Sync>> {
+        let answer = self
+            .sqs
+            .get_queue_url()
+            .queue_name(names.job_queue())
+            .send()
+            .await?;
+        let url = answer.queue_url().ok_or("a queue without a URL")?;
+        Ok(JobQueue::at(self.sqs.clone(), url))
+    }
 }
+
+/// The job's id: one settlement per run.
+pub const JOB: &str = "settlement";
 
 /// The refunds table as the team wrote it, with a fence column, and the trigger that keeps
 /// its history.
@@ -162,20 +190,35 @@ fn refunds_ddl(schema: &str, with_fence: bool) -> String {
              RETURN NEW;
          END $$;
          CREATE TRIGGER keep_history AFTER INSERT OR UPDATE ON \"{schema}\".refunds
-             FOR EACH ROW EXECUTE FUNCTION \"{schema}\".keep_history();",
+             FOR EACH ROW EXECUTE FUNCTION \"{schema}\".keep_history();
+         CREATE TABLE \"{schema}\".jobs (
+             id text PRIMARY KEY, state text NOT NULL DEFAULT 'pending', {fence}
+             taken_by text, finished_by text);
+         CREATE TABLE \"{schema}\".job_history (
+             seq bigserial PRIMARY KEY, fence bigint, taken_by text, finished_by text);
+         CREATE FUNCTION \"{schema}\".keep_job_history() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO \"{schema}\".job_history (fence, taken_by, finished_by)
+             VALUES ({fence_value}, NEW.taken_by, NEW.finished_by);
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER keep_job_history AFTER UPDATE ON \"{schema}\".jobs
+             FOR EACH ROW EXECUTE FUNCTION \"{schema}\".keep_job_history();
+         INSERT INTO \"{schema}\".jobs (id) VALUES ('{JOB}');",
         fence_value = if with_fence { "NEW.fence" } else { "NULL" },
     )
 }
 
-/// Creates a run's stores: `refunds` pending refunds of 70.25 EUR in PostgreSQL, the ledger
-/// table, the receipts bucket (versioned), and the lease's own tables. `with_fence: false`
-/// leaves the fence column out, as a team that forgot its migration would.
+/// Creates a run's stores: `refunds` pending refunds of 70.25 EUR in PostgreSQL, the job's
+/// row, the ledger table, the receipts bucket (versioned), the lease's own tables, and the
+/// job queue with the job on it. `with_fence: false` leaves the fence columns out, as a team
+/// that forgot its migration would.
 pub async fn create(
     names: &RunNames,
     clients: &Clients,
     plan: &RunPlan,
     with_fence: bool,
-) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> std::result::Result<JobQueue, Box<dyn std::error::Error + Send + Sync>> {
     sqlx::raw_sql(AssertSqlSafe(refunds_ddl(names.schema(), with_fence)))
         .execute(&clients.pool)
         .await?;
@@ -223,7 +266,7 @@ pub async fn create(
         // Keys under the run's id need no set-up.
         LeaseKind::Etcd => {}
     }
-    Ok(())
+    JobQueue::create(clients.sqs.clone(), &names.job_queue(), names.id()).await
 }
 
 /// Drops a run's PostgreSQL schema (the emulator's tables and buckets go with the emulator).
@@ -246,6 +289,8 @@ pub struct RunStores {
     pub ledger: Arc<DynamoStore>,
     /// Receipts in S3.
     pub receipts: Arc<S3Store>,
+    /// The job's row in PostgreSQL: its fence gates the job message's deletion.
+    pub job: Arc<PgStore>,
 }
 
 impl RunStores {
@@ -272,6 +317,10 @@ impl RunStores {
                     S3Bucket::new(names.receipts_bucket(), "")?,
                 )
                 .named("receipts")?,
+            ),
+            job: Arc::new(
+                PgStore::new(clients.pool.clone(), PgTable::new(names.schema(), "jobs")?)
+                    .named("job")?,
             ),
         })
     }

@@ -277,3 +277,91 @@ fn an_interrupted_campaign_says_which_run_and_leaves_no_process_behind() {
     );
     let _ = std::fs::remove_dir_all(logs);
 }
+
+/// The audit's job check is not a formality: a message left on the queue, a job never
+/// finished, deleted twice, or deleted by a worker other than its finisher is each reported.
+#[test]
+fn the_audit_reports_a_job_message_left_deleted_twice_or_deleted_by_another() {
+    let names = RunNames::fresh(8);
+    run_stores(&names, LeaseKind::Postgres, true);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Clients of this runtime: the pool of the one that created the stores is gone with it.
+    let clients = runtime
+        .block_on(Clients::connect(
+            &services::postgres_url(),
+            "harness_test",
+            &services::aws_endpoint(),
+        ))
+        .unwrap();
+    let journal = logs_dir("journal");
+    std::fs::write(&journal, "").unwrap();
+    let plan = RunPlan::from_seed(
+        1,
+        true,
+        Sizing {
+            refunds: 20,
+            ttl: Duration::from_secs(1),
+        },
+        false,
+    );
+    let job_findings = |deletions: &[&str]| -> Vec<String> {
+        let deletions: Vec<String> = deletions.iter().map(|d| d.to_string()).collect();
+        let report = runtime
+            .block_on(fencing_harness::audit::audit(
+                &names, &plan, &clients, &journal, &deletions,
+            ))
+            .unwrap();
+        report
+            .violations
+            .iter()
+            .filter(|v| v.check == fencing_harness::audit::Check::JobDeletedOnce)
+            .map(|v| v.detail.clone())
+            .collect()
+    };
+    let finish = |by: &str| {
+        runtime.block_on(async {
+            sqlx::query(AssertSqlSafe(format!(
+                "UPDATE \"{}\".jobs SET finished_by = $1",
+                names.schema()
+            )))
+            .bind(by)
+            .execute(&clients.pool)
+            .await
+            .unwrap();
+        })
+    };
+
+    assert_eq!(job_findings(&[]), ["never finished"]);
+    finish("B#1");
+    let left = job_findings(&["B#1"]);
+    assert!(left[0].contains("still queued"), "{left:?}");
+
+    let queue = runtime.block_on(clients.job_queue(&names)).unwrap();
+    runtime.block_on(async {
+        let message = queue.receive(1).await.unwrap().expect("the job");
+        queue.delete(&message).await.unwrap();
+    });
+    assert_eq!(job_findings(&["B#1"]), Vec::<String>::new());
+    assert_eq!(
+        job_findings(&["C, finished by B#1"]),
+        Vec::<String>::new(),
+        "the finisher died before deleting: the next receiver deletes"
+    );
+    assert_eq!(
+        job_findings(&["A#1", "B#1"]),
+        [r#"deleted 2 times: by ["A#1", "B#1"]"#]
+    );
+    assert_eq!(job_findings(&["A#1"]), ["deleted by A#1, finished by B#1"]);
+    finish("A#1");
+    assert_eq!(
+        job_findings(&["A#1"]),
+        [r#"finished by each of ["A#1", "B#1"]"#]
+    );
+    let _ = std::fs::remove_file(&journal);
+    runtime
+        .block_on(stores::drop_schema(&names, &clients.pool))
+        .unwrap();
+}

@@ -20,6 +20,7 @@ struct Totals {
     violations: BTreeMap<Check, usize>,
     incidents: usize,
     repeated_calls: usize,
+    redeliveries: usize,
     refunds: usize,
     wall: Duration,
 }
@@ -41,6 +42,7 @@ fn totals<'a>(results: impl Iterator<Item = &'a RunResult>) -> Totals {
         }
         totals.incidents += result.incidents.len();
         totals.repeated_calls += result.audit.repeated_calls;
+        totals.redeliveries += result.deliveries.saturating_sub(1);
         totals.refunds += result.plan.sizing.refunds;
         totals.wall += result.wall;
     }
@@ -59,10 +61,10 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
     let kinds: Vec<&str> = LeaseKind::ALL.iter().map(|k| k.name()).collect();
     let _ = writeln!(
         out,
-        "| fences | runs | refunds | leases ({}) | runs with violations | violations | incidents | repeated gateway calls | wall time |",
+        "| fences | runs | refunds | leases ({}) | runs with violations | violations | incidents | repeated gateway calls | job redeliveries | wall time |",
         kinds.join("/")
     );
-    let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
     for (label, t) in [("on", &on), ("off (control)", &off)] {
         if t.runs == 0 {
             continue;
@@ -73,7 +75,7 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             t.runs,
             t.refunds,
             leases.join("/"),
@@ -81,6 +83,7 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
             t.violations.values().sum::<usize>(),
             t.incidents,
             t.repeated_calls,
+            t.redeliveries,
             minutes(t.wall)
         );
     }
@@ -137,13 +140,14 @@ pub(crate) fn run_line(result: &RunResult) -> String {
         format!("; incidents: {}", result.incidents.join("; "))
     };
     format!(
-        "seed {:>5} {:<8} fences {:<3} {:>5} sent, {} paid, {} recorded, {verdict} [{}] {:.1} s{incidents}",
+        "seed {:>5} {:<8} fences {:<3} {:>5} sent, {} paid, {} recorded, job received {}x, {verdict} [{}] {:.1} s{incidents}",
         result.plan.seed,
         result.plan.lease.name(),
         if result.plan.fences { "on" } else { "off" },
         result.audit.sent,
         euros(result.audit.paid_cents),
         euros(result.audit.recorded_cents),
+        result.deliveries,
         faults.join(", "),
         result.wall.as_secs_f64(),
     )
@@ -173,11 +177,19 @@ EUR settlement) with separate processes:
 
 * `gateway`, a payment gateway over HTTP that creates a refund once per idempotency key (the
   refund id) and journals every call;
-* two workers (`fencing-harness worker`) competing for the merchant's lease (Redis, PostgreSQL, DynamoDB
-  or a three-member etcd cluster, rotating with the seed). The holder claims each refund in PostgreSQL, calls the gateway,
+* a job queue: the settlement is one message on an SQS queue (on the emulator). A worker
+  receives it with a visibility timeout of the lease's TTL (in whole seconds, rounded up) and
+  extends that every third of the TTL while it works; a worker that stalls or dies stops
+  extending, the message becomes visible again, and the next worker to poll receives it;
+* two workers (`fencing-harness worker`) polling the queue. The one that receives the job takes the merchant's lease (Redis, PostgreSQL, DynamoDB
+  or a three-member etcd cluster, rotating with the seed), takes the job's row in PostgreSQL,
+  claims each refund in PostgreSQL, calls the gateway,
   confirms the refund, posts its ledger entry in DynamoDB, puts its receipt in S3 and marks it
-  filed; every one of those writes carries the lease's fencing token and is checked by the
-  store it goes to. A worker does not consult its lease renewal before writing (that check
+  filed; once none is left it marks the job finished and deletes the message. Every one of
+  those writes carries the lease's fencing token and is checked by the
+  store it goes to; the message is deleted only after the job's finishing write was
+  accepted, so a worker that stalled cannot delete the job another is working on (the
+  emulator, unlike SQS, honours an old receipt handle). A worker does not consult its lease renewal before writing (that check
   narrows the window without closing it): what keeps a stale worker out is the fences alone.
 
 The seed of a run decides its lease, its faults and when they strike; the campaign prints each
@@ -214,8 +226,10 @@ paid (gateway) and recorded (ledger); that each refund was confirmed by the hold
 claimed it, with the gateway's reference; that no fence ever went down, in the refunds'
 history or across receipt versions; that each refund, its ledger entry and its receipt were
 last written under one token, the filer's (the ledger keeps no history of its own, so this is
-what the audit can say of it); and that every sent refund has its ledger entry and its
-receipt. Claims and confirms are recorded as the acquisition that wrote them (worker name
+what the audit can say of it); that every sent refund has its ledger entry and its
+receipt; and that the job was finished by one holder and its message deleted once, by that
+holder (or, had it died before deleting, by the next worker to receive the message, which
+found the job finished), with the queue empty by its own counts. Claims and confirms are recorded as the acquisition that wrote them (worker name
 and acquisition number, in columns of the refunds table), so that check means the same with
 fences off, where every token is the same.
 
@@ -263,7 +277,8 @@ its full figures: 1,200 refunds, a 30 s TTL, the holder stalled at r_0815 for 45
         "
 Incidents are problems of a run itself (a worker that exited with an error, a run past its
 deadline); repeated gateway calls are creates answered from an earlier create by idempotency
-key: harmless, and what the idempotency key is for.
+key: harmless, and what the idempotency key is for. Job redeliveries are receives of the job's
+message after the first: a stalled or killed worker's message coming back to the queue.
 
 Wall time of the campaign: {}. Command:
 

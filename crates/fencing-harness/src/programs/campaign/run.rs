@@ -37,6 +37,8 @@ pub(crate) struct RunResult {
     pub(crate) id: String,
     pub(crate) injected: BTreeMap<FaultKind, usize>,
     pub(crate) audit: AuditReport,
+    /// How many times the job's message was received (1: never redelivered).
+    pub(crate) deliveries: usize,
     pub(crate) wall: Duration,
     /// Problems of the run itself (a worker that failed, a run past its deadline).
     pub(crate) incidents: Vec<String>,
@@ -104,6 +106,7 @@ pub(crate) async fn run(
         .cloned()
         .collect();
     let mut filed = 0usize;
+    let (mut deliveries, mut deletions) = (0usize, Vec::new());
     let mut last_writer: Option<String> = None;
     let mut log = std::fs::File::create(dir.join("events.log"))?;
     let deadline = started + run_budget(plan);
@@ -128,6 +131,15 @@ pub(crate) async fn run(
                 writeln!(log, "{:>7} {name}: {line}", started.elapsed().as_millis())?;
                 if line.starts_with("filed ") {
                     filed += 1;
+                }
+                if line.starts_with("received ") {
+                    deliveries += 1;
+                }
+                if let Some((_, by)) = line
+                    .strip_prefix("deleted ")
+                    .and_then(|rest| rest.split_once(" by "))
+                {
+                    deletions.push(by.to_owned());
                 }
                 // The holder, as far as the campaign can tell: the last to acquire or file.
                 if line.starts_with("filed ") || line.starts_with("acquired ") {
@@ -213,7 +225,7 @@ pub(crate) async fn run(
         }
     }
     drop(gateway);
-    let audit = audit::audit(&names, plan, &clients, &journal).await?;
+    let audit = audit::audit(&names, plan, &clients, &journal, &deletions).await?;
     if audit.violations.is_empty() && incidents.is_empty() {
         stores::drop_schema(&names, &clients.pool).await?;
     }
@@ -222,6 +234,7 @@ pub(crate) async fn run(
         id: names.id().to_owned(),
         injected,
         audit,
+        deliveries,
         wall: started.elapsed(),
         incidents,
         dir: dir.to_owned(),

@@ -1,14 +1,19 @@
-//! `fencing-harness worker`: the refund settlement as one process. It takes the merchant's lease,
-//! claims each refund in PostgreSQL, sends it to the gateway (the refund id as idempotency
-//! key), confirms it, posts its ledger entry in DynamoDB and its receipt in S3, and marks it
-//! filed; every one of those writes carries the lease's fencing token. It exits when every
-//! refund is filed. With `--concurrency N` it keeps N refunds in flight through the batch's
-//! pipeline.
+//! `fencing-harness worker`: the refund settlement as one process. It receives the job from
+//! the run's SQS queue (keeping the message invisible while it works), takes the merchant's
+//! lease, takes the job's row, claims each refund in PostgreSQL, sends it to the gateway (the
+//! refund id as idempotency key), confirms it, posts its ledger entry in DynamoDB and its
+//! receipt in S3, and marks it filed; once every refund is filed it marks the job finished and
+//! deletes the message. Every one of those writes carries the lease's fencing token: the
+//! job's row is taken first, so a holder that stalled past its TTL can no more mark the job
+//! finished (and delete a message another worker is working on) than write a refund. It exits
+//! when the queue is empty and the job finished. With `--concurrency N` it keeps N refunds in
+//! flight through the batch's pipeline.
 //!
-//! It reports on standard output, one line per step (`acquired`, `claimed <id>`, `called
-//! <id>`, `filed <id>`, `ended`, `done`), which is what the campaign watches to time its
-//! faults. It does not consult its lease renewal before writing: that check narrows the
-//! window without closing it, and the harness measures what the fences do alone.
+//! It reports on standard output, one line per step (`received <message>`, `acquired`,
+//! `claimed <id>`, `called <id>`, `filed <id>`, `ended`, `deleted <message> by <holder>`,
+//! `done`), which is what the campaign watches to time its faults and count deletions. It
+//! does not consult its lease renewal before writing: that check narrows the window without
+//! closing it, and the harness measures what the fences do alone.
 
 mod settle;
 
@@ -18,6 +23,7 @@ use std::time::Duration;
 
 use fencing_core::{FencedBatch, FencedStore, Lease, LeaseRenewal, MismatchPolicy, RecordKey, Ttl};
 use fencing_harness::plan::LeaseKind;
+use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
 use fencing_harness::unfenced::OneTokenLease;
 
@@ -119,38 +125,74 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         gateway: args.gateway.clone(),
         stop_after_call: args.stop_after_call.clone(),
     };
+    let queue = match clients.job_queue(&names).await {
+        Ok(queue) => queue,
+        Err(err) => return unfit(format!("no job queue for run {}: {err}", names.id())),
+    };
+    let visibility = queue::visibility_for(ttl.duration());
     let resource = names.resource();
     let mut acquisitions = 0u32;
     loop {
-        match settlement.unfiled().await {
-            Ok(0) => {
-                println!("done");
-                return ExitCode::SUCCESS;
+        let message = match queue.receive(visibility).await {
+            Ok(Some(message)) => message,
+            Ok(None) => {
+                match settlement.job_finished_by().await {
+                    Ok(Some(_)) => {
+                        println!("done");
+                        return ExitCode::SUCCESS;
+                    }
+                    Ok(None) => {}
+                    Err(err) => println!("failed reading the job: {err}"),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
             }
-            Ok(_) => {}
             Err(err) => {
-                println!("failed listing: {err}");
+                println!("failed receiving: {err}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        println!("received {} (receive {})", message.id, message.receives);
+        let _keeper = VisibilityKeeper::start(
+            queue.clone(),
+            message.clone(),
+            visibility,
+            ttl.duration() / 3,
+        );
+        // An earlier holder finished the job and did not live to delete its message.
+        match settlement.job_finished_by().await {
+            Ok(Some(finisher)) => {
+                delete(
+                    &queue,
+                    &message,
+                    &format!("{}, finished by {finisher}", args.name),
+                )
+                .await;
+                continue;
+            }
+            Ok(None) => {}
+            Err(err) => {
+                println!("failed reading the job: {err}");
                 continue;
             }
         }
-        let guard = match lease.try_acquire(&resource, ttl).await {
-            Ok(Some(guard)) => guard,
-            Ok(None) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(err) => {
-                println!("failed acquiring: {err}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+        let guard = loop {
+            match lease.try_acquire(&resource, ttl).await {
+                Ok(Some(guard)) => break guard,
+                Ok(None) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(err) => {
+                    println!("failed acquiring: {err}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
             }
         };
         acquisitions += 1;
         let holder = format!("{}#{acquisitions}", args.name);
         println!("acquired {holder} token {}", guard.token());
         let renewal = LeaseRenewal::start(lease.clone(), guard.clone(), ttl.duration() / 3);
-        let batch_stores: [Arc<dyn FencedStore>; 3] = [
+        let batch_stores: [Arc<dyn FencedStore>; 4] = [
+            run_stores.job.clone(),
             run_stores.refunds.clone(),
             run_stores.ledger.clone(),
             run_stores.receipts.clone(),
@@ -159,16 +201,28 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             Ok(batch) => batch.with_mismatch_policy(MismatchPolicy::Skip),
             Err(err) => return unfit(err.to_string()),
         };
-        let settled = match args.concurrency {
-            1 => settlement.settle(&batch, &holder).await,
-            n => settlement.settle_pipelined(&batch, &holder, n.into()).await,
-        };
+        let finished = settlement
+            .run_job(&batch, &holder, args.concurrency.into())
+            .await;
         renewal.stop();
-        let finished = batch.finish().await;
-        match (settled, finished) {
-            (Ok(filed), Ok(finished)) => println!("ended {holder}: {filed} filed, {finished:?}"),
-            (Err(err), _) | (Ok(_), Err(err)) => println!("ended {holder}: {err}"),
+        let released = batch.finish().await;
+        match (finished, released) {
+            (Ok(Some(filed)), released) => {
+                println!("ended {holder}: {filed} filed, job finished, {released:?}");
+                delete(&queue, &message, &holder).await;
+            }
+            (Ok(None), released) => println!("ended {holder}: refunds left, {released:?}"),
+            (Err(err), _) => println!("ended {holder}: {err}"),
         }
+    }
+}
+
+/// Deletes the job's message, saying so (`by` names who, for the audit). A failure leaves it
+/// to come back to the queue, where whoever receives it next finds the job finished.
+async fn delete(queue: &JobQueue, message: &JobMessage, by: &str) {
+    match queue.delete(message).await {
+        Ok(()) => println!("deleted {} by {by}", message.id),
+        Err(err) => println!("failed deleting {}: {err}", message.id),
     }
 }
 
@@ -177,7 +231,12 @@ pub(crate) async fn main(args: Args) -> ExitCode {
 /// bucket exist.
 async fn preflight(stores: &RunStores) -> Result<(), String> {
     let probe = RecordKey::new("preflight").expect("a valid key");
-    let checks: [&dyn FencedStore; 3] = [&*stores.refunds, &*stores.ledger, &*stores.receipts];
+    let checks: [&dyn FencedStore; 4] = [
+        &*stores.job,
+        &*stores.refunds,
+        &*stores.ledger,
+        &*stores.receipts,
+    ];
     for store in checks {
         store
             .read(&probe)

@@ -9,7 +9,7 @@ use fencing_core::{
     RecordKey, RecordWrites, Result, SideEffect, SkippedRecord, Written,
 };
 use fencing_harness::http;
-use fencing_harness::stores::{MERCHANT, RunStores};
+use fencing_harness::stores::{JOB, MERCHANT, RunStores};
 use fencing_postgres::PgWrite;
 use futures_util::TryStreamExt;
 use sqlx::{AssertSqlSafe, PgPool, Row};
@@ -32,8 +32,55 @@ struct Unfiled {
 }
 
 impl Settlement {
+    /// Who finished the job, once someone has: read plainly, as the job's row holds it.
+    pub(crate) async fn job_finished_by(&self) -> Result<Option<String>> {
+        sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT finished_by FROM {} WHERE id = $1",
+            self.stores.job.table().name()
+        )))
+        .bind(JOB)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.stores.job.sql_failure(e))
+    }
+
+    /// The job under `batch`: takes the job's row (from then on an earlier holder is refused
+    /// there), settles every unfiled refund (`concurrency` in flight; 1 is one after
+    /// another), and marks the job finished by `holder` when none is left. Returns how many
+    /// refunds it filed once the job is finished, `None` when refunds are left (skipped
+    /// ones); a refused write ends it.
+    pub(crate) async fn run_job(
+        &self,
+        batch: &FencedBatch,
+        holder: &str,
+        concurrency: usize,
+    ) -> Result<Option<usize>> {
+        self.write_job(batch, "taken_by", holder).await?;
+        let filed = match concurrency {
+            1 => self.settle(batch, holder).await?,
+            n => self.settle_pipelined(batch, holder, n).await?,
+        };
+        if self.unfiled().await? > 0 {
+            return Ok(None);
+        }
+        self.write_job(batch, "finished_by", holder).await?;
+        Ok(Some(filed))
+    }
+
+    async fn write_job(&self, batch: &FencedBatch, column: &str, holder: &str) -> Result<()> {
+        let job = &self.stores.job;
+        let key = RecordKey::new(JOB)?;
+        let write = PgWrite::new(FencedWrite::claim()).set(column, holder)?;
+        batch
+            .run_fenced(&**job, async |fence| {
+                job.write_in(&self.pool, fence, &key, write).await
+            })
+            .await
+            .map(drop)
+    }
+
     /// How many refunds are not filed yet.
-    pub(crate) async fn unfiled(&self) -> Result<i64> {
+    async fn unfiled(&self) -> Result<i64> {
         sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT count(*) FROM {} WHERE merchant = $1 AND NOT filed",
             self.stores.refunds.table().name()
@@ -67,7 +114,7 @@ impl Settlement {
 
     /// Settles every unfiled refund under `batch`, `holder` naming this acquisition in the
     /// rows it claims and confirms. Returns how many it filed; a refused write ends it.
-    pub(crate) async fn settle(&self, batch: &FencedBatch, holder: &str) -> Result<usize> {
+    async fn settle(&self, batch: &FencedBatch, holder: &str) -> Result<usize> {
         let lifecycle = Lifecycle::default();
         let refunds = &self.stores.refunds;
         let unfiled = self.list().await?;
@@ -141,7 +188,7 @@ impl Settlement {
     /// of them in flight at once: those an earlier holder confirmed are filed side by side,
     /// the rest go through a pipeline whose claims and confirms carry this holder's name and
     /// the gateway's reference, each confirm followed by the refund's filing.
-    pub(crate) async fn settle_pipelined(
+    async fn settle_pipelined(
         &self,
         batch: &FencedBatch,
         holder: &str,
