@@ -159,6 +159,12 @@ impl JobQueue {
         Ok(())
     }
 
+    /// Deletes the queue itself, whatever is left on it.
+    pub async fn delete_queue(&self) -> Result<(), QueueError> {
+        self.sqs.delete_queue().queue_url(&self.url).send().await?;
+        Ok(())
+    }
+
     /// What is left in the queue, as the service counts it.
     pub async fn depth(&self) -> Result<QueueDepth, QueueError> {
         let answer = self

@@ -280,6 +280,64 @@ pub async fn drop_schema(names: &RunNames, pool: &PgPool) -> std::result::Result
     .map(drop)
 }
 
+/// Deletes a run's AWS resources: the ledger table, the DynamoDB lease table (that lease kind
+/// only), every version of every receipt and the bucket, and the job queue. Without it the
+/// emulator keeps every run a campaign ever made, and a long campaign measures that.
+pub async fn drop_aws(
+    names: &RunNames,
+    clients: &Clients,
+    lease: LeaseKind,
+) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let dynamodb = &clients.dynamodb;
+    dynamodb
+        .delete_table()
+        .table_name(names.ledger_table())
+        .send()
+        .await?;
+    if lease == LeaseKind::Dynamodb {
+        dynamodb
+            .delete_table()
+            .table_name(names.dynamo_lease_table())
+            .send()
+            .await?;
+    }
+    let bucket = names.receipts_bucket();
+    loop {
+        let page = clients
+            .s3
+            .list_object_versions()
+            .bucket(&bucket)
+            .send()
+            .await?;
+        let versions = page
+            .versions()
+            .iter()
+            .map(|v| (v.key(), v.version_id()))
+            .chain(
+                page.delete_markers()
+                    .iter()
+                    .map(|m| (m.key(), m.version_id())),
+            );
+        let mut deleted = 0;
+        for (key, version) in versions {
+            clients
+                .s3
+                .delete_object()
+                .bucket(&bucket)
+                .set_key(key.map(str::to_owned))
+                .set_version_id(version.map(str::to_owned))
+                .send()
+                .await?;
+            deleted += 1;
+        }
+        if deleted == 0 {
+            break;
+        }
+    }
+    clients.s3.delete_bucket().bucket(&bucket).send().await?;
+    clients.job_queue(names).await?.delete_queue().await
+}
+
 /// The library's stores over a run's data, as a worker uses them.
 #[derive(Clone, Debug)]
 pub struct RunStores {

@@ -361,7 +361,22 @@ fn the_audit_reports_a_job_message_left_deleted_twice_or_deleted_by_another() {
         [r#"finished by each of ["A#1", "B#1"]"#]
     );
     let _ = std::fs::remove_file(&journal);
-    runtime
-        .block_on(stores::drop_schema(&names, &clients.pool))
-        .unwrap();
+    runtime.block_on(async {
+        stores::drop_schema(&names, &clients.pool).await.unwrap();
+        // The run's emulator resources go too, so that a long campaign does not keep them.
+        stores::drop_aws(&names, &clients, LeaseKind::Postgres)
+            .await
+            .unwrap();
+        let bucket = clients
+            .s3
+            .head_bucket()
+            .bucket(names.receipts_bucket())
+            .send()
+            .await;
+        assert!(bucket.is_err(), "the receipts bucket is still there");
+        assert!(
+            clients.job_queue(&names).await.is_err(),
+            "the queue is still there"
+        );
+    });
 }

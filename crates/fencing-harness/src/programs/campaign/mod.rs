@@ -7,6 +7,7 @@
 
 mod report;
 mod run;
+mod soak;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,6 +66,11 @@ pub(crate) struct Args {
     /// Keeps every run's logs, not only those of runs that failed.
     #[arg(long)]
     keep_logs: bool,
+    /// Instead of a campaign, a soak: fenced runs back to back for this many minutes on one
+    /// set of services, every process's memory and open files and the PostgreSQL
+    /// connections sampled every 10 s (with --report, writes docs/soak.md's figures).
+    #[arg(long, conflicts_with = "replay", value_parser = clap::value_parser!(u64).range(1..=1440))]
+    soak_minutes: Option<u64>,
 }
 
 /// Runs the campaign (or one replayed run) and reports.
@@ -78,6 +84,10 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         return ExitCode::from(2);
     }
     let containers = ServiceMode::from_env() == ServiceMode::Containers;
+    let concurrency = args.concurrency.into();
+    let soak_seeds = (args.first_seed..).map(|seed| {
+        RunPlan::from_seed(seed, true, sizing, containers).with_concurrency(concurrency)
+    });
     let plans: Vec<RunPlan> = match args.replay {
         Some(seed) => vec![RunPlan::from_seed(
             seed,
@@ -85,6 +95,7 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             sizing,
             containers,
         )],
+        None if args.soak_minutes.is_some() => Vec::new(),
         None => (0..args.fenced)
             .map(|i| RunPlan::from_seed(args.first_seed + i, true, sizing, containers))
             .chain((0..args.unfenced).map(|i| {
@@ -98,7 +109,7 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     };
     let plans: Vec<RunPlan> = plans
         .into_iter()
-        .map(|plan| plan.with_concurrency(args.concurrency.into()))
+        .map(|plan| plan.with_concurrency(concurrency))
         .collect();
     let mut services = match tokio::task::block_in_place(|| start_services(containers)) {
         Ok(services) => services,
@@ -109,8 +120,25 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     };
     let current = Arc::new(Mutex::new(String::from("before the first run")));
     let started = Instant::now();
-    let campaign = run_all(&plans, &mut services, &args, current.clone());
-    let results = tokio::select! {
+    let soak = match args.soak_minutes {
+        Some(minutes) => match sqlx::PgPool::connect(&services.database_url).await {
+            Ok(pool) => Some((
+                started + Duration::from_secs(minutes * 60),
+                soak::Sampler::start(pool, started),
+            )),
+            Err(err) => {
+                eprintln!("campaign: cannot connect to PostgreSQL to sample it: {err}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let schedule = match &soak {
+        Some((deadline, _)) => Schedule::Until(*deadline, Box::new(soak_seeds)),
+        None => Schedule::These(&plans),
+    };
+    let campaign = run_all(schedule, &mut services, &args, current.clone());
+    let (results, all_ran) = tokio::select! {
         results = campaign => results,
         _ = tokio::signal::ctrl_c() => {
             eprintln!(
@@ -123,6 +151,21 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     let wall = started.elapsed();
     println!("\n{}", report::summary(&results));
     println!("wall time {:.0} s", wall.as_secs_f64());
+    let steady = match soak {
+        Some((_, sampler)) => {
+            let finished: Vec<soak::Finished> = results
+                .iter()
+                .map(|r| soak::Finished {
+                    at: r.ended.duration_since(started),
+                    refunds: r.audit.sent,
+                })
+                .collect();
+            let (table, steady) = soak::report(&sampler.finish(), &finished, wall);
+            println!("\n{table}");
+            Some((table, steady))
+        }
+        None => None,
+    };
     if let Some(path) = &args.report {
         let command = std::env::args()
             .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
@@ -134,9 +177,11 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             "cargo run -p fencing-harness --"
         };
         let command = command.replacen(&std::env::args().next().unwrap_or_default(), runner, 1);
-        if let Err(err) =
-            std::fs::write(path, report::document(&results, &command, wall, containers))
-        {
+        let document = match &steady {
+            Some((table, _)) => report::soak_document(&results, table, &command, wall),
+            None => report::document(&results, &command, wall, containers),
+        };
+        if let Err(err) = std::fs::write(path, document) {
             eprintln!("campaign: cannot write {}: {err}", path.display());
             return ExitCode::FAILURE;
         }
@@ -150,28 +195,51 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     let control_caught = unfenced.is_empty()
         || args.replay.is_some()
         || unfenced.iter().any(|r| !r.audit.violations.is_empty());
-    if fenced_clean && control_caught && results.len() == plans.len() {
+    let steady = steady.is_none_or(|(_, steady)| steady);
+    if fenced_clean && control_caught && all_ran && !results.is_empty() && steady {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
 }
 
+/// Which runs to make: these, or one after another from a list without end until a deadline
+/// (a soak).
+enum Schedule<'a> {
+    These(&'a [RunPlan]),
+    Until(Instant, Box<dyn Iterator<Item = RunPlan> + Send + 'a>),
+}
+
+/// Makes the runs of `schedule`; also says whether every one could run (a run that could not
+/// ends the campaign).
 async fn run_all(
-    plans: &[RunPlan],
+    schedule: Schedule<'_>,
     services: &mut Services,
     args: &Args,
     current: Arc<Mutex<String>>,
-) -> Vec<RunResult> {
-    let bar = ProgressBar::new(plans.len() as u64);
+) -> (Vec<RunResult>, bool) {
+    let (plans, deadline, of): (Box<dyn Iterator<Item = RunPlan> + Send>, _, _) = match schedule {
+        Schedule::These(plans) => (
+            Box::new(plans.iter().cloned()),
+            None,
+            plans.len().to_string(),
+        ),
+        Schedule::Until(deadline, plans) => (plans, Some(deadline), "a soak".to_owned()),
+    };
+    let bar = match deadline {
+        None => ProgressBar::new(of.parse().unwrap_or(0)),
+        Some(_) => ProgressBar::new_spinner(),
+    };
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
             .expect("a valid template"),
     );
     let mut results = Vec::new();
-    for (i, plan) in plans.iter().enumerate() {
-        *current.lock().expect("never poisoned") =
-            format!("run {} of {} ({plan})", i + 1, plans.len());
+    for (i, plan) in plans.enumerate() {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        *current.lock().expect("never poisoned") = format!("run {} of {of} ({plan})", i + 1);
         say(&bar, format!("run {}: {plan}", i + 1));
         bar.set_message(format!("seed {}", plan.seed));
         let dir = args.logs.join(format!(
@@ -179,7 +247,7 @@ async fn run_all(
             plan.seed,
             if plan.fences { "on" } else { "off" }
         ));
-        match run::run(plan, services, &dir).await {
+        match run::run(&plan, services, &dir).await {
             Ok(result) => {
                 say(&bar, format!("  {}", report::run_line(&result)));
                 for violation in result.audit.violations.iter().take(3) {
@@ -207,13 +275,14 @@ async fn run_all(
                     &bar,
                     format!("  run {} (seed {}) could not run: {err}", i + 1, plan.seed),
                 );
-                break;
+                bar.finish_and_clear();
+                return (results, false);
             }
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    results
+    (results, true)
 }
 
 /// Prints above the bar, or plainly where there is no terminal to draw it on.

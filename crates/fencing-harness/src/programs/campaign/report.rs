@@ -313,3 +313,55 @@ Every run:
     }
     out
 }
+
+/// `docs/soak.md`: what a soak is, its windows and verdict (`windows`), the audit of its runs,
+/// and the command.
+pub(crate) fn soak_document(
+    results: &[RunResult],
+    windows: &str,
+    command: &str,
+    wall: Duration,
+) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "# Soak: the settlement for an hour
+
+This page is written by the harness (`crates/fencing-harness`, `campaign --soak-minutes`);
+every figure below was measured by the command at the end, on a 2-core machine.
+
+A soak is the fault campaign of [reliability.md](reliability.md) with fences on, run back to
+back on one set of services for a fixed time: the same runs (each a settlement of refunds by
+two workers taking the job from its SQS queue, under the faults its seed draws, audited from
+the stores), seeds rising from the first. It stops by itself: no run starts after the time is
+up, and the one under way finishes. Every 10 s it samples every process it started (the
+campaign itself, the AWS emulator, Redis, each etcd member, the gateway and the workers alive
+at that moment) for its resident memory (`VmRSS`) and open files (`/proc/PID/fd`), and counts
+the PostgreSQL connections of the runs' processes (`pg_stat_activity`). A run that passed its
+audit has its PostgreSQL schema and its emulator tables, bucket and queue dropped, as a
+deployment's retention would.
+
+Each window gives the largest value seen in it (for etcd, the largest member; for workers,
+the largest alive). Growth is measured from the second window (the first holds the start-up)
+to the last.
+
+"
+    );
+    out.push_str(windows);
+    let _ = write!(
+        out,
+        "
+The runs' audit:
+
+{}
+Wall time: {}. Command:
+
+```
+{command}
+```
+",
+        summary(results),
+        minutes(wall)
+    );
+    out
+}

@@ -40,6 +40,8 @@ pub(crate) struct RunResult {
     /// How many times the job's message was received (1: never redelivered).
     pub(crate) deliveries: usize,
     pub(crate) wall: Duration,
+    /// When it ended.
+    pub(crate) ended: Instant,
     /// Problems of the run itself (a worker that failed, a run past its deadline).
     pub(crate) incidents: Vec<String>,
     pub(crate) dir: PathBuf,
@@ -228,6 +230,7 @@ pub(crate) async fn run(
     let audit = audit::audit(&names, plan, &clients, &journal, &deletions).await?;
     if audit.violations.is_empty() && incidents.is_empty() {
         stores::drop_schema(&names, &clients.pool).await?;
+        stores::drop_aws(&names, &clients, plan.lease).await?;
     }
     Ok(RunResult {
         plan: plan.clone(),
@@ -236,6 +239,7 @@ pub(crate) async fn run(
         audit,
         deliveries,
         wall: started.elapsed(),
+        ended: Instant::now(),
         incidents,
         dir: dir.to_owned(),
     })
