@@ -319,15 +319,23 @@ impl DynamoFenceCondition {
     }
 }
 
-/// Adds `assignment` to the `SET` clause of `update`, or adds a `SET` clause.
+/// Adds `assignment` to the `SET` clause of `update`, or adds a `SET` clause. The clause is
+/// the word `SET` (any case, between any ASCII whitespace) with something after it: adding a
+/// second `SET` beside one written with a tab or a newline would have DynamoDB refuse the
+/// request (the fuzz target `dynamodb_condition` found that this used to look for `"SET "`
+/// only).
 fn merge_set(update: &str, assignment: &str) -> String {
-    let upper = update.to_ascii_uppercase();
-    match upper.find("SET ") {
-        Some(at) if upper[..at].trim().is_empty() || upper[..at].ends_with(' ') => {
-            let clause = at + "SET ".len();
-            format!("{}{assignment}, {}", &update[..clause], &update[clause..])
-        }
-        _ => format!("{update} SET {assignment}"),
+    let bytes = update.as_bytes();
+    let keyword = (0..bytes.len().saturating_sub(3)).find(|&i| {
+        bytes[i..i + 3].eq_ignore_ascii_case(b"SET")
+            && (i == 0 || bytes[i - 1].is_ascii_whitespace())
+            && bytes[i + 3].is_ascii_whitespace()
+            && bytes[i + 3..].iter().any(|b| !b.is_ascii_whitespace())
+    });
+    match keyword {
+        // After the keyword and one whitespace character, all ASCII: a char boundary.
+        Some(at) => format!("{}{assignment}, {}", &update[..at + 4], &update[at + 4..]),
+        None => format!("{update} SET {assignment}"),
     }
 }
 
@@ -342,6 +350,12 @@ mod tests {
             "SET #f = :t, #s = :s REMOVE #x"
         );
         assert_eq!(merge_set("REMOVE #x", "#f = :t"), "REMOVE #x SET #f = :t");
+        assert_eq!(
+            merge_set("REMOVE #x\nSET\t#s = :s", "#f = :t"),
+            "REMOVE #x\nSET\t#f = :t, #s = :s"
+        );
+        assert_eq!(merge_set("set #s = :s", "#f = :t"), "set #f = :t, #s = :s");
+        assert_eq!(merge_set("#OFFSET", "#f = :t"), "#OFFSET SET #f = :t");
         assert_eq!(
             merge_set("ADD #n :one", "#f = :t"),
             "ADD #n :one SET #f = :t"
