@@ -93,11 +93,6 @@ impl JobQueue {
         }
     }
 
-    /// Its URL, which workers are given.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// Receives the job if it is visible, hiding it from every other receiver for
     /// `visibility_secs`; `None` when it is not (another worker has it, or it is deleted).
     pub async fn receive(&self, visibility_secs: i32) -> Result<Option<JobMessage>, QueueError> {

@@ -218,18 +218,21 @@ async fn run_all(
     args: &Args,
     current: Arc<Mutex<String>>,
 ) -> (Vec<RunResult>, bool) {
-    let (plans, deadline, of): (Box<dyn Iterator<Item = RunPlan> + Send>, _, _) = match schedule {
-        Schedule::These(plans) => (
-            Box::new(plans.iter().cloned()),
-            None,
-            plans.len().to_string(),
-        ),
-        Schedule::Until(deadline, plans) => (plans, Some(deadline), "a soak".to_owned()),
-    };
-    let bar = match deadline {
-        None => ProgressBar::new(of.parse().unwrap_or(0)),
-        Some(_) => ProgressBar::new_spinner(),
-    };
+    let (plans, deadline, bar, of): (Box<dyn Iterator<Item = RunPlan> + Send>, _, _, _) =
+        match schedule {
+            Schedule::These(plans) => (
+                Box::new(plans.iter().cloned()),
+                None,
+                ProgressBar::new(plans.len() as u64),
+                plans.len().to_string(),
+            ),
+            Schedule::Until(deadline, plans) => (
+                plans,
+                Some(deadline),
+                ProgressBar::new_spinner(),
+                "a soak".to_owned(),
+            ),
+        };
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
             .expect("a valid template"),
