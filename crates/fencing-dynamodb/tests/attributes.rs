@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{
     Error, Fence, FencedWrite, FencingToken, InputKind, Lifecycle, MemoryTokenSource, ResourceName,
@@ -12,7 +14,8 @@ use fencing_core::{
 };
 use fencing_dynamodb::{DynamoStore, DynamoWrite};
 use fencing_test_support::aws::LoseAnswers;
-use fencing_testkit::conformance::make_pending;
+use fencing_testkit::cancellation::drop_at_every_yield;
+use fencing_testkit::conformance::{make_pending, report_sweep};
 
 fn token(n: u64) -> FencingToken {
     FencingToken::new(n).unwrap()
@@ -198,4 +201,48 @@ async fn a_transaction_sets_every_items_attributes_or_none() {
     let err = store.transact_with(&holder, &colliding).await.unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     assert_eq!(common::item_count(&client, store.table()).await, 3);
+}
+
+/// A `write_with` dropped at each point where it waited on DynamoDB
+/// (`fencing_testkit::cancellation::drop_at_every_yield`) set nothing or the fence, the state
+/// and the team's attribute together (one `UpdateItem`), and the holder's resend settles it.
+#[tokio::test]
+async fn a_dropped_write_with_attributes_sets_all_of_it_or_nothing() {
+    let client = common::client();
+    let store = ledger(&client).await;
+    let (source, resource) = issued().await;
+    let fence = Fence::new(&resource, token(34), &source);
+    let claim = || {
+        DynamoWrite::new(Lifecycle::default().claim())
+            .set("gateway", AttributeValue::S("acme".into()))
+            .unwrap()
+    };
+    let entries = AtomicU32::new(815);
+    let sweep = drop_at_every_yield(
+        async || {
+            let entry = entries.fetch_add(1, Ordering::Relaxed).to_string();
+            let key = store.table().record_key("m_4471", Some(&entry)).unwrap();
+            make_pending(&store, &key).await;
+            key
+        },
+        async |key| store.write_with(&fence, key, claim()).await,
+        async |key, output| {
+            if let Some(ended) = output {
+                ended.unwrap();
+            }
+            let (record, attributes) = store.read_with_attributes(key).await.unwrap().unwrap();
+            let claimed = record.fence == Some(token(34));
+            assert_eq!(
+                attributes.contains_key("gateway"),
+                claimed,
+                "{record:?} {attributes:?}"
+            );
+            store.write_with(&fence, key, claim()).await.unwrap();
+            let (record, attributes) = store.read_with_attributes(key).await.unwrap().unwrap();
+            assert_eq!(record.fence, Some(token(34)));
+            assert_eq!(attributes["gateway"], AttributeValue::S("acme".into()));
+        },
+    )
+    .await;
+    report_sweep("write_with", sweep);
 }

@@ -108,7 +108,7 @@ impl FenceFloor for PgFenceFloor {
             None => query,
         };
         self.session
-            .on_one_connection(&self.pool, RequestEffect::ReadOnly, async |conn| {
+            .on_pool(&self.pool, RequestEffect::ReadOnly, async |conn| {
                 let row = query.fetch_one(conn).await?;
                 let max: Option<i64> = row.try_get(0)?;
                 max.map_or(Ok(None), fence_from_db)

@@ -113,7 +113,7 @@ impl PgLease {
     ) -> Result<T> {
         self.tokens
             .session()
-            .on_one_connection(self.tokens.pool(), effect, op)
+            .on_pool(self.tokens.pool(), effect, op)
             .await
             .map_err(|(failure, effect)| self.failed(failure, effect))
     }

@@ -2,9 +2,10 @@
 //! behind a pooler in transaction mode, with unnamed ones, each request inside a transaction.
 
 use fencing_core::adapter::RequestEffect;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
-use sqlx::{Acquire, AssertSqlSafe, PgConnection, Postgres};
+use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Postgres};
 
 use crate::error::PgFailure;
 
@@ -16,6 +17,41 @@ pub(crate) struct Session {
 
 /// A failure, with what the failed request may have done.
 pub(crate) type Failed = (PgFailure, RequestEffect);
+
+/// A connection of a store's own pool for one request, closed instead of returned to the pool
+/// when the request's future is dropped before it ends. sqlx 0.9.0 counts a transaction only
+/// once the server has answered its `BEGIN`, so a `begin` dropped while that answer is on its
+/// way leaves the session inside a transaction that nothing ends; returned to the pool, it
+/// would take the next request's writes into that transaction, which never commits.
+pub(crate) struct Checkout {
+    conn: PoolConnection<Postgres>,
+    ended: bool,
+}
+
+impl Checkout {
+    /// Runs `op` on a connection of `pool`: returned to the pool when `op` ends, closed if
+    /// `op` is dropped before.
+    pub(crate) async fn run<T>(
+        pool: &PgPool,
+        op: impl AsyncFnOnce(&mut PgConnection) -> T,
+    ) -> Result<T, sqlx::Error> {
+        let mut checkout = Checkout {
+            conn: pool.acquire().await?,
+            ended: false,
+        };
+        let value = op(&mut checkout.conn).await;
+        checkout.ended = true;
+        Ok(value)
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.conn.close_on_drop();
+        }
+    }
+}
 
 impl Session {
     /// For a pooler in transaction mode (PgBouncer's `pool_mode = transaction`).
@@ -30,28 +66,40 @@ impl Session {
         sqlx::query(AssertSqlSafe(sql.into())).persistent(!self.transaction_pooling)
     }
 
-    /// Runs `op` on one connection from `conn`: as it is, or, when pooling, in a transaction
-    /// (a savepoint inside the caller's) that commits when `op` succeeds, so the unnamed
-    /// statement is parsed and run on one server connection. A failure to start is a
-    /// read-only one; a failure of `op` or of the commit may have had `effect`.
-    pub(crate) async fn on_one_connection<'c, A, T>(
+    /// [`Self::run_on`] on a [`Checkout`] of `pool`.
+    pub(crate) async fn on_pool<T>(
         &self,
-        conn: A,
+        pool: &PgPool,
         effect: RequestEffect,
         op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, PgFailure>,
-    ) -> Result<T, Failed>
-    where
-        A: Acquire<'c, Database = Postgres>,
-    {
-        let not_started = |e: sqlx::Error| (PgFailure::from(e), RequestEffect::ReadOnly);
+    ) -> Result<T, Failed> {
+        Checkout::run(pool, async |conn| self.run_on(conn, effect, op).await)
+            .await
+            .map_err(not_started)?
+    }
+
+    /// Runs `op` on `conn`: as it is, or, when pooling, in a transaction (a savepoint inside
+    /// the caller's) that commits when `op` succeeds, so the unnamed statement is parsed and
+    /// run on one server connection. A failure to start is a read-only one; a failure of `op`
+    /// or of the commit may have had `effect`.
+    pub(crate) async fn run_on<T>(
+        &self,
+        conn: &mut PgConnection,
+        effect: RequestEffect,
+        op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, PgFailure>,
+    ) -> Result<T, Failed> {
         if self.transaction_pooling {
-            let mut tx = conn.begin().await.map_err(not_started)?;
+            let mut tx = Connection::begin(conn).await.map_err(not_started)?;
             let value = op(&mut tx).await.map_err(|e| (e, effect))?;
             tx.commit().await.map_err(|e| (e.into(), effect))?;
             Ok(value)
         } else {
-            let mut conn = conn.acquire().await.map_err(not_started)?;
-            op(&mut conn).await.map_err(|e| (e, effect))
+            op(conn).await.map_err(|e| (e, effect))
         }
     }
+}
+
+/// A request that failed before it was sent.
+fn not_started(e: sqlx::Error) -> Failed {
+    (PgFailure::from(e), RequestEffect::ReadOnly)
 }

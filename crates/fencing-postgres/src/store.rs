@@ -11,14 +11,14 @@ use fencing_core::{
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
-use sqlx::{Acquire, PgConnection, PgPool, Postgres, Row};
+use sqlx::{Acquire, Connection, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::OnceCell;
 
 use crate::columns::{PgValue, PgWrite};
 use crate::decode::{fence_from_db, record_from, state_from_db};
 use crate::error::PgFailure;
 use crate::schema::{INSPECT, Schema, Unfit};
-use crate::session::Session;
+use crate::session::{Checkout, Session};
 use crate::statements::{ExtraColumn, binds};
 use crate::table::PgTable;
 
@@ -115,7 +115,7 @@ impl PgStore {
             .get_or_try_init(|| async {
                 let table = self.table.name();
                 let row = self
-                    .on_one_connection(&self.pool, RequestEffect::ReadOnly, async |conn| {
+                    .request(Via::Pool, RequestEffect::ReadOnly, async |conn| {
                         self.query(INSPECT)
                             .bind(table.to_string())
                             .bind(table.schema().as_str())
@@ -134,20 +134,55 @@ impl PgStore {
             .await
     }
 
-    /// [`Session::on_one_connection`], its failures as this store's errors.
-    async fn on_one_connection<'c, A, T>(
+    /// [`Session::run_on`], its failures as this store's errors.
+    async fn run_on<T>(
         &self,
-        conn: A,
+        conn: &mut PgConnection,
         effect: RequestEffect,
         op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, PgFailure>,
-    ) -> Result<T>
-    where
-        A: Acquire<'c, Database = Postgres>,
-    {
+    ) -> Result<T> {
         self.session
-            .on_one_connection(conn, effect, op)
+            .run_on(conn, effect, op)
             .await
             .map_err(|(failure, effect)| self.failed(failure, effect))
+    }
+
+    /// Runs `op` on the connection `via` names, taken from the pool only now (after the
+    /// request's own checks) as a [`Checkout`].
+    async fn with_connection<T>(
+        &self,
+        via: Via<'_>,
+        op: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+    ) -> Result<T> {
+        match via {
+            Via::Caller(conn) => op(conn).await,
+            Via::Pool => Checkout::run(&self.pool, op)
+                .await
+                .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?,
+        }
+    }
+
+    /// One request on the connection `via` names, as the store's session talks.
+    async fn request<T>(
+        &self,
+        via: Via<'_>,
+        effect: RequestEffect,
+        op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, PgFailure>,
+    ) -> Result<T> {
+        self.with_connection(via, async |conn| self.run_on(conn, effect, op).await)
+            .await
+    }
+
+    /// The caller's connection from `conn`, once the table's shape is known (so that a pool
+    /// passed as `conn` is not asked for a second connection to learn it).
+    async fn given<'c, A: Acquire<'c, Database = Postgres>>(
+        &self,
+        conn: A,
+    ) -> Result<A::Connection> {
+        self.schema().await?;
+        conn.acquire()
+            .await
+            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))
     }
 
     fn query(&self, sql: impl Into<String>) -> Query<'static, Postgres, PgArguments> {
@@ -160,9 +195,14 @@ impl PgStore {
         conn: A,
         key: &RecordKey,
     ) -> Result<Option<Record>> {
+        let mut conn = self.given(conn).await?;
+        self.read_via(Via::Caller(&mut conn), key).await
+    }
+
+    async fn read_via(&self, via: Via<'_>, key: &RecordKey) -> Result<Option<Record>> {
         let schema = self.schema().await?;
         schema.key_type.check(key)?;
-        self.on_one_connection(conn, RequestEffect::ReadOnly, async |conn| {
+        self.request(via, RequestEffect::ReadOnly, async |conn| {
             let row = self
                 .query(schema.statements.read())
                 .bind(key.as_str())
@@ -190,14 +230,25 @@ impl PgStore {
         token: FencingToken,
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
-        let write = write.into();
+        let mut conn = self.given(conn).await?;
+        self.write_via(Via::Caller(&mut conn), key, token, &write.into())
+            .await
+    }
+
+    async fn write_via(
+        &self,
+        via: Via<'_>,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &PgWrite,
+    ) -> Result<Written> {
         let schema = self.schema().await?;
         schema.key_type.check(key)?;
-        let extras = self.check_write(schema, &write)?;
+        let extras = self.check_write(schema, write)?;
         let fenced = write.write();
         let one = schema.statements.write_one(fenced.check(), &extras);
         let insert = schema.statements.insert(&extras);
-        self.on_one_connection(conn, RequestEffect::Writes, async |conn| {
+        self.request(via, RequestEffect::Writes, async |conn| {
             for _ in 0..RACE_ROUNDS {
                 let row = self
                     .bind_write(&one, key.as_str(), token, fenced, &extras)
@@ -255,6 +306,11 @@ impl PgStore {
     /// refusal on any row rolls the whole statement back and is returned through `fence`
     /// (so a counter that went backwards is reported as such). Missing rows and rows outside
     /// the required states are skipped and listed. Missing rows are not created.
+    ///
+    /// Dropped before it ends, it leaves `conn` as sqlx leaves a dropped transaction: 0.9.0
+    /// can leave a `BEGIN` that was on its way open on the server, unknown to the connection.
+    /// [`Self::write_together`], on the store's own pool, closes such a connection instead of
+    /// returning it.
     pub async fn write_together_on<'c, A: Acquire<'c, Database = Postgres>>(
         &self,
         conn: A,
@@ -262,17 +318,28 @@ impl PgStore {
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
     ) -> Result<PgWrittenTogether> {
-        let write = write.into();
+        let mut conn = self.given(conn).await?;
+        self.write_together_via(Via::Caller(&mut conn), fence, keys, &write.into())
+            .await
+    }
+
+    async fn write_together_via(
+        &self,
+        via: Via<'_>,
+        fence: &Fence<'_>,
+        keys: &[RecordKey],
+        write: &PgWrite,
+    ) -> Result<PgWrittenTogether> {
         let records: Vec<&RecordKey> = keys.iter().collect();
-        let attempt = self.write_together_unobserved(conn, fence.token(), keys, &write);
+        let attempt = self.write_together_unobserved(via, fence.token(), keys, write);
         fence
             .run_write_once(&self.name, &records, write.write().check(), attempt)
             .await
     }
 
-    async fn write_together_unobserved<'c, A: Acquire<'c, Database = Postgres>>(
+    async fn write_together_unobserved(
         &self,
-        conn: A,
+        via: Via<'_>,
         token: FencingToken,
         keys: &[RecordKey],
         write: &PgWrite,
@@ -284,73 +351,76 @@ impl PgStore {
         }
         let extras = self.check_write(schema, write)?;
         let fenced = write.write();
-        let mut tx = conn
-            .begin()
-            .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-        let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
-        let rows = self
-            .query(schema.statements.lock_many())
-            .bind(&texts)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-        let mut current = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let decoded = || -> Result<(String, Record), PgFailure> {
-                let text: String = row.try_get(0)?;
-                let key = RecordKey::new(text.clone())
-                    .map_err(|e| PgFailure::Corrupt(format!("stored key {text:?}: {e}")))?;
-                let fence = fence_from_db(row.try_get(1)?)?;
-                Ok((
-                    text,
-                    record_from(&key, fence, row.try_get(2), row.try_get(3))?,
-                ))
-            };
-            let (text, record) = decoded().map_err(|e| self.failed(e, RequestEffect::ReadOnly))?;
-            current.insert(text, record);
-        }
-        let mut written = Vec::new();
-        let mut skipped = Vec::new();
-        for key in keys {
-            let record = current.get(key.as_str());
-            match (fenced.decide(&self.name, key, token, record), record) {
-                (Ok(()), Some(record)) => written.push(Written::new(
-                    Some(record),
-                    fenced.apply(key, token, Some(record)),
-                )),
-                (Ok(()), None) => skipped.push(Error::NotFound {
-                    store: self.name.to_string(),
-                    record: key.clone(),
-                }),
-                (Err(err @ Error::Fenced { .. }), _) => return Err(err),
-                (Err(err), _) => skipped.push(err),
-            }
-        }
-        if !written.is_empty() {
-            let texts: Vec<&str> = written.iter().map(|w| w.record.key.as_str()).collect();
-            let changed = self
-                .bind_write(
-                    &schema.statements.write_together(fenced.check(), &extras),
-                    texts,
-                    token,
-                    fenced,
-                    &extras,
-                )
+        self.with_connection(via, async |conn| {
+            let mut tx = Connection::begin(conn)
+                .await
+                .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
+            let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+            let rows = self
+                .query(schema.statements.lock_many())
+                .bind(&texts)
                 .fetch_all(&mut *tx)
                 .await
-                .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
-            if changed.len() != written.len() {
-                return Err(self.failed(
-                    PgFailure::Inconsistent("locked rows changed under the batch write"),
-                    RequestEffect::Writes,
-                ));
+                .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
+            let mut current = HashMap::with_capacity(rows.len());
+            for row in &rows {
+                let decoded = || -> Result<(String, Record), PgFailure> {
+                    let text: String = row.try_get(0)?;
+                    let key = RecordKey::new(text.clone())
+                        .map_err(|e| PgFailure::Corrupt(format!("stored key {text:?}: {e}")))?;
+                    let fence = fence_from_db(row.try_get(1)?)?;
+                    Ok((
+                        text,
+                        record_from(&key, fence, row.try_get(2), row.try_get(3))?,
+                    ))
+                };
+                let (text, record) =
+                    decoded().map_err(|e| self.failed(e, RequestEffect::ReadOnly))?;
+                current.insert(text, record);
             }
-        }
-        tx.commit()
-            .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
-        Ok(PgWrittenTogether { written, skipped })
+            let mut written = Vec::new();
+            let mut skipped = Vec::new();
+            for key in keys {
+                let record = current.get(key.as_str());
+                match (fenced.decide(&self.name, key, token, record), record) {
+                    (Ok(()), Some(record)) => written.push(Written::new(
+                        Some(record),
+                        fenced.apply(key, token, Some(record)),
+                    )),
+                    (Ok(()), None) => skipped.push(Error::NotFound {
+                        store: self.name.to_string(),
+                        record: key.clone(),
+                    }),
+                    (Err(err @ Error::Fenced { .. }), _) => return Err(err),
+                    (Err(err), _) => skipped.push(err),
+                }
+            }
+            if !written.is_empty() {
+                let texts: Vec<&str> = written.iter().map(|w| w.record.key.as_str()).collect();
+                let changed = self
+                    .bind_write(
+                        &schema.statements.write_together(fenced.check(), &extras),
+                        texts,
+                        token,
+                        fenced,
+                        &extras,
+                    )
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
+                if changed.len() != written.len() {
+                    return Err(self.failed(
+                        PgFailure::Inconsistent("locked rows changed under the batch write"),
+                        RequestEffect::Writes,
+                    ));
+                }
+            }
+            tx.commit()
+                .await
+                .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
+            Ok(PgWrittenTogether { written, skipped })
+        })
+        .await
     }
 
     /// [`Self::write_together_on`] on the store's pool.
@@ -360,7 +430,8 @@ impl PgStore {
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
     ) -> Result<PgWrittenTogether> {
-        self.write_together_on(&self.pool, fence, keys, write).await
+        self.write_together_via(Via::Pool, fence, keys, &write.into())
+            .await
     }
 
     /// What about a write can be refused before sending, besides its keys: a payload without
@@ -472,6 +543,12 @@ impl PgStore {
     }
 }
 
+/// Where a request takes its connection: the caller's, or a [`Checkout`] of the store's pool.
+enum Via<'a> {
+    Pool,
+    Caller(&'a mut PgConnection),
+}
+
 #[async_trait]
 impl FencedStore for PgStore {
     fn name(&self) -> &str {
@@ -479,7 +556,7 @@ impl FencedStore for PgStore {
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
-        self.read_on(&self.pool, key).await
+        self.read_via(Via::Pool, key).await
     }
 
     async fn write(
@@ -488,7 +565,8 @@ impl FencedStore for PgStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        self.write_on(&self.pool, key, token, write).await
+        self.write_via(Via::Pool, key, token, &write.clone().into())
+            .await
     }
 
     /// One statement for the whole group (rows locked in key order, each decided on its
@@ -510,7 +588,7 @@ impl FencedStore for PgStore {
         let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
         let sql = schema.statements.write_group(write.check());
         let rows = self
-            .on_one_connection(&self.pool, RequestEffect::Writes, async |conn| {
+            .request(Via::Pool, RequestEffect::Writes, async |conn| {
                 Ok(self
                     .bind_write(sql, &texts, token, write, &[])
                     .fetch_all(conn)
@@ -533,7 +611,7 @@ impl FencedStore for PgStore {
                     .and_then(|outcome| outcome),
                 None => match write.decide(&self.name, key, token, None) {
                     Err(refusal) => Err(refusal),
-                    Ok(()) => self.write_on(&self.pool, key, token, write).await,
+                    Ok(()) => self.write(key, token, write).await,
                 },
             };
             outcomes.push(outcome);

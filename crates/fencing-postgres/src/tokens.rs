@@ -99,7 +99,7 @@ impl PgTokenSource {
             None => query,
         };
         self.session
-            .on_one_connection(&self.pool, effect, async |conn| {
+            .on_pool(&self.pool, effect, async |conn| {
                 let Some(row) = query.fetch_optional(conn).await? else {
                     return Ok(None);
                 };

@@ -10,6 +10,12 @@
 //! [`drop_at_every_step`] runs the operation once to completion to count its steps, then once
 //! per step, dropping it there, and hands each dropped run to the caller's check.
 //!
+//! An adapter's own await points are inside its driver (a pool, a socket, an HTTP client),
+//! where no wrapper reaches. [`drop_at_every_yield`] finds them from outside: it counts the
+//! times the operation returned `Pending` (each one an await point where it waited on the
+//! server), then drops a fresh run at each of those yields in turn. The conformance suite runs
+//! it on every backend's writes and leases.
+//!
 //! ```
 //! # use std::sync::Arc;
 //! # use fencing_core::*;
@@ -32,9 +38,11 @@
 //! ```
 
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 
 use async_trait::async_trait;
 use fencing_core::adapter::{PutOutcome, Versioned, VersionedStore, WriteId};
@@ -146,6 +154,75 @@ pub async fn drop_at_every_step<W, T>(
         check(&world, nth).await;
     }
     count
+}
+
+/// How a [`drop_at_every_yield`] sweep went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// The times the counted run yielded: the await points it waited at.
+    pub yields: usize,
+    /// How many of those yields a run was dropped at.
+    pub dropped: usize,
+}
+
+/// Fresh runs tried per yield before the sweep gives that yield up: over real I/O a run may
+/// end before its `nth` yield, where the server answered sooner than in the counted run (each
+/// such run is checked as one that ended).
+const ATTEMPTS_PER_YIELD: usize = 5;
+
+/// Polls `operation` until it ends (`Some`) or until it has returned `Pending` `drop_at`
+/// times, where it is dropped (`None`); returns that with the times it yielded.
+pub async fn run_to_yield<T>(
+    operation: impl Future<Output = T>,
+    drop_at: usize,
+) -> (Option<T>, usize) {
+    let mut operation = pin!(operation);
+    let mut yields = 0;
+    let output = poll_fn(|cx| match operation.as_mut().poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending => {
+            yields += 1;
+            if yields == drop_at {
+                Poll::Ready(None)
+            } else {
+                Poll::Pending
+            }
+        }
+    })
+    .await;
+    (output, yields)
+}
+
+/// Runs `operation` on a fresh world from `world` to completion, counting the times it yields,
+/// then on a fresh world per yield, dropping it at that yield (a run that ends first is tried
+/// again, a few times). `check` sees every world after its run, with the operation's output
+/// where it ended (always, for the counted run).
+///
+/// # Panics
+///
+/// When `check` panics.
+pub async fn drop_at_every_yield<W, T>(
+    world: impl AsyncFn() -> W,
+    operation: impl AsyncFn(&W) -> T,
+    check: impl AsyncFn(&W, Option<T>),
+) -> Sweep {
+    let whole = world().await;
+    let (output, yields) = run_to_yield(operation(&whole), usize::MAX).await;
+    check(&whole, output).await;
+    let mut dropped = 0;
+    for nth in 1..=yields {
+        for _ in 0..ATTEMPTS_PER_YIELD {
+            let world = world().await;
+            let (output, _) = run_to_yield(operation(&world), nth).await;
+            let was_dropped = output.is_none();
+            check(&world, output).await;
+            if was_dropped {
+                dropped += 1;
+                break;
+            }
+        }
+    }
+    Sweep { yields, dropped }
 }
 
 /// A store, lease, token source, side effect or versioned store whose every call passes a

@@ -42,6 +42,8 @@ macro_rules! store_conformance {
             with_caps many_writes_answer_as_single_writes,
             with_caps retried_groups_are_recognised,
             shared a_group_racing_a_newer_holder_serialises,
+            with_caps a_dropped_claim_is_applied_or_not,
+            with_caps a_dropped_confirm_is_applied_or_not,
         }
     };
 }
@@ -64,6 +66,9 @@ macro_rules! lease_conformance {
             with_caps acquire_retries_until_expiry,
             with_caps hostile_resource_names_are_distinct,
             with_caps status_names_the_live_holder_only,
+            with_caps a_dropped_acquire_holds_no_longer_than_its_ttl,
+            with_caps a_dropped_extend_keeps_the_holder,
+            with_caps a_dropped_release_leaves_it_releasable,
         }
     };
 }

@@ -14,6 +14,7 @@
 //! [`TokenSource`]: fencing_core::TokenSource
 //! [`FencedStore`]: fencing_core::FencedStore
 
+mod dropped;
 mod holders;
 mod lease;
 mod macros;
@@ -21,6 +22,7 @@ mod one_at_a_time;
 mod store;
 mod tokens;
 
+pub use dropped::*;
 pub use holders::*;
 pub use lease::*;
 pub use one_at_a_time::OneAtATime;
