@@ -328,6 +328,20 @@ mod tests {
     use crate::memory::MemoryVersionedStore;
     use crate::name::State;
 
+    #[test]
+    fn a_write_id_and_a_store_show_what_they_hold() {
+        assert_eq!(
+            format!("{:?}", WriteId(0xab)),
+            "WriteId(000000000000000000000000000000ab)"
+        );
+        let store = CasStore::new(MemoryVersionedStore::new("receipts"));
+        let shown = format!("{store:?}");
+        assert!(
+            shown.starts_with("CasStore") && shown.contains("receipts") && shown.contains("rounds"),
+            "{shown}"
+        );
+    }
+
     /// What happens to one put, in order.
     #[derive(Debug)]
     enum Step {
@@ -341,6 +355,8 @@ mod tests {
         /// The put applies, its answer is lost, and the client's resent put is refused on its
         /// condition: the answer is a conflict.
         ApplyThenConflict,
+        /// The request fails before it is sent (a connection refused): nothing changes.
+        Fail,
     }
 
     #[derive(Debug)]
@@ -368,6 +384,13 @@ mod tests {
             Error::Ambiguous {
                 store: "objects".into(),
                 source: "injected fault".into(),
+            }
+        }
+
+        fn refused(&self) -> Error {
+            Error::Backend {
+                store: "objects".into(),
+                source: "connection refused".into(),
             }
         }
     }
@@ -410,6 +433,7 @@ mod tests {
                     self.inner.put(key, record, write_id, expected).await?;
                     return Err(self.lost());
                 }
+                Some(Step::Fail) => return Err(self.refused()),
                 None => {}
             }
             let outcome = self.inner.put(key, record, write_id, expected).await?;
@@ -419,12 +443,24 @@ mod tests {
             Ok(outcome)
         }
 
+        /// Honours the steps that need no record of its own: a lost request, a lost answer,
+        /// a failure.
         async fn delete(
             &self,
             key: &RecordKey,
             current: &Versioned<u64>,
         ) -> Result<PutOutcome<()>> {
-            self.inner.delete(key, current).await
+            let step = self.steps.lock().unwrap().pop_front();
+            match step {
+                Some(Step::LoseRequest) => Err(self.lost()),
+                Some(Step::LoseAnswer) => {
+                    self.inner.delete(key, current).await?;
+                    Err(self.lost())
+                }
+                Some(Step::Fail) => Err(self.refused()),
+                Some(other) => panic!("{other:?} is not planned for a delete"),
+                None => self.inner.delete(key, current).await,
+            }
         }
     }
 
@@ -487,6 +523,44 @@ mod tests {
             (stored.fence, stored.state),
             (Some(token(33)), Some(state("done")))
         );
+    }
+
+    #[tokio::test]
+    async fn a_delete_whose_answer_is_lost_is_recognised_by_the_record_gone() {
+        let store = seeded(34).await;
+        store.inner().then(Step::LoseAnswer);
+        let deleted = store.delete(&key(), token(34)).await.unwrap();
+        assert_eq!(deleted.fence, Some(token(34)));
+        assert_eq!(store.read(&key()).await.unwrap(), None);
+        assert_eq!(store.remembered(&key()), None);
+    }
+
+    #[tokio::test]
+    async fn a_delete_whose_request_is_lost_is_sent_again() {
+        let store = seeded(34).await;
+        store.inner().then(Step::LoseRequest);
+        store.delete(&key(), token(34)).await.unwrap();
+        assert_eq!(store.read(&key()).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_delete_that_fails_outright_is_reported_and_the_record_stays() {
+        let store = seeded(34).await;
+        store.inner().then(Step::Fail);
+        let err = store.delete(&key(), token(34)).await.unwrap_err();
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(store.read(&key()).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_record_forgotten_is_read_from_the_store_again() {
+        let store = seeded(34).await;
+        assert!(
+            store.remembered(&key()).is_some(),
+            "remembered after its write"
+        );
+        store.forget(&key());
+        assert_eq!(store.remembered(&key()), None);
     }
 
     #[tokio::test]

@@ -264,3 +264,50 @@ impl fmt::Display for FoundFence {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> RecordKey {
+        RecordKey::new("r_815").unwrap()
+    }
+
+    #[test]
+    fn only_a_missing_record_or_another_state_is_a_mismatch() {
+        let missing = Error::NotFound {
+            store: "refunds".into(),
+            record: key(),
+        };
+        let fenced = Error::Fenced {
+            store: "refunds".into(),
+            record: key(),
+            presented: FencingToken::MIN,
+            found: FoundFence::Unknown,
+        };
+        let backend =
+            Error::failed_request("refunds", RequestEffect::ReadOnly, false, "down".into());
+        assert!(missing.is_mismatch());
+        assert!(!fenced.is_mismatch() && fenced.is_rejection());
+        assert!(!backend.is_mismatch());
+    }
+
+    #[test]
+    fn a_lost_answer_is_ambiguous_only_after_a_request_that_writes() {
+        let failed = |effect, answer_lost| {
+            Error::failed_request("refunds", effect, answer_lost, "connection reset".into())
+        };
+        assert!(failed(RequestEffect::Writes, true).is_ambiguous());
+        for (effect, answer_lost) in [
+            (RequestEffect::Writes, false),
+            (RequestEffect::ReadOnly, true),
+            (RequestEffect::ReadOnly, false),
+        ] {
+            let err = failed(effect, answer_lost);
+            assert!(
+                matches!(&err, Error::Backend { store, .. } if store == "refunds"),
+                "{effect:?}, lost {answer_lost}: {err:?}"
+            );
+        }
+    }
+}

@@ -149,4 +149,11 @@ mod tests {
             Duration::ZERO
         );
     }
+
+    #[test]
+    fn an_owner_shows_as_its_id() {
+        let owner = OwnerId::random();
+        assert_eq!(format!("{owner:?}"), format!("{:?}", owner.as_str()));
+        assert_eq!(owner.to_string(), owner.as_str());
+    }
 }

@@ -171,4 +171,11 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn the_detail_says_what_is_wrong() {
+        let err = InvalidInput::new(InputKind::Ttl, "0 ms is less than 1 ms");
+        assert_eq!(err.detail(), "0 ms is less than 1 ms");
+        assert_eq!(err.kind(), InputKind::Ttl);
+    }
 }

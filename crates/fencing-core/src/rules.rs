@@ -128,3 +128,59 @@ impl FencedWrite {
 pub fn is_regression(found: FencingToken, highest_issued: Option<FencingToken>) -> bool {
     highest_issued.is_none_or(|highest| found > highest)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::name::ResourceName;
+
+    fn key() -> RecordKey {
+        RecordKey::new("r_815").unwrap()
+    }
+
+    fn token(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap()
+    }
+
+    #[test]
+    fn a_write_is_reflected_only_where_its_payload_is_too() {
+        let write = FencedWrite::claim().set_payload(b"70.25".to_vec());
+        let applied = write.apply(&key(), token(34), None);
+        assert!(write.is_reflected_in(token(34), &applied));
+        let other = Record {
+            payload: b"99.00".to_vec(),
+            ..applied.clone()
+        };
+        assert!(!write.is_reflected_in(token(34), &other));
+        assert!(!write.is_reflected_in(token(35), &applied));
+    }
+
+    #[test]
+    fn only_a_rejection_after_a_retry_or_a_confirm_already_done_may_be_the_writers_own() {
+        let sent = State::new("sent").unwrap();
+        let fenced = Error::Fenced {
+            store: "refunds".into(),
+            record: key(),
+            presented: token(33),
+            found: FoundFence::Fence(token(34)),
+        };
+        let already_done = Error::StateMismatch {
+            store: "refunds".into(),
+            record: key(),
+            presented: token(34),
+            expected: vec![State::new("sending").unwrap()],
+            found: Some(sent.clone()),
+        };
+        let lost = Error::LeaseLost {
+            resource: ResourceName::new("settle:m_4471").unwrap(),
+            owner: "worker-a".into(),
+        };
+        let claim = FencedWrite::claim();
+        let confirm = FencedWrite::holder_only().set_state(sent);
+        assert!(!claim.refusal_may_be_own(&fenced, false));
+        assert!(claim.refusal_may_be_own(&fenced, true));
+        assert!(!claim.refusal_may_be_own(&already_done, false));
+        assert!(confirm.refusal_may_be_own(&already_done, false));
+        assert!(!confirm.refusal_may_be_own(&lost, true), "not a rejection");
+    }
+}

@@ -288,3 +288,22 @@ macro_rules! forward_store {
     )*};
 }
 forward_store!(Arc<S>, Box<S>, &S);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_reports_what_it_was_built_with() {
+        let pending = State::new("pending").unwrap();
+        let bare = FencedWrite::claim();
+        assert_eq!(bare.required_states(), None);
+        assert_eq!(bare.new_payload(), None);
+        let built = FencedWrite::holder_only()
+            .when_state_in([pending.clone()])
+            .set_payload(b"70.25".to_vec());
+        assert_eq!(built.required_states(), Some(&[pending][..]));
+        assert_eq!(built.new_payload(), Some(&b"70.25"[..]));
+        assert_eq!(built.check(), FenceCheck::HolderOnly);
+    }
+}

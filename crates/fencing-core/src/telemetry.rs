@@ -235,3 +235,212 @@ pub(crate) fn batch_finished(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::FoundFence;
+    use crate::input::{InputKind, InvalidInput};
+    use crate::name::State;
+    use crate::outcome::Mismatch;
+
+    fn key() -> RecordKey {
+        RecordKey::new("r_815").unwrap()
+    }
+
+    fn resource() -> ResourceName {
+        ResourceName::new("settle:m_4471").unwrap()
+    }
+
+    fn token(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap()
+    }
+
+    fn state_mismatch() -> Error {
+        Error::StateMismatch {
+            store: "refunds".into(),
+            record: key(),
+            presented: token(34),
+            expected: vec![State::new("sending").unwrap()],
+            found: Some(State::new("sent").unwrap()),
+        }
+    }
+
+    fn regression() -> Error {
+        Error::TokenRegression {
+            store: "refunds".into(),
+            record: key(),
+            presented: token(3),
+            found: token(34),
+            highest_issued: Some(token(3)),
+        }
+    }
+
+    fn backend() -> Error {
+        Error::Backend {
+            store: "refunds".into(),
+            source: "connection refused".into(),
+        }
+    }
+
+    /// The events `calls` made, as text.
+    fn told(calls: impl FnOnce()) -> String {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        fencing_testkit::events::capture(&runtime, async { calls() }).1
+    }
+
+    #[test]
+    fn every_failure_has_its_outcome_label() {
+        let fenced = Error::Fenced {
+            store: "refunds".into(),
+            record: key(),
+            presented: token(33),
+            found: FoundFence::Fence(token(34)),
+        };
+        let not_found = Error::NotFound {
+            store: "refunds".into(),
+            record: key(),
+        };
+        let ambiguous = Error::Ambiguous {
+            store: "refunds".into(),
+            source: "timed out".into(),
+        };
+        let invalid = Error::InvalidInput(InvalidInput::new(InputKind::Ttl, "0 ms"));
+        for (err, label) in [
+            (fenced, "fenced"),
+            (regression(), "regression"),
+            (state_mismatch(), "state_mismatch"),
+            (not_found, "not_found"),
+            (ambiguous, "ambiguous"),
+            (invalid, "invalid_input"),
+            (backend(), "failed"),
+        ] {
+            assert_eq!(outcome(&err), label, "{err:?}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_by_state_is_told_as_information_and_a_failure_as_a_warning() {
+        let text = told(|| {
+            let mismatch = state_mismatch();
+            let failure = backend();
+            let (key, check, spent) = (key(), FenceCheck::HolderOnly, Duration::ZERO);
+            write_ended("refunds", &key, token(34), check, Err(&mismatch), spent);
+            write_ended("refunds", &key, token(34), check, Err(&failure), spent);
+        });
+        let by_state = fencing_testkit::events::line(&text, "refused by the record's state");
+        assert!(
+            by_state.contains("INFO") && by_state.contains("outcome=\"state_mismatch\""),
+            "{by_state}"
+        );
+        let failed = fencing_testkit::events::line(&text, "fenced write failed");
+        assert!(
+            failed.contains("WARN") && failed.contains("outcome=\"failed\""),
+            "{failed}"
+        );
+    }
+
+    #[test]
+    fn retries_raises_lookups_effects_renewals_and_skips_are_each_told() {
+        let text = told(|| {
+            let lost = Error::LeaseLost {
+                resource: resource(),
+                owner: "worker-a".into(),
+            };
+            ambiguous_retry("refunds", &key(), token(34), 1);
+            token_advanced(&resource(), token(35), Ok(()));
+            token_advanced(&resource(), token(36), Err(&backend()));
+            effect_looked_up(&key(), true);
+            effect_performed(&key(), Ok(()));
+            effect_performed(&key(), Err(&"declined".into()));
+            renewal(&resource(), token(34), Ok(()));
+            renewal(&resource(), token(34), Err(&lost));
+            let skipped = SkippedRecord {
+                store: "refunds".into(),
+                record: key(),
+                mismatch: Mismatch::Missing,
+            };
+            batch_skipped(token(34), &skipped);
+        });
+        for told in [
+            "sending it again with the same token",
+            "token source raised past a fence found above it",
+            "raising the token source past a fence found above it failed",
+            "effect looked up by idempotency key",
+            "effect performed",
+            "effect failed",
+            "lease extended",
+            "lease lost: extension failed",
+            "record skipped",
+        ] {
+            assert!(text.contains(told), "{told:?} not told:\n{text}");
+        }
+    }
+
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn each_counter_counts_what_it_names() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            let (key, check, spent) = (key(), FenceCheck::Claim, Duration::ZERO);
+            write_ended("refunds", &key, token(3), check, Err(&regression()), spent);
+            write_ended(
+                "refunds",
+                &key,
+                token(34),
+                check,
+                Err(&state_mismatch()),
+                spent,
+            );
+            write_ended("refunds", &key, token(34), check, Ok(()), spent);
+            ambiguous_retry("refunds", &key, token(34), 1);
+            effect_looked_up(&key, false);
+            effect_performed(&key, Ok(()));
+            renewal(&resource(), token(34), Err(&backend()));
+            let skipped = SkippedRecord {
+                store: "refunds".into(),
+                record: key.clone(),
+                mismatch: Mismatch::Missing,
+            };
+            batch_skipped(token(34), &skipped);
+        });
+        let counters: Vec<(String, Vec<String>, u64)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(key, _, _, value)| match value {
+                DebugValue::Counter(n) => {
+                    let labels = key
+                        .key()
+                        .labels()
+                        .map(|l| format!("{}={}", l.key(), l.value()));
+                    Some((key.key().name().to_owned(), labels.collect(), n))
+                }
+                _ => None,
+            })
+            .collect();
+        let count = |name: &str, label: &str| {
+            counters
+                .iter()
+                .filter(|(n, labels, _)| n == name && labels.iter().any(|l| l == label))
+                .map(|(_, _, n)| n)
+                .sum::<u64>()
+        };
+        assert_eq!(count("fencing_token_regressions_total", "store=refunds"), 1);
+        assert_eq!(count("fencing_writes_total", "outcome=regression"), 1);
+        assert_eq!(count("fencing_writes_total", "outcome=accepted"), 1);
+        assert_eq!(count("fencing_ambiguous_retries_total", "store=refunds"), 1);
+        assert_eq!(
+            count("fencing_effect_lookups_total", "outcome=not_found"),
+            1
+        );
+        assert_eq!(count("fencing_effects_total", "outcome=performed"), 1);
+        assert_eq!(count("fencing_lease_acquisitions_total", "outcome=lost"), 1);
+        assert_eq!(count("fencing_records_skipped_total", "store=refunds"), 1);
+    }
+}

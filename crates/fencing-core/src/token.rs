@@ -173,4 +173,12 @@ mod tests {
         assert_eq!(token.to_string().parse::<FencingToken>().unwrap(), token);
         assert!(token < token.next().unwrap());
     }
+
+    #[test]
+    fn a_token_converts_to_its_number() {
+        let token = FencingToken::new(34).unwrap();
+        assert_eq!(u64::from(token), 34);
+        assert_eq!(i64::from(token), 34);
+        assert_eq!(i64::from(FencingToken::MAX), i64::MAX);
+    }
 }

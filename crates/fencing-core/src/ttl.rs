@@ -70,4 +70,11 @@ mod tests {
         assert!(Ttl::new(Ttl::MAX.duration()).is_ok());
         assert!(Ttl::new(Ttl::MAX.duration() + Duration::from_millis(1)).is_err());
     }
+
+    #[test]
+    fn the_longest_ttl_is_one_day_and_millis_are_whole() {
+        assert_eq!(Ttl::MAX.duration(), Duration::from_secs(86_400));
+        assert_eq!(Ttl::MAX.as_millis(), 86_400_000);
+        assert_eq!(Ttl::from_millis(1_500).unwrap().as_millis(), 1_500);
+    }
 }
