@@ -553,6 +553,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_write_that_fails_outright_is_reported_not_retried() {
+        let store = seeded(1).await;
+        store.inner().then(Step::Fail);
+        let err = store
+            .write(&key(), token(33), &sending())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert_eq!(
+            store.read(&key()).await.unwrap().unwrap().fence,
+            Some(token(1))
+        );
+    }
+
+    #[tokio::test]
+    async fn what_was_seen_is_kept_for_many_records_and_bounded() {
+        let store = CasStore::new(MemoryVersionedStore::new("receipts"));
+        let keys: Vec<RecordKey> = (0..=REMEMBERED)
+            .map(|i| RecordKey::new(format!("r_{i}")).unwrap())
+            .collect();
+        for key in &keys[..2] {
+            store.write(key, token(34), &sending()).await.unwrap();
+        }
+        assert!(
+            store.remembered(&keys[0]).is_some() && store.remembered(&keys[1]).is_some(),
+            "a second record does not push the first out"
+        );
+        for key in &keys[2..] {
+            store.write(key, token(34), &sending()).await.unwrap();
+        }
+        let kept = keys
+            .iter()
+            .filter(|k| store.remembered(k).is_some())
+            .count();
+        assert!(kept <= REMEMBERED, "{kept} remembered");
+        assert!(
+            store.remembered(&keys[REMEMBERED]).is_some(),
+            "the latest is kept"
+        );
+    }
+
+    #[tokio::test]
     async fn a_record_forgotten_is_read_from_the_store_again() {
         let store = seeded(34).await;
         assert!(

@@ -142,6 +142,16 @@ mod tests {
     use crate::cas::Versioned;
     use crate::memory::MemoryVersionedStore;
 
+    #[test]
+    fn a_defect_says_which_condition_was_ignored_and_what_follows() {
+        let shown = ConditionalPutDefect::StaleVersion.to_string();
+        assert!(
+            shown.contains("stale If-Match accepted")
+                && shown.ends_with("no record is written to it"),
+            "{shown}"
+        );
+    }
+
     /// A server with one of the defects: the in-memory store with one condition ignored.
     #[derive(Debug)]
     struct Defective {
