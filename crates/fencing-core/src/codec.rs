@@ -331,6 +331,32 @@ impl ObjectCodec for JsonCodec {
 mod tests {
     use super::*;
 
+    #[test]
+    fn each_codec_names_its_content_type() {
+        assert_eq!(
+            EnvelopeCodec.content_type(),
+            "application/vnd.fencing.envelope"
+        );
+        assert_eq!(JsonCodec::new().content_type(), "application/json");
+    }
+
+    #[test]
+    fn the_three_json_fields_must_all_differ() {
+        assert!(JsonCodec::with_fields("fence", "status", "write").is_ok());
+        for (fence, state, write_id) in [
+            ("fence", "fence", "write"),
+            ("fence", "status", "status"),
+            ("fence", "status", "fence"),
+        ] {
+            let err = JsonCodec::with_fields(fence, state, write_id).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                InputKind::Identifier,
+                "{fence} {state} {write_id}"
+            );
+        }
+    }
+
     fn record(fence: Option<u64>, state: Option<&str>, payload: &[u8]) -> Record {
         Record {
             key: RecordKey::new("r_0815").unwrap(),
