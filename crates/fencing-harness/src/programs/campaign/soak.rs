@@ -218,7 +218,9 @@ fn grew(first: u64, last: u64, slack: u64) -> bool {
 /// when nothing grew.
 pub(crate) fn report(samples: &[Sample], finished: &[Finished], wall: Duration) -> (String, bool) {
     let window = window_length(wall);
-    let windows = (wall.as_secs() / window.as_secs().max(1)).max(1) as usize + 1;
+    // Whole windows only: the seconds past the last one (the run that was under way when the
+    // soak's time ran out) belong to it, not to a window of their own.
+    let windows = (wall.as_secs() / window.as_secs().max(1)).max(1) as usize;
     let index = |at: Duration| ((at.as_secs() / window.as_secs().max(1)) as usize).min(windows - 1);
     let mut most: Vec<BTreeMap<Role, Usage>> = vec![BTreeMap::new(); windows];
     let mut connections = vec![0u64; windows];
@@ -250,7 +252,11 @@ pub(crate) fn report(samples: &[Sample], finished: &[Finished], wall: Duration) 
     let used: Vec<usize> = (0..windows).filter(|&w| seen[w] || runs[w] > 0).collect();
     for &w in &used {
         let from = window * w as u32;
-        let to = (window * (w as u32 + 1)).min(wall);
+        let to = if w + 1 == windows {
+            wall
+        } else {
+            window * (w as u32 + 1)
+        };
         let secs = (to.saturating_sub(from)).as_secs_f64().max(1.0);
         let cell = |f: fn(&Usage) -> String| {
             Role::ALL
@@ -263,7 +269,7 @@ pub(crate) fn report(samples: &[Sample], finished: &[Finished], wall: Duration) 
             out,
             "| {}–{} min | {} | {} | {:.1} | {} | {} | {} |",
             from.as_secs() / 60,
-            to.as_secs().div_ceil(60),
+            to.as_secs() / 60,
             runs[w],
             refunds[w],
             refunds[w] as f64 / secs,
@@ -274,7 +280,7 @@ pub(crate) fn report(samples: &[Sample], finished: &[Finished], wall: Duration) 
     }
     // The first window holds the warm-up (imports, first connections): growth is measured
     // from the second, where there is one.
-    let Some(&last) = used.last() else {
+    let Some(&last) = used.iter().rev().find(|&&w| seen[w]) else {
         return (out, false);
     };
     let first = used[if used.len() > 2 { 1 } else { 0 }];
@@ -380,6 +386,34 @@ mod tests {
             None
         );
         assert_eq!(Role::of(&[]), None);
+    }
+
+    #[test]
+    fn the_seconds_past_the_last_window_belong_to_it() {
+        let wall = Duration::from_secs(3612);
+        let samples: Vec<Sample> = (0..360).map(|i| sample(i * 10, 30_000 + i * 100)).collect();
+        let finished = [
+            Finished {
+                at: Duration::from_secs(3100),
+                refunds: 200,
+            },
+            Finished {
+                at: Duration::from_secs(3611),
+                refunds: 200,
+            },
+        ];
+        let (text, nothing_grew) = report(&samples, &finished, wall);
+        assert!(
+            !nothing_grew,
+            "the growth is judged on the last window with samples: {text}"
+        );
+        let rows: Vec<&str> = text.lines().filter(|l| l.contains(" min |")).collect();
+        assert_eq!(rows.len(), 6, "{text}");
+        assert!(rows[0].starts_with("| 0–10 min |"), "{text}");
+        assert!(
+            rows[5].starts_with("| 50–60 min | 2 | 400 | 0.7 |"),
+            "{text}"
+        );
     }
 
     #[test]
