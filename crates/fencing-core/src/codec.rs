@@ -479,6 +479,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_refusal_says_where_the_body_went_wrong() {
+        let codec = JsonCodec::new();
+        let key = RecordKey::new("r_0815").unwrap();
+        let id = r#""_write":"000000000000000000000000000000ab""#;
+        for (body, why) in [
+            (
+                format!(r#"{{"_fence":true,"_state":null,{id}}}"#),
+                "the fence is neither a token nor null",
+            ),
+            (
+                format!(r#"{{"_fence":34,"_state":null,{id} "cents":1250}}"#),
+                "the payload's members do not follow the write id",
+            ),
+        ] {
+            let err = codec.decode(&key, body.as_bytes()).unwrap_err();
+            assert!(err.to_string().ends_with(why), "{body}: {err}");
+        }
+    }
+
     /// A codec that writes one fence and reads back another.
     #[derive(Debug)]
     struct Forgetful;

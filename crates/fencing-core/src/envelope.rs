@@ -251,6 +251,26 @@ mod tests {
         RecordKey::new("r_815").unwrap()
     }
 
+    #[test]
+    fn the_header_is_magic_version_flags_fence_write_id_and_state_length() {
+        let empty = encode(&samples()[0], WriteId(7));
+        // The header, an empty state, and the payload's eight-byte length.
+        assert_eq!(empty.len(), HEADER + 8);
+        assert_eq!(HEADER, 31);
+    }
+
+    #[test]
+    fn each_error_says_what_is_wrong() {
+        assert_eq!(
+            EnvelopeError::UnknownVersion(9).to_string(),
+            "unknown envelope version 9"
+        );
+        assert_eq!(
+            EnvelopeError::Truncated { field: "fence" }.to_string(),
+            "envelope truncated in its fence"
+        );
+    }
+
     fn samples() -> Vec<Record> {
         let state = |s: &str| Some(State::new(s).unwrap());
         vec![
