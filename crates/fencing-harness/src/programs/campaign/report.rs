@@ -239,7 +239,9 @@ stall. The audit must find violations there, or it proves nothing.
 
 Runs are sized to fit a 2-core machine: 200 refunds and a 1.5 s TTL each (faults strike
 between the 10th and the 50th percent of the refunds), and one run of the worked example at
-its full figures: 1,200 refunds, a 30 s TTL, the holder stalled at r_0815 for 45 s.
+its full figures: 1,200 refunds, a 30 s TTL, the holder stalled at r_0815 for 45 s. The
+same runs back to back for an hour, every process's memory and open files sampled, are in
+[soak.md](soak.md).
 
 ## Results
 
