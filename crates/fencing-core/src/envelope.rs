@@ -260,6 +260,25 @@ mod tests {
     }
 
     #[test]
+    fn a_tombstone_with_a_state_or_a_payload_is_refused() {
+        let fence = Some(FencingToken::new(34).unwrap());
+        for body in [
+            encode_parts(TOMBSTONE | HAS_STATE, fence, WriteId(7), b"sent", b""),
+            encode_parts(TOMBSTONE, fence, WriteId(7), b"", b"70.25"),
+        ] {
+            assert_eq!(
+                decode_contents(&key(), &body).unwrap_err(),
+                EnvelopeError::BadTombstone
+            );
+        }
+        let tombstone = encode_tombstone(fence, WriteId(7));
+        assert!(matches!(
+            decode_contents(&key(), &tombstone),
+            Ok((Contents::Tombstone(f), _)) if f == fence
+        ));
+    }
+
+    #[test]
     fn each_error_says_what_is_wrong() {
         assert_eq!(
             EnvelopeError::UnknownVersion(9).to_string(),
