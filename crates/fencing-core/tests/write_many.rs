@@ -1,0 +1,277 @@
+//! `Fence::write_many`'s rules for a write of many records: a request whose answer was lost is
+//! sent again whole, a record whose answer was lost is sent again alone, up to the fence's
+//! retries; a refusal met on a retry is read back and recognised as the write's own earlier
+//! success; an adapter that answers for the wrong number of records is a failure, not a guess.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use fencing_core::{
+    Error, Fence, FencedStore, FencedWrite, FencingToken, MemoryStore, MemoryTokenSource, Record,
+    RecordKey, ResourceName, Result, State, TokenSource, Written, async_trait,
+};
+
+/// What goes wrong with one `write_many` request.
+#[derive(Clone, Debug)]
+enum Answer {
+    /// The request is lost before the store sees it.
+    RequestLost,
+    /// The request fails outright: nothing applied, nothing ambiguous.
+    Refused,
+    /// The store applies every record, and the answers of the records at these places are lost.
+    RecordsLost(Vec<usize>),
+    /// The store applies every record and answers for one record fewer.
+    OneShort,
+}
+
+/// The in-memory store, its `write_many` requests answered as planned, in order.
+#[derive(Debug)]
+struct Planned {
+    inner: MemoryStore,
+    plan: Mutex<VecDeque<Answer>>,
+    requests: AtomicU32,
+}
+
+impl Planned {
+    fn new(plan: impl IntoIterator<Item = Answer>) -> Self {
+        Planned {
+            inner: MemoryStore::new("refunds"),
+            plan: Mutex::new(plan.into_iter().collect()),
+            requests: AtomicU32::new(0),
+        }
+    }
+
+    fn requests(&self) -> u32 {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    fn lost(&self) -> Error {
+        Error::Ambiguous {
+            store: "refunds".into(),
+            source: "answer lost".into(),
+        }
+    }
+}
+
+#[async_trait]
+impl FencedStore for Planned {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
+        self.inner.read(key).await
+    }
+
+    async fn write(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        self.inner.write(key, token, write).await
+    }
+
+    async fn write_many(
+        &self,
+        keys: &[RecordKey],
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let planned = self.plan.lock().unwrap().pop_front();
+        match planned {
+            Some(Answer::RequestLost) => Err(self.lost()),
+            Some(Answer::Refused) => Err(Error::Backend {
+                store: "refunds".into(),
+                source: "connection refused".into(),
+            }),
+            Some(Answer::RecordsLost(places)) => {
+                let mut answers = self.inner.write_many(keys, token, write).await?;
+                for place in places {
+                    answers[place] = Err(self.lost());
+                }
+                Ok(answers)
+            }
+            Some(Answer::OneShort) => {
+                let mut answers = self.inner.write_many(keys, token, write).await?;
+                answers.pop();
+                Ok(answers)
+            }
+            None => self.inner.write_many(keys, token, write).await,
+        }
+    }
+}
+
+fn token(n: u64) -> FencingToken {
+    FencingToken::new(n).unwrap()
+}
+
+fn state(name: &str) -> State {
+    State::new(name).unwrap()
+}
+
+fn keys() -> Vec<RecordKey> {
+    ["r_815", "r_816", "r_817"]
+        .iter()
+        .map(|k| RecordKey::new(*k).unwrap())
+        .collect()
+}
+
+/// A claim that only a pending record admits: sent again after it applied, it is refused by
+/// the state it left.
+fn claim_of_pending() -> FencedWrite {
+    FencedWrite::claim()
+        .when_state_in([state("pending")])
+        .set_state(state("sending"))
+}
+
+async fn pending(store: &Planned) {
+    for key in keys() {
+        let pending = FencedWrite::claim().set_state(state("pending"));
+        store.write(&key, token(1), &pending).await.unwrap();
+    }
+}
+
+async fn source() -> (MemoryTokenSource, ResourceName) {
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    source.advance_to(&resource, token(34)).await.unwrap();
+    (source, resource)
+}
+
+#[tokio::test]
+async fn a_fence_keeps_the_retries_it_was_given() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source);
+    assert_eq!(fence.ambiguous_retries(), Fence::DEFAULT_AMBIGUOUS_RETRIES);
+    assert_eq!(fence.with_ambiguous_retries(5).ambiguous_retries(), 5);
+}
+
+#[tokio::test]
+async fn a_lost_request_is_sent_again_whole_up_to_the_retries() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(2);
+
+    let store = Planned::new([Answer::RequestLost, Answer::RequestLost]);
+    pending(&store).await;
+    let outcomes = fence
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap();
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert_eq!(store.requests(), 3);
+
+    let store = Planned::new([
+        Answer::RequestLost,
+        Answer::RequestLost,
+        Answer::RequestLost,
+    ]);
+    pending(&store).await;
+    let err = fence
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
+    assert_eq!(store.requests(), 3, "the first try and two retries");
+}
+
+#[tokio::test]
+async fn a_request_that_fails_outright_is_not_sent_again() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source);
+    let store = Planned::new([Answer::Refused]);
+    pending(&store).await;
+    let err = fence
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert_eq!(store.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_record_whose_answer_was_lost_is_sent_again_and_recognised_as_applied() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(1);
+    let store = Planned::new([Answer::RecordsLost(vec![1])]);
+    pending(&store).await;
+    let outcomes = fence
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap();
+    // The resend of r_816 is refused by the state the first attempt left: read back, it is
+    // this write's own.
+    for outcome in &outcomes {
+        let written = outcome.as_ref().unwrap();
+        assert_eq!(written.record.fence, Some(token(34)));
+        assert_eq!(written.record.state, Some(state("sending")));
+    }
+    assert_eq!(store.requests(), 2, "r_816 alone, once more");
+}
+
+#[tokio::test]
+async fn a_record_still_lost_after_the_retries_is_reported_ambiguous_alone() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(1);
+    let store = Planned::new([Answer::RecordsLost(vec![2]), Answer::RecordsLost(vec![0])]);
+    pending(&store).await;
+    let outcomes = fence
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap();
+    assert!(outcomes[0].is_ok() && outcomes[1].is_ok(), "{outcomes:?}");
+    assert!(
+        outcomes[2].as_ref().is_err_and(Error::is_ambiguous),
+        "{outcomes:?}"
+    );
+    assert_eq!(store.requests(), 2);
+
+    let never = Fence::new(&resource, token(34), &source).with_ambiguous_retries(0);
+    let store = Planned::new([Answer::RecordsLost(vec![0])]);
+    pending(&store).await;
+    let outcomes = never
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap();
+    assert!(outcomes[0].as_ref().is_err_and(Error::is_ambiguous));
+    assert_eq!(store.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_first_refusal_is_not_taken_for_the_writes_own_success() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source);
+    let store = Planned::new([]);
+    pending(&store).await;
+    fence
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap();
+    // The same write sent afresh, not as a retry: the records already look as it would leave
+    // them, but nothing says this request wrote them, so the refusal stands.
+    let outcomes = fence
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap();
+    for outcome in outcomes {
+        assert!(
+            matches!(outcome, Err(Error::StateMismatch { .. })),
+            "{outcome:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn answers_for_the_wrong_number_of_records_are_a_failure() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source);
+    let store = Planned::new([Answer::OneShort]);
+    pending(&store).await;
+    let err = fence
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap_err();
+    assert!(err.is_ambiguous(), "applied or not, unknown: {err:?}");
+}
