@@ -1,15 +1,18 @@
-//! `Fence::write_many`'s rules for a write of many records: a request whose answer was lost is
-//! sent again whole, a record whose answer was lost is sent again alone, up to the fence's
-//! retries; a refusal met on a retry is read back and recognised as the write's own earlier
-//! success; an adapter that answers for the wrong number of records is a failure, not a guess.
+//! How a fence sends again a write whose outcome was lost, in `Fence::write`,
+//! `Fence::write_many` and `Fence::run_write`: up to the fence's retries and no further, never
+//! after an outright failure; a refusal met on a retry is read back and recognised as the
+//! write's own earlier success, a refusal on a first attempt never is. For many records, a
+//! request whose answer was lost is sent again whole and a record whose answer was lost alone;
+//! an adapter that answers for the wrong number of records is a failure, not a guess.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use fencing_core::{
-    Error, Fence, FencedStore, FencedWrite, FencingToken, MemoryStore, MemoryTokenSource, Record,
-    RecordKey, ResourceName, Result, State, TokenSource, Written, async_trait,
+    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, MemoryStore,
+    MemoryTokenSource, Record, RecordKey, ResourceName, Result, State, TokenSource, Written,
+    async_trait,
 };
 
 /// What goes wrong with one `write_many` request.
@@ -23,6 +26,8 @@ enum Answer {
     RecordsLost(Vec<usize>),
     /// The store applies every record and answers for one record fewer.
     OneShort,
+    /// The store applies the write (every record of it), and the whole answer is lost.
+    AnswerLost,
 }
 
 /// The in-memory store, its `write_many` requests answered as planned, in order.
@@ -52,6 +57,13 @@ impl Planned {
             source: "answer lost".into(),
         }
     }
+
+    fn refused(&self) -> Error {
+        Error::Backend {
+            store: "refunds".into(),
+            source: "connection refused".into(),
+        }
+    }
 }
 
 #[async_trait]
@@ -70,7 +82,18 @@ impl FencedStore for Planned {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        self.inner.write(key, token, write).await
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let planned = self.plan.lock().unwrap().pop_front();
+        match planned {
+            Some(Answer::RequestLost) => Err(self.lost()),
+            Some(Answer::Refused) => Err(self.refused()),
+            Some(Answer::AnswerLost) => {
+                let _ = self.inner.write(key, token, write).await;
+                Err(self.lost())
+            }
+            Some(other) => panic!("{other:?} is for a write of many records"),
+            None => self.inner.write(key, token, write).await,
+        }
     }
 
     async fn write_many(
@@ -83,10 +106,11 @@ impl FencedStore for Planned {
         let planned = self.plan.lock().unwrap().pop_front();
         match planned {
             Some(Answer::RequestLost) => Err(self.lost()),
-            Some(Answer::Refused) => Err(Error::Backend {
-                store: "refunds".into(),
-                source: "connection refused".into(),
-            }),
+            Some(Answer::Refused) => Err(self.refused()),
+            Some(Answer::AnswerLost) => {
+                let _ = self.inner.write_many(keys, token, write).await;
+                Err(self.lost())
+            }
             Some(Answer::RecordsLost(places)) => {
                 let mut answers = self.inner.write_many(keys, token, write).await?;
                 for place in places {
@@ -130,7 +154,7 @@ fn claim_of_pending() -> FencedWrite {
 async fn pending(store: &Planned) {
     for key in keys() {
         let pending = FencedWrite::claim().set_state(state("pending"));
-        store.write(&key, token(1), &pending).await.unwrap();
+        store.inner.write(&key, token(1), &pending).await.unwrap();
     }
 }
 
@@ -274,4 +298,87 @@ async fn answers_for_the_wrong_number_of_records_are_a_failure() {
         .await
         .unwrap_err();
     assert!(err.is_ambiguous(), "applied or not, unknown: {err:?}");
+}
+
+#[tokio::test]
+async fn a_single_write_is_sent_again_up_to_the_retries_and_no_further() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(2);
+    let key = &keys()[0];
+
+    let store = Planned::new([Answer::RequestLost, Answer::RequestLost]);
+    pending(&store).await;
+    fence.write(&store, key, &claim_of_pending()).await.unwrap();
+    assert_eq!(store.requests(), 3);
+
+    let store = Planned::new([
+        Answer::RequestLost,
+        Answer::RequestLost,
+        Answer::RequestLost,
+    ]);
+    pending(&store).await;
+    let err = fence
+        .write(&store, key, &claim_of_pending())
+        .await
+        .unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
+    assert_eq!(store.requests(), 3);
+
+    let store = Planned::new([Answer::Refused]);
+    pending(&store).await;
+    let err = fence
+        .write(&store, key, &claim_of_pending())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert_eq!(store.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_single_write_refused_on_its_retry_is_read_back_but_not_on_its_first_try() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source);
+    let key = &keys()[0];
+    let store = Planned::new([Answer::AnswerLost]);
+    pending(&store).await;
+    let written = fence.write(&store, key, &claim_of_pending()).await.unwrap();
+    assert_eq!(written.record.state, Some(state("sending")));
+    assert_eq!(store.requests(), 2);
+
+    let err = fence
+        .write(&store, key, &claim_of_pending())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::StateMismatch { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
+    let (source, resource) = source().await;
+    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(2);
+    let key = keys()[0].clone();
+    let store = Planned::new([]);
+    for (losses, ends_ambiguous) in [(2, false), (3, true)] {
+        let attempts = AtomicU32::new(0);
+        let result = fence
+            .run_write("refunds", &[&key], FenceCheck::Claim, async || {
+                if attempts.fetch_add(1, Ordering::SeqCst) < losses {
+                    Err(store.lost())
+                } else {
+                    Ok(())
+                }
+            })
+            .await;
+        assert_eq!(result.is_err_and(|e| e.is_ambiguous()), ends_ambiguous);
+        assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    }
+    let attempts = AtomicU32::new(0);
+    let result = fence
+        .run_write("refunds", &[&key], FenceCheck::Claim, async || {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            Err::<(), _>(store.refused())
+        })
+        .await;
+    assert!(matches!(result, Err(Error::Backend { .. })), "{result:?}");
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
 }
