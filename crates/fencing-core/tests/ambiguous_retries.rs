@@ -17,7 +17,7 @@ use fencing_core::{
 
 /// What goes wrong with one `write_many` request.
 #[derive(Clone, Debug)]
-enum Answer {
+enum Mishap {
     /// The request is lost before the store sees it.
     RequestLost,
     /// The request fails outright: nothing applied, nothing ambiguous.
@@ -34,12 +34,12 @@ enum Answer {
 #[derive(Debug)]
 struct Planned {
     inner: MemoryStore,
-    plan: Mutex<VecDeque<Answer>>,
+    plan: Mutex<VecDeque<Mishap>>,
     requests: AtomicU32,
 }
 
 impl Planned {
-    fn new(plan: impl IntoIterator<Item = Answer>) -> Self {
+    fn new(plan: impl IntoIterator<Item = Mishap>) -> Self {
         Planned {
             inner: MemoryStore::new("refunds"),
             plan: Mutex::new(plan.into_iter().collect()),
@@ -85,9 +85,9 @@ impl FencedStore for Planned {
         self.requests.fetch_add(1, Ordering::SeqCst);
         let planned = self.plan.lock().unwrap().pop_front();
         match planned {
-            Some(Answer::RequestLost) => Err(self.lost()),
-            Some(Answer::Refused) => Err(self.refused()),
-            Some(Answer::AnswerLost) => {
+            Some(Mishap::RequestLost) => Err(self.lost()),
+            Some(Mishap::Refused) => Err(self.refused()),
+            Some(Mishap::AnswerLost) => {
                 let _ = self.inner.write(key, token, write).await;
                 Err(self.lost())
             }
@@ -105,20 +105,20 @@ impl FencedStore for Planned {
         self.requests.fetch_add(1, Ordering::SeqCst);
         let planned = self.plan.lock().unwrap().pop_front();
         match planned {
-            Some(Answer::RequestLost) => Err(self.lost()),
-            Some(Answer::Refused) => Err(self.refused()),
-            Some(Answer::AnswerLost) => {
+            Some(Mishap::RequestLost) => Err(self.lost()),
+            Some(Mishap::Refused) => Err(self.refused()),
+            Some(Mishap::AnswerLost) => {
                 let _ = self.inner.write_many(keys, token, write).await;
                 Err(self.lost())
             }
-            Some(Answer::RecordsLost(places)) => {
+            Some(Mishap::RecordsLost(places)) => {
                 let mut answers = self.inner.write_many(keys, token, write).await?;
                 for place in places {
                     answers[place] = Err(self.lost());
                 }
                 Ok(answers)
             }
-            Some(Answer::OneShort) => {
+            Some(Mishap::OneShort) => {
                 let mut answers = self.inner.write_many(keys, token, write).await?;
                 answers.pop();
                 Ok(answers)
@@ -178,7 +178,7 @@ async fn a_lost_request_is_sent_again_whole_up_to_the_retries() {
     let (source, resource) = source().await;
     let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(2);
 
-    let store = Planned::new([Answer::RequestLost, Answer::RequestLost]);
+    let store = Planned::new([Mishap::RequestLost, Mishap::RequestLost]);
     pending(&store).await;
     let outcomes = fence
         .write_many(&store, &keys(), &claim_of_pending())
@@ -188,9 +188,9 @@ async fn a_lost_request_is_sent_again_whole_up_to_the_retries() {
     assert_eq!(store.requests(), 3);
 
     let store = Planned::new([
-        Answer::RequestLost,
-        Answer::RequestLost,
-        Answer::RequestLost,
+        Mishap::RequestLost,
+        Mishap::RequestLost,
+        Mishap::RequestLost,
     ]);
     pending(&store).await;
     let err = fence
@@ -205,7 +205,7 @@ async fn a_lost_request_is_sent_again_whole_up_to_the_retries() {
 async fn a_request_that_fails_outright_is_not_sent_again() {
     let (source, resource) = source().await;
     let fence = Fence::new(&resource, token(34), &source);
-    let store = Planned::new([Answer::Refused]);
+    let store = Planned::new([Mishap::Refused]);
     pending(&store).await;
     let err = fence
         .write_many(&store, &keys(), &claim_of_pending())
@@ -219,7 +219,7 @@ async fn a_request_that_fails_outright_is_not_sent_again() {
 async fn a_record_whose_answer_was_lost_is_sent_again_and_recognised_as_applied() {
     let (source, resource) = source().await;
     let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(1);
-    let store = Planned::new([Answer::RecordsLost(vec![1])]);
+    let store = Planned::new([Mishap::RecordsLost(vec![1])]);
     pending(&store).await;
     let outcomes = fence
         .write_many(&store, &keys(), &claim_of_pending())
@@ -239,7 +239,7 @@ async fn a_record_whose_answer_was_lost_is_sent_again_and_recognised_as_applied(
 async fn a_record_still_lost_after_the_retries_is_reported_ambiguous_alone() {
     let (source, resource) = source().await;
     let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(1);
-    let store = Planned::new([Answer::RecordsLost(vec![2]), Answer::RecordsLost(vec![0])]);
+    let store = Planned::new([Mishap::RecordsLost(vec![2]), Mishap::RecordsLost(vec![0])]);
     pending(&store).await;
     let outcomes = fence
         .write_many(&store, &keys(), &claim_of_pending())
@@ -253,7 +253,7 @@ async fn a_record_still_lost_after_the_retries_is_reported_ambiguous_alone() {
     assert_eq!(store.requests(), 2);
 
     let never = Fence::new(&resource, token(34), &source).with_ambiguous_retries(0);
-    let store = Planned::new([Answer::RecordsLost(vec![0])]);
+    let store = Planned::new([Mishap::RecordsLost(vec![0])]);
     pending(&store).await;
     let outcomes = never
         .write_many(&store, &keys(), &claim_of_pending())
@@ -291,7 +291,7 @@ async fn a_first_refusal_is_not_taken_for_the_writes_own_success() {
 async fn answers_for_the_wrong_number_of_records_are_a_failure() {
     let (source, resource) = source().await;
     let fence = Fence::new(&resource, token(34), &source);
-    let store = Planned::new([Answer::OneShort]);
+    let store = Planned::new([Mishap::OneShort]);
     pending(&store).await;
     let err = fence
         .write_many(&store, &keys(), &claim_of_pending())
@@ -306,15 +306,15 @@ async fn a_single_write_is_sent_again_up_to_the_retries_and_no_further() {
     let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(2);
     let key = &keys()[0];
 
-    let store = Planned::new([Answer::RequestLost, Answer::RequestLost]);
+    let store = Planned::new([Mishap::RequestLost, Mishap::RequestLost]);
     pending(&store).await;
     fence.write(&store, key, &claim_of_pending()).await.unwrap();
     assert_eq!(store.requests(), 3);
 
     let store = Planned::new([
-        Answer::RequestLost,
-        Answer::RequestLost,
-        Answer::RequestLost,
+        Mishap::RequestLost,
+        Mishap::RequestLost,
+        Mishap::RequestLost,
     ]);
     pending(&store).await;
     let err = fence
@@ -324,7 +324,7 @@ async fn a_single_write_is_sent_again_up_to_the_retries_and_no_further() {
     assert!(err.is_ambiguous(), "{err:?}");
     assert_eq!(store.requests(), 3);
 
-    let store = Planned::new([Answer::Refused]);
+    let store = Planned::new([Mishap::Refused]);
     pending(&store).await;
     let err = fence
         .write(&store, key, &claim_of_pending())
@@ -339,7 +339,7 @@ async fn a_single_write_refused_on_its_retry_is_read_back_but_not_on_its_first_t
     let (source, resource) = source().await;
     let fence = Fence::new(&resource, token(34), &source);
     let key = &keys()[0];
-    let store = Planned::new([Answer::AnswerLost]);
+    let store = Planned::new([Mishap::AnswerLost]);
     pending(&store).await;
     let written = fence.write(&store, key, &claim_of_pending()).await.unwrap();
     assert_eq!(written.record.state, Some(state("sending")));
