@@ -118,6 +118,24 @@ mod tests {
         assert!(lease.release(guard).await.is_err());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_dropped_stops_renewing() {
+        let lease = Arc::new(MemoryLease::new());
+        let r = ResourceName::new("settle:m_4471").unwrap();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let guard = lease.try_acquire(&r, ttl).await.unwrap().unwrap();
+        drop(LeaseRenewal::start(
+            lease.clone(),
+            guard,
+            ttl.duration() / 3,
+        ));
+        tokio::time::sleep(ttl.duration() * 2).await;
+        assert!(
+            lease.try_acquire(&r, ttl).await.unwrap().is_some(),
+            "nothing renews a dropped renewal's lease"
+        );
+    }
+
     /// A lease whose extensions fail (the server unreachable) the first `failures` times.
     #[derive(Debug)]
     struct Unreachable {
