@@ -424,3 +424,17 @@ fn release_in_background(lease: Arc<dyn Lease>, guard: LeaseGuard) {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryStore;
+
+    #[test]
+    fn a_store_is_named_by_itself_its_name_or_an_owned_name() {
+        let store = MemoryStore::new("refunds");
+        assert_eq!(store.store_name(), "refunds");
+        assert_eq!("refunds".store_name(), "refunds");
+        assert_eq!(String::from("refunds").store_name(), "refunds");
+    }
+}

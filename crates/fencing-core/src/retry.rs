@@ -109,6 +109,29 @@ pub async fn acquire<L: Lease + ?Sized>(
 mod tests {
     use super::*;
 
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_lease_is_tried_the_attempts_given_with_no_wait_after_the_last() {
+        use crate::memory::MemoryLease;
+
+        let lease = MemoryLease::new();
+        let r = ResourceName::new("settle:m_4471").unwrap();
+        let ttl = Ttl::from_secs(60).unwrap();
+        let _holder = lease.try_acquire(&r, ttl).await.unwrap().unwrap();
+        let retry = RetryPolicy::new(3, Duration::from_secs(1), Duration::from_secs(1)).unwrap();
+        assert_eq!(retry.attempts(), 3);
+        let started = tokio::time::Instant::now();
+        let err = acquire(&lease, &r, ttl, &retry).await.unwrap_err();
+        assert!(
+            matches!(err, Error::LeaseBusy { attempts: 3, .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(2),
+            "two waits between three tries"
+        );
+    }
+
     #[test]
     fn backoff_doubles_up_to_the_cap() {
         let retry =
