@@ -430,6 +430,56 @@ mod tests {
     use super::*;
     use crate::memory::MemoryStore;
 
+    use crate::memory::MemoryLease;
+
+    fn resource() -> ResourceName {
+        ResourceName::new("settle:m_4471").unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_scope_waits_for_a_busy_lease_as_its_retry_says() {
+        let lease = Arc::new(MemoryLease::new());
+        let ttl = Ttl::from_secs(60).unwrap();
+        let _holder = lease.try_acquire(&resource(), ttl).await.unwrap().unwrap();
+        let r = resource();
+        let err = FencedBatch::scope(lease, &r, ttl, Vec::<Arc<dyn FencedStore>>::new())
+            .retry(RetryPolicy::once())
+            .run(async |_| Ok(()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::LeaseBusy { attempts: 1, .. }),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_scope_skips_mismatches_when_told_to() {
+        let refunds: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("refunds"));
+        let ttl = Ttl::from_secs(60).unwrap();
+        let r = resource();
+        let missing = RecordKey::new("r_815").unwrap();
+        let present = RecordKey::new("r_816").unwrap();
+        let confirm = FencedWrite::holder_only();
+        let run = async |policy| {
+            let lease = Arc::new(MemoryLease::new());
+            FencedBatch::scope(lease, &r, ttl, [refunds.clone()])
+                .mismatch_policy(policy)
+                .run(async |batch| {
+                    batch
+                        .write("refunds", &present, &FencedWrite::claim())
+                        .await?;
+                    assert!(batch.write("refunds", &missing, &confirm).await.is_err());
+                    batch.write("refunds", &present, &confirm).await?;
+                    Ok(batch.skipped().len())
+                })
+                .await
+        };
+        assert_eq!(run(MismatchPolicy::Skip).await.unwrap(), 1);
+        let err = run(MismatchPolicy::Abort).await.unwrap_err();
+        assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
+    }
+
     #[test]
     fn a_store_is_named_by_itself_its_name_or_an_owned_name() {
         let store = MemoryStore::new("refunds");

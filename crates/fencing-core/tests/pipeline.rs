@@ -229,13 +229,16 @@ async fn every_record_is_settled_once_with_effects_side_by_side_and_writes_group
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let started = tokio::time::Instant::now();
-    let settled = batch
+    let pipeline = batch
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(32)
         .group_size(32)
-        .window(96)
-        .run(records.clone())
-        .await;
+        .window(96);
+    let shown = format!("{pipeline:?}");
+    for setting in ["concurrency: 32", "group_size: 32", "window: 96"] {
+        assert!(shown.contains(setting), "{setting} not in {shown}");
+    }
+    let settled = pipeline.run(records.clone()).await;
     let elapsed = started.elapsed();
     let outcomes = settled.into_result().unwrap();
     assert_eq!(outcomes.len(), 1200);
