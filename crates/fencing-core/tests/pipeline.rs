@@ -233,9 +233,15 @@ async fn every_record_is_settled_once_with_effects_side_by_side_and_writes_group
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(32)
         .group_size(32)
-        .window(96);
+        .window(96)
+        .flush_after(Duration::from_millis(7));
     let shown = format!("{pipeline:?}");
-    for setting in ["concurrency: 32", "group_size: 32", "window: 96"] {
+    for setting in [
+        "concurrency: 32",
+        "group_size: 32",
+        "window: 96",
+        "flush_after: 7ms",
+    ] {
         assert!(shown.contains(setting), "{setting} not in {shown}");
     }
     let settled = pipeline.run(records.clone()).await;
