@@ -38,64 +38,76 @@ fn set_clauses(update: &str) -> usize {
 
 const FENCE_SET: &str = "#fencing_fence = :fencing_token";
 
-fuzz_target!(|input: (Option<&str>, Option<&str>, &str, &str, bool, u64)| {
-    let (condition, update, name, value, claim, token) = input;
-    let Ok(token) = FencingToken::new(token) else {
-        return;
-    };
-    let check = if claim {
-        FenceCheck::Claim
-    } else {
-        FenceCheck::HolderOnly
-    };
-    let request = client()
-        .update_item()
-        .table_name("payouts")
-        .set_condition_expression(condition.map(str::to_owned))
-        .set_update_expression(update.map(str::to_owned))
-        .expression_attribute_names(name, "status")
-        .expression_attribute_values(value, AttributeValue::S("sent".into()));
-    let fence = DynamoFenceCondition::new("fence", check, token);
-    let reserved = [name, value]
-        .iter()
-        .any(|p| p.starts_with("#fencing_") || p.starts_with(":fencing_"));
-    let merged = match fence.merge_into(request) {
-        Ok(merged) => merged,
-        Err(_) => {
-            assert!(reserved, "refused {name:?} {value:?}");
+fuzz_target!(
+    |input: (Option<&str>, Option<&str>, &str, &str, bool, u64)| {
+        let (condition, update, name, value, claim, token) = input;
+        let Ok(token) = FencingToken::new(token) else {
+            return;
+        };
+        let check = if claim {
+            FenceCheck::Claim
+        } else {
+            FenceCheck::HolderOnly
+        };
+        let request = client()
+            .update_item()
+            .table_name("payouts")
+            .set_condition_expression(condition.map(str::to_owned))
+            .set_update_expression(update.map(str::to_owned))
+            .expression_attribute_names(name, "status")
+            .expression_attribute_values(value, AttributeValue::S("sent".into()));
+        let fence = DynamoFenceCondition::new("fence", check, token);
+        let reserved = [name, value]
+            .iter()
+            .any(|p| p.starts_with("#fencing_") || p.starts_with(":fencing_"));
+        let merged = match fence.merge_into(request) {
+            Ok(merged) => merged,
+            Err(_) => {
+                assert!(reserved, "refused {name:?} {value:?}");
+                return;
+            }
+        };
+        assert!(!reserved, "accepted the reserved {name:?} {value:?}");
+        let expected = match condition {
+            Some(own) => format!("({own}) AND ({})", fence.condition()),
+            None => fence.condition().to_owned(),
+        };
+        assert_eq!(
+            merged.get_condition_expression().as_deref(),
+            Some(&*expected)
+        );
+        let names = merged.get_expression_attribute_names().clone().unwrap();
+        let values = merged.get_expression_attribute_values().clone().unwrap();
+        assert_eq!(names.get(name).map(String::as_str), Some("status"));
+        assert_eq!(
+            names.get("#fencing_fence").map(String::as_str),
+            Some("fence")
+        );
+        assert!(values.contains_key(value) && values.contains_key(":fencing_token"));
+        let merged_update = merged.get_update_expression().clone();
+        if !claim {
+            assert_eq!(merged_update.as_deref(), update);
             return;
         }
-    };
-    assert!(!reserved, "accepted the reserved {name:?} {value:?}");
-    let expected = match condition {
-        Some(own) => format!("({own}) AND ({})", fence.condition()),
-        None => fence.condition().to_owned(),
-    };
-    assert_eq!(merged.get_condition_expression().as_deref(), Some(&*expected));
-    let names = merged.get_expression_attribute_names().clone().unwrap();
-    let values = merged.get_expression_attribute_values().clone().unwrap();
-    assert_eq!(names.get(name).map(String::as_str), Some("status"));
-    assert_eq!(names.get("#fencing_fence").map(String::as_str), Some("fence"));
-    assert!(values.contains_key(value) && values.contains_key(":fencing_token"));
-    let merged_update = merged.get_update_expression().clone();
-    if !claim {
-        assert_eq!(merged_update.as_deref(), update);
-        return;
+        let merged_update = merged_update.unwrap();
+        let own = update.unwrap_or("");
+        if set_clauses(own) == 0 {
+            let expected = match update {
+                Some(own) => format!("{own} SET {FENCE_SET}"),
+                None => format!("SET {FENCE_SET}"),
+            };
+            assert_eq!(merged_update, expected);
+            return;
+        }
+        assert_eq!(
+            set_clauses(&merged_update),
+            set_clauses(own),
+            "{merged_update:?}"
+        );
+        assert_eq!(
+            merged_update.matches(FENCE_SET).count(),
+            own.matches(FENCE_SET).count() + 1,
+            "{merged_update:?}"
+        );
     }
-    let merged_update = merged_update.unwrap();
-    let own = update.unwrap_or("");
-    if set_clauses(own) == 0 {
-        let expected = match update {
-            Some(own) => format!("{own} SET {FENCE_SET}"),
-            None => format!("SET {FENCE_SET}"),
-        };
-        assert_eq!(merged_update, expected);
-        return;
-    }
-    assert_eq!(set_clauses(&merged_update), set_clauses(own), "{merged_update:?}");
-    assert_eq!(
-        merged_update.matches(FENCE_SET).count(),
-        own.matches(FENCE_SET).count() + 1,
-        "{merged_update:?}"
-    );
-});
+);
