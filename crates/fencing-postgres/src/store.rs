@@ -565,8 +565,7 @@ impl FencedStore for PgStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        self.write_via(Via::Pool, key, token, &write.clone().into())
-            .await
+        self.write_via(Via::Pool, key, token, &write.into()).await
     }
 
     /// One statement for the whole group (rows locked in key order, each decided on its
