@@ -8,9 +8,11 @@
 //! cargo run --example settlement -- --no-fence --gateway-ignores-keys
 //! cargo run --example settlement -- --concurrency 32   # pipelined: 32 refunds in flight
 //! RUST_LOG=fencing=info cargo run --example settlement   # and the library's events
+//! cargo run --example settlement -- --timeline run.svg   # and a picture of the run
 //! ```
 
 use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig};
+use fencing_timeline::Picture;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -37,6 +39,7 @@ fn main() {
     let mut fencing = Fencing::On;
     let mut gateway = GatewayMode::Idempotent;
     let mut concurrency = 1;
+    let mut picture_file = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -51,9 +54,16 @@ fn main() {
                     }
                 }
             }
+            "--timeline" => match args.next() {
+                Some(file) if !file.starts_with("--") => picture_file = Some(file),
+                _ => {
+                    eprintln!("--timeline takes the file to write the run's picture (SVG) to");
+                    std::process::exit(2);
+                }
+            },
             "-h" | "--help" => {
                 println!(
-                    "usage: settlement [--no-fence] [--gateway-ignores-keys] [--concurrency N]"
+                    "usage: settlement [--no-fence] [--gateway-ignores-keys] [--concurrency N] [--timeline FILE.svg]"
                 );
                 return;
             }
@@ -71,6 +81,15 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     let report = runtime.block_on(settlement::run(&config));
+    if let Some(file) = &picture_file {
+        let drawn = Picture::draw(&fencing_timeline::settlement(&config, &report))
+            .map_err(|e| e.to_string())
+            .and_then(|picture| picture.save(file).map_err(|e| e.to_string()));
+        if let Err(err) = drawn {
+            eprintln!("cannot write the run's picture to {file}: {err}");
+            std::process::exit(1);
+        }
+    }
 
     println!(
         "Settlement of merchant {} — {} refunds of {}, lease lock:{} with TTL {} s",

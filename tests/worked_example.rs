@@ -86,12 +86,16 @@ async fn with_fences_the_stale_confirm_is_refused_and_nothing_is_sent_twice() {
     let refused = find(&report, "A", |w| matches!(w, What::Refused { .. }));
     match &refused.what {
         What::Refused {
+            store,
             key,
             check,
             token: t,
             reason,
+            met,
             stale,
         } => {
+            assert_eq!(store, "refunds");
+            assert_eq!(met, "fence is 34");
             assert_eq!(key, &r815);
             assert_eq!(*check, FenceCheck::HolderOnly);
             assert_eq!(*t, token(33));
@@ -113,6 +117,9 @@ async fn with_fences_the_stale_confirm_is_refused_and_nothing_is_sent_twice() {
         "A must not claim r_816"
     );
     find(&report, "B", |w| *w == What::Finished);
+    // A's lease expired at 30 s: its release finds it lost; B's finds it held.
+    find(&report, "A", |w| *w == What::Released { held: false });
+    find(&report, "B", |w| *w == What::Released { held: true });
 
     let audit = &report.audit;
     assert_eq!(audit.rows_sent, 1200);
@@ -211,4 +218,30 @@ async fn pipelined_the_job_finishes_inside_its_ttl_with_the_same_tally() {
             .all(|e| !matches!(e.what, What::Sent { .. } | What::Recovered { .. })),
         "B has nothing left to send"
     );
+}
+
+/// The pictures in docs/ are the worked example drawn as the code draws it now: a change to
+/// the example, the simulation or the drawing that changes them fails here until they are
+/// drawn again, with the commands in docs/protocol.md.
+#[tokio::test(start_paused = true)]
+async fn the_docs_pictures_are_the_worked_example_as_drawn_now() {
+    for (fencing, file, flag) in [
+        (Fencing::On, "worked-example.svg", ""),
+        (Fencing::Off, "worked-example-no-fence.svg", " --no-fence"),
+    ] {
+        let config = SettlementConfig::worked_example(fencing, GatewayMode::Idempotent);
+        let report = settlement::run(&config).await;
+        let drawn =
+            fencing_timeline::Picture::draw(&fencing_timeline::settlement(&config, &report))
+                .expect("the worked example draws");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/pictures")
+            .join(file);
+        let kept = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            kept == drawn.svg(),
+            "docs/pictures/{file} is not the worked example as drawn now: run \
+             `cargo run --example settlement --{flag} --timeline docs/pictures/{file}`"
+        );
+    }
 }

@@ -29,6 +29,8 @@ pub enum What {
     Busy,
     /// The store accepted a write.
     Accepted {
+        /// The store that accepted it.
+        store: String,
         /// The record.
         key: RecordKey,
         /// Claim or holder-only.
@@ -44,14 +46,18 @@ pub enum What {
     },
     /// The store refused a write.
     Refused {
+        /// The store that refused it.
+        store: String,
         /// The record.
         key: RecordKey,
         /// Claim or holder-only.
         check: FenceCheck,
         /// The token presented.
         token: FencingToken,
-        /// The store's reason.
+        /// The store's reason, as the error says it.
         reason: String,
+        /// What the write met, in a few words: `fence 34`, `state sent`.
+        met: String,
         /// A newer holder had claimed the record before this write.
         stale: bool,
     },
@@ -103,6 +109,12 @@ pub enum What {
         key: RecordKey,
         /// Why.
         reason: String,
+    },
+    /// The worker released the lease, or tried to: `held` is false when it had lost it
+    /// already (expired, or another holder's).
+    Released {
+        /// Whether the release found the lease still this worker's.
+        held: bool,
     },
     /// The worker finished its batch.
     Finished,

@@ -165,7 +165,8 @@ fn describe(what: &What) -> Option<(&'static str, String)> {
         What::Accepted { .. }
         | What::Sent { .. }
         | What::Recovered { .. }
-        | What::Skipped { .. } => return None,
+        | What::Skipped { .. }
+        | What::Released { .. } => return None,
         What::Refused {
             key,
             check,

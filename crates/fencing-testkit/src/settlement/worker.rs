@@ -42,7 +42,8 @@ pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
         let holder = shared.journal.acquired(&plan.name, guard.token());
         let finished = run_batch(&shared, &holder, shared.fencing.token_for(&guard), &pauses).await;
         // A holder whose lease ended is refused here; only the current owner can release.
-        let _ = shared.lease.release(guard).await;
+        let held = shared.lease.release(guard).await.is_ok();
+        shared.journal.record(&plan.name, What::Released { held });
         if finished {
             shared.journal.record(&plan.name, What::Finished);
             return;
@@ -169,6 +170,7 @@ impl FencedStore for ObservedStore<'_> {
                     journal.claimed(key, self.holder);
                 }
                 What::Accepted {
+                    store: self.name().to_owned(),
                     key: key.clone(),
                     check: write.check(),
                     token,
@@ -183,15 +185,32 @@ impl FencedStore for ObservedStore<'_> {
                 return result;
             }
             Err(err) => What::Refused {
+                store: self.name().to_owned(),
                 key: key.clone(),
                 check: write.check(),
                 token,
                 reason: err.to_string(),
+                met: met(err),
                 stale,
             },
         };
         journal.record(&self.holder.worker, what);
         result
+    }
+}
+
+/// What a refused write met, in a few words.
+fn met(err: &Error) -> String {
+    match err {
+        Error::Fenced { found, .. } => found.to_string(),
+        Error::TokenRegression { found, .. } => {
+            format!("fence is {found}, above every token issued")
+        }
+        Error::StateMismatch { found, .. } => format!(
+            "state is {}",
+            found.as_ref().map_or("unset", |s| s.as_str())
+        ),
+        other => other.to_string(),
     }
 }
 

@@ -1,0 +1,205 @@
+//! The worked example's settlement ([`fencing_testkit::settlement`]) as a timeline, in its
+//! virtual time.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fencing_core::FenceCheck;
+use fencing_testkit::Fencing;
+use fencing_testkit::settlement::{CallResult, SettlementConfig, SettlementReport, What};
+
+use crate::timeline::{Clock, Mark, Timeline};
+
+/// The run `report` of `config` as a timeline: a lane per worker, its lease from grant to
+/// release (or to its expiry, one TTL after the grant, when the release found it lost: the
+/// simulation's workers do not renew), its stalls, its runs of accepted writes, every refusal,
+/// take-over and look-up, and the gateway's answers that were not a new refund.
+pub fn settlement(config: &SettlementConfig, report: &SettlementReport) -> Timeline {
+    let title = format!(
+        "Settlement of merchant {}: {} refunds under the lease on {} (TTL {} s), fences {}",
+        config.merchant,
+        config.refunds,
+        config.resource(),
+        config.ttl.duration().as_secs(),
+        match config.fencing {
+            Fencing::On => "on",
+            Fencing::Off => "OFF (every write presents token 1)",
+        }
+    );
+    let mut timeline = Timeline::new(title, Clock::WORKED_EXAMPLE);
+    let mut granted: HashMap<&str, Duration> = HashMap::new();
+    for event in &report.events {
+        let lane = format!("worker {}", event.worker);
+        let at = event.at;
+        match &event.what {
+            What::Acquired { token } => {
+                granted.insert(&event.worker, at);
+                timeline.acquired(&lane, at, *token);
+            }
+            What::Busy => timeline.mark(&lane, at, Mark::note("gives up: the lease stays busy")),
+            What::Accepted {
+                store,
+                key,
+                token,
+                took_over_from,
+                stale,
+                ..
+            } => {
+                timeline.accepted(&lane, at, store, key.as_str(), *stale);
+                if took_over_from.is_some() {
+                    let mark = Mark::TookOver {
+                        store: store.clone(),
+                        record: key.as_str().to_owned(),
+                        token: *token,
+                    };
+                    timeline.mark(&lane, at, mark);
+                }
+            }
+            What::Refused {
+                store,
+                key,
+                check,
+                token,
+                met,
+                ..
+            } => {
+                let mark = Mark::Refused {
+                    store: store.clone(),
+                    record: key.as_str().to_owned(),
+                    write: Some(write_name(*check).to_owned()),
+                    token: *token,
+                    met: met.clone(),
+                };
+                timeline.mark(&lane, at, mark);
+            }
+            What::Paused { length, .. } => {
+                timeline.mark(&lane, at, Mark::Stalled { length: *length });
+            }
+            What::LookedUp { key, found } => {
+                let mark = Mark::LookedUp {
+                    record: key.as_str().to_owned(),
+                    found: *found,
+                };
+                timeline.mark(&lane, at, mark);
+            }
+            What::Called { key, result } => {
+                let text = match result {
+                    CallResult::Created => continue,
+                    CallResult::ReturnedExisting => "the gateway returns the refund already made",
+                    CallResult::PaidTwice => "the gateway PAYS A SECOND TIME",
+                };
+                timeline.mark(&lane, at, Mark::note_on(text, key.as_str()));
+            }
+            What::Aborted { key, .. } => {
+                timeline.mark(&lane, at, Mark::note_on("abandons the batch", key.as_str()));
+                timeline.stopped(&lane, at);
+            }
+            What::Released { held } => {
+                let ended = match (held, granted.get(event.worker.as_str())) {
+                    (false, Some(from)) => *from + config.ttl.duration(),
+                    _ => at,
+                };
+                timeline.lease_ended(&lane, ended);
+                timeline.stopped(&lane, at);
+            }
+            What::Resumed { .. }
+            | What::Sent { .. }
+            | What::Recovered { .. }
+            | What::Skipped { .. }
+            | What::Finished => {}
+        }
+    }
+    timeline
+}
+
+fn write_name(check: FenceCheck) -> &'static str {
+    match check {
+        FenceCheck::Claim => "claim",
+        FenceCheck::HolderOnly => "confirm",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::Tenure;
+    use fencing_core::FencingToken;
+    use fencing_testkit::settlement::{self, GatewayMode};
+
+    fn secs(n: f64) -> Duration {
+        Duration::from_secs_f64(n)
+    }
+
+    fn token(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap()
+    }
+
+    async fn worked_example(fencing: Fencing) -> Timeline {
+        let config = SettlementConfig::worked_example(fencing, GatewayMode::Idempotent);
+        settlement(&config, &settlement::run(&config).await)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_worked_example_has_both_leases_the_stall_and_the_refusal_at_r_815() {
+        let timeline = worked_example(Fencing::On).await;
+        let [a, b] = timeline.lanes() else {
+            panic!("two lanes: {:?}", timeline.lanes());
+        };
+        assert_eq!((a.name.as_str(), b.name.as_str()), ("worker A", "worker B"));
+        assert_eq!(
+            a.tenures,
+            [Tenure {
+                token: token(33),
+                from: Duration::ZERO,
+                lease_until: Some(secs(30.0)),
+                acted_until: Some(secs(34.08)),
+            }]
+        );
+        assert_eq!(b.tenures[0].token, token(34));
+        assert_eq!(b.tenures[0].from, secs(31.0));
+        assert_eq!(b.tenures[0].lease_until, b.tenures[0].acted_until);
+        let labels: Vec<String> = a.moments.iter().map(|m| m.mark.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "stalls 8.0 s",
+                "the gateway returns the refund already made: r_815",
+                "REFUSED by refunds: confirm r_815 with token 33: fence is 34",
+                "abandons the batch: r_815",
+            ]
+        );
+        let runs: Vec<(&str, &str, usize, bool)> = a
+            .writes
+            .iter()
+            .map(|r| (r.first.as_str(), r.last.as_str(), r.writes, r.stale))
+            .collect();
+        // 814 claims and confirms, then r_815's claim before the stall.
+        assert_eq!(runs, [("r_001", "r_815", 1_629, false)]);
+        let b_labels: Vec<String> = b.moments.iter().map(|m| m.mark.label()).collect();
+        assert_eq!(
+            b_labels,
+            [
+                "takes r_815 over in refunds with token 34",
+                "looks r_815 up: not done",
+            ]
+        );
+        assert!(b.writes.iter().all(|r| !r.stale));
+        assert_eq!(b.writes.last().unwrap().last, "r_1200");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_fences_the_stale_worker_writes_beside_the_new_holder() {
+        let timeline = worked_example(Fencing::Off).await;
+        let a = &timeline.lanes()[0];
+        assert!(
+            a.moments
+                .iter()
+                .all(|m| !matches!(m.mark, Mark::Refused { .. }))
+        );
+        let stale: usize = a.writes.iter().filter(|r| r.stale).map(|r| r.writes).sum();
+        assert!(stale > 0, "{:?}", a.writes);
+        assert_eq!(a.tenures[0].lease_until, Some(secs(30.0)));
+        assert!(a.tenures[0].acted_until > Some(secs(34.0)));
+        assert!(timeline.title().contains("fences OFF"));
+    }
+}
