@@ -81,12 +81,15 @@ fn short_campaign(refunds: usize, concurrency: usize) {
         .args(["--first-seed", &first.to_string()])
         .arg("--logs")
         .arg(&logs)
+        .arg("--report")
+        .arg(logs.join("report.md"))
         .output()
         .unwrap();
     let out = text(&output);
     println!("{out}");
     // Success means: every fenced run passed its audit, and the control found violations.
     assert!(output.status.success(), "{out}");
+    check_pictures(&logs, &out);
     for kind in FaultKind::ALL {
         if kind == FaultKind::ContainerPause && !containers {
             continue;
@@ -114,6 +117,41 @@ fn short_campaign(refunds: usize, concurrency: usize) {
         "no control run showed a violation: {control:?}"
     );
     let _ = std::fs::remove_dir_all(logs);
+}
+
+/// The report shows a sample run's picture and links one for every run that failed (here
+/// the control's), each an SVG with the workers' lanes; a failed run's logs keep it too.
+fn check_pictures(logs: &std::path::Path, out: &str) {
+    let report = std::fs::read_to_string(logs.join("report.md")).expect("the report");
+    assert!(report.contains("## Pictures"), "{report}");
+    let links: Vec<&str> = report
+        .split("](pictures/report/")
+        .skip(1)
+        .map(|rest| rest.split(')').next().unwrap())
+        .collect();
+    assert!(
+        links.iter().any(|l| l.ends_with("-on.svg")),
+        "no sample run's picture in {links:?}"
+    );
+    let failed: Vec<&&str> = links.iter().filter(|l| l.ends_with("-off.svg")).collect();
+    assert!(!failed.is_empty(), "no failed run's picture in {links:?}");
+    for link in &links {
+        let svg = std::fs::read_to_string(logs.join("pictures/report").join(link))
+            .unwrap_or_else(|e| panic!("{link}: {e}"));
+        assert!(svg.starts_with("<svg"), "{link}");
+        assert!(
+            svg.contains("worker A") && svg.contains("lease, token"),
+            "{link}"
+        );
+    }
+    for link in failed {
+        let dir = logs.join(link.trim_end_matches(".svg"));
+        assert!(
+            dir.join("timeline.svg").exists(),
+            "no timeline.svg in the kept logs {} ({out})",
+            dir.display()
+        );
+    }
 }
 
 /// Creates a run's stores (without the fence column when told) and returns its clients.

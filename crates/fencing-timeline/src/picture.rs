@@ -188,8 +188,11 @@ impl Picture {
         let scale = Scale::new(GUTTER, WIDTH as i32 - RIGHT, last_tick, step);
         let mut top = TITLE;
         let mut lanes = Vec::new();
+        let stores = timeline.stores();
         for lane in timeline.lanes() {
             let x = |at| scale.x(at);
+            let mut lane_stores = lane.stores();
+            lane_stores.sort_by_key(|s| stores.iter().position(|t| t == s));
             let groups = layout::group(&lane.moments, x);
             let labels = layout::place(
                 groups.iter().map(|g| (g.x0, g.x1, g.label())),
@@ -200,7 +203,7 @@ impl Picture {
             let layout = LaneLayout {
                 lane,
                 top,
-                stores: lane.stores(),
+                stores: lane_stores,
                 bands: layout::bands(&lane.writes, x),
                 groups,
                 labels,

@@ -280,6 +280,20 @@ impl Timeline {
         &self.lanes
     }
 
+    /// Every store written, in the order of its first write in the run (the order of each
+    /// lane's rows, so that a store sits at the same place in every lane).
+    pub fn stores(&self) -> Vec<&str> {
+        let mut first: Vec<(Duration, &str)> = Vec::new();
+        for run in self.lanes.iter().flat_map(|l| &l.writes) {
+            match first.iter_mut().find(|(_, s)| *s == run.store) {
+                Some(seen) => seen.0 = seen.0.min(run.from),
+                None => first.push((run.from, &run.store)),
+            }
+        }
+        first.sort_by_key(|(at, _)| *at);
+        first.into_iter().map(|(_, store)| store).collect()
+    }
+
     /// The time of the last event.
     pub fn end(&self) -> Duration {
         self.end
@@ -418,6 +432,8 @@ mod tests {
         assert_eq!(a.writes[0].from, ms(1));
         assert_eq!(a.writes[0].until, ms(3));
         assert_eq!(a.stores(), ["refunds", "ledger"]);
+        t.accepted("C", ms(0), "receipts", "r_0", false);
+        assert_eq!(t.stores(), ["receipts", "refunds", "ledger"]);
         assert_eq!(t.lanes()[1].writes[0].first, "r_9");
         assert_eq!(t.end(), ms(6));
     }

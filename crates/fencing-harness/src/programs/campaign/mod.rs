@@ -5,6 +5,7 @@
 //! fences off, at least one of them showed violations; 1 otherwise; 2 when the services
 //! could not be set up; 130 when interrupted.
 
+mod picture;
 mod report;
 mod run;
 mod soak;
@@ -166,6 +167,36 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         }
         None => None,
     };
+    // The sample run's picture and those of the runs that failed: beside the report, or with
+    // the logs.
+    let (folder, link_base) = match &args.report {
+        Some(path) => {
+            let stem = path.file_stem().map_or_else(
+                || "campaign".to_owned(),
+                |s| s.to_string_lossy().into_owned(),
+            );
+            let dir = path.parent().unwrap_or(std::path::Path::new(""));
+            (dir.join("pictures").join(&stem), format!("pictures/{stem}"))
+        }
+        None => (args.logs.join("pictures"), "pictures".to_owned()),
+    };
+    let drawn = match picture::draw_campaign(&results, &folder, &link_base) {
+        Ok(drawn) => drawn,
+        Err(why) => {
+            eprintln!("campaign: {why}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for d in &drawn {
+        println!(
+            "picture of seed {} ({}): {}",
+            d.seed,
+            if d.passed { "the sample run" } else { "failed" },
+            folder
+                .join(d.link.rsplit('/').next().unwrap_or_default())
+                .display()
+        );
+    }
     if let Some(path) = &args.report {
         let command = std::env::args()
             .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
@@ -178,8 +209,8 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         };
         let command = command.replacen(&std::env::args().next().unwrap_or_default(), runner, 1);
         let document = match &steady {
-            Some((table, _)) => report::soak_document(&results, table, &command, wall),
-            None => report::document(&results, &command, wall, containers),
+            Some((table, _)) => report::soak_document(&results, table, &command, wall, &drawn),
+            None => report::document(&results, &command, wall, containers, &drawn),
         };
         if let Err(err) = std::fs::write(path, document) {
             eprintln!("campaign: cannot write {}: {err}", path.display());
@@ -265,7 +296,7 @@ async fn run_all(
                     say(
                         &bar,
                         format!(
-                            "    logs kept in {} (run {})",
+                            "    logs and timeline.svg kept in {} (run {})",
                             result.dir.display(),
                             result.id
                         ),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use fencing_harness::audit::{Check, euros};
 use fencing_harness::plan::{FaultKind, LeaseKind};
 
+use super::picture::Drawn;
 use super::run::RunResult;
 
 /// Totals over the runs with fences on, or off.
@@ -153,12 +154,57 @@ pub(crate) fn run_line(result: &RunResult) -> String {
     )
 }
 
-/// `docs/reliability.md`: how the campaign works, the command, and what it measured.
+/// The report's pictures: the sample run shown, each failed run linked.
+fn pictures(drawn: &[Drawn]) -> String {
+    let mut out = String::new();
+    if drawn.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n## Pictures\n\nEach picture is drawn by the harness (`crates/fencing-timeline`) from what the \
+         campaign saw of the run: a lane per worker with each lease it was granted (labelled with \
+         its token) and, where it went on after the lease ended, the time it acted without one; \
+         the stalls and kills the campaign struck it with; its accepted writes, a band per run of \
+         records per store; every write a store refused, naming the store, the record and the \
+         fence it met; take-overs and look-ups; and a lane for faults that struck a service.\n"
+    );
+    for d in drawn.iter().filter(|d| d.passed) {
+        let _ = writeln!(
+            out,
+            "A sample run (seed {}, fences {}):\n\n![seed {}]({})\n",
+            d.seed,
+            if d.fences { "on" } else { "off" },
+            d.seed,
+            d.link
+        );
+    }
+    let failed: Vec<String> = drawn
+        .iter()
+        .filter(|d| !d.passed)
+        .map(|d| {
+            format!(
+                "[seed {}, fences {}]({})",
+                d.seed,
+                if d.fences { "on" } else { "off" },
+                d.link
+            )
+        })
+        .collect();
+    if !failed.is_empty() {
+        let _ = writeln!(out, "Every run whose audit failed: {}.", failed.join(", "));
+    }
+    out
+}
+
+/// `docs/reliability.md`: how the campaign works, the command, what it measured, and the
+/// pictures in `drawn`.
 pub(crate) fn document(
     results: &[RunResult],
     command: &str,
     wall: Duration,
     containers: bool,
+    drawn: &[Drawn],
 ) -> String {
     let concurrency = results.first().map_or(1, |r| r.plan.concurrency);
     let mut out = String::new();
@@ -313,16 +359,18 @@ Every run:
             examples.join("\n")
         );
     }
+    out.push_str(&pictures(drawn));
     out
 }
 
 /// `docs/soak.md`: what a soak is, its windows and verdict (`windows`), the audit of its runs,
-/// and the command.
+/// the command, and the pictures in `drawn`.
 pub(crate) fn soak_document(
     results: &[RunResult],
     windows: &str,
     command: &str,
     wall: Duration,
+    drawn: &[Drawn],
 ) -> String {
     let mut out = String::new();
     let _ = write!(
@@ -365,5 +413,6 @@ Wall time: {}. Command:
         summary(results),
         minutes(wall)
     );
+    out.push_str(&pictures(drawn));
     out
 }

@@ -13,6 +13,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+use super::picture::RunPicture;
+
 /// Where the services of a campaign are.
 pub(crate) struct Services {
     pub(crate) database_url: String,
@@ -45,6 +47,21 @@ pub(crate) struct RunResult {
     /// Problems of the run itself (a worker that failed, a run past its deadline).
     pub(crate) incidents: Vec<String>,
     pub(crate) dir: PathBuf,
+    /// What the campaign saw of the run, to be drawn.
+    pub(crate) picture: RunPicture,
+}
+
+impl RunResult {
+    /// Draws the run's picture into `file`.
+    pub(crate) fn draw(&self, file: &Path) -> Result<(), RunError> {
+        fencing_timeline::Picture::draw(self.picture.timeline())?.save(file)?;
+        Ok(())
+    }
+
+    /// Whether the run passed: its audit found nothing and nothing went wrong with the run.
+    pub(crate) fn passed(&self) -> bool {
+        self.audit.violations.is_empty() && self.incidents.is_empty()
+    }
 }
 
 enum Event {
@@ -111,6 +128,7 @@ pub(crate) async fn run(
     let (mut deliveries, mut deletions) = (0usize, Vec::new());
     let mut last_writer: Option<String> = None;
     let mut log = std::fs::File::create(dir.join("events.log"))?;
+    let mut picture = RunPicture::new(plan);
     let deadline = started + run_budget(plan);
     while !workers.is_empty() {
         let event = match tokio::time::timeout_at(deadline.into(), inbox.recv()).await {
@@ -131,6 +149,7 @@ pub(crate) async fn run(
             Event::Line(name, line) => {
                 use std::io::Write;
                 writeln!(log, "{:>7} {name}: {line}", started.elapsed().as_millis())?;
+                picture.line(started.elapsed(), &name, &line);
                 if line.starts_with("filed ") {
                     filed += 1;
                 }
@@ -155,6 +174,7 @@ pub(crate) async fn run(
                     // The worker stops itself right after this line; kill it there.
                     wait_until_stopped(worker.pid).await;
                     signal("KILL", worker.pid);
+                    picture.killed(started.elapsed(), &name);
                     worker.killed = true;
                     if last_writer.as_ref() == Some(&name) {
                         last_writer = None;
@@ -165,6 +185,7 @@ pub(crate) async fn run(
                 }
             }
             Event::Exited(name, code) => {
+                picture.exited(started.elapsed(), &name);
                 if let Some(worker) = workers.remove(&name)
                     && !worker.killed
                     && code != Some(0)
@@ -176,18 +197,20 @@ pub(crate) async fn run(
         while let Some(fault) = pending.first().filter(|f| filed >= f.at).cloned() {
             let holder = last_writer
                 .as_ref()
-                .and_then(|name| workers.get(name))
-                .filter(|w| !w.killed)
-                .map(|w| w.pid);
+                .and_then(|name| Some((name, workers.get(name)?)))
+                .filter(|(_, w)| !w.killed)
+                .map(|(name, w)| (name.clone(), w.pid));
             // Stalling a worker that only waits for the lease proves nothing: a stall waits
             // until the campaign knows the holder again.
             if fault.kind == FaultKind::Stall && holder.is_none() {
                 break;
             }
             pending.remove(0);
+            let at = started.elapsed();
             let applied = match fault.kind {
                 FaultKind::Stall => match holder {
-                    Some(pid) => {
+                    Some((name, pid)) => {
+                        picture.stalled(at, &name, fault.pause);
                         signal("STOP", pid);
                         tokio::spawn(async move {
                             tokio::time::sleep(fault.pause).await;
@@ -198,11 +221,19 @@ pub(crate) async fn run(
                     None => false,
                 },
                 FaultKind::RedisRestart => {
+                    picture.service_fault(at, "Redis restarted, nothing persisted");
                     tokio::task::block_in_place(|| spawner.services.redis.restart());
                     true
                 }
-                FaultKind::PgTerminate => terminate_backends(&clients, &names).await? > 0,
+                FaultKind::PgTerminate => {
+                    picture.service_fault(at, "the workers' PostgreSQL connections terminated");
+                    terminate_backends(&clients, &names).await? > 0
+                }
                 FaultKind::EtcdLeaderKill => {
+                    picture.service_fault(
+                        at,
+                        &format!("etcd leader killed for {} ms", fault.pause.as_millis()),
+                    );
                     kill_etcd_leader(&mut spawner.services.etcd, fault.pause).await?;
                     true
                 }
@@ -212,6 +243,17 @@ pub(crate) async fn run(
                             PausedStore::Postgres => postgres,
                             PausedStore::Aws => aws,
                         };
+                        picture.service_fault(
+                            at,
+                            &format!(
+                                "{} container paused for {} ms",
+                                match fault.store {
+                                    PausedStore::Postgres => "PostgreSQL",
+                                    PausedStore::Aws => "AWS emulator",
+                                },
+                                fault.pause.as_millis()
+                            ),
+                        );
                         tokio::task::block_in_place(|| container.pause());
                         tokio::time::sleep(fault.pause).await;
                         tokio::task::block_in_place(|| container.unpause());
@@ -228,11 +270,7 @@ pub(crate) async fn run(
     }
     drop(gateway);
     let audit = audit::audit(&names, plan, &clients, &journal, &deletions).await?;
-    if audit.violations.is_empty() && incidents.is_empty() {
-        stores::drop_schema(&names, &clients.pool).await?;
-        stores::drop_aws(&names, &clients, plan.lease).await?;
-    }
-    Ok(RunResult {
+    let result = RunResult {
         plan: plan.clone(),
         id: names.id().to_owned(),
         injected,
@@ -242,7 +280,16 @@ pub(crate) async fn run(
         ended: Instant::now(),
         incidents,
         dir: dir.to_owned(),
-    })
+        picture,
+    };
+    if result.passed() {
+        stores::drop_schema(&names, &clients.pool).await?;
+        stores::drop_aws(&names, &clients, plan.lease).await?;
+    } else {
+        // Kept with the run's logs: what went wrong, in time.
+        result.draw(&dir.join("timeline.svg"))?;
+    }
+    Ok(result)
 }
 
 /// Generous: a healthy run takes a fraction of it.

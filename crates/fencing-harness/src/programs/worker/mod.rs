@@ -11,10 +11,13 @@
 //!
 //! It reports on standard output, one line per step (`received <message>`, `acquired`,
 //! `claimed <id>`, `called <id>`, `filed <id>`, `ended`, `deleted <message> by <holder>`,
-//! `done`), which is what the campaign watches to time its faults and count deletions. It
+//! `done`), which is what the campaign watches to time its faults and count deletions, plus a
+//! line for each of the library's refusals, take-overs and look-ups (`library_events`), which
+//! the campaign draws in the run's picture. It
 //! does not consult its lease renewal before writing: that check narrows the window without
 //! closing it, and the harness measures what the fences do alone.
 
+mod library_events;
 mod settle;
 
 use std::process::ExitCode;
@@ -82,6 +85,13 @@ const UNFIT: u8 = 2;
 /// Runs the worker until every refund is filed.
 pub(crate) async fn main(args: Args) -> ExitCode {
     fencing_harness::exit_with_parent();
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(library_events::LibraryEvents::printed())
+            .init();
+    }
     let names = RunNames::new(&args.run);
     let application_name = format!("harness_{}_{}", names.id(), args.name);
     let clients =

@@ -1,0 +1,242 @@
+//! The library's own events (`tracing`, target `fencing`, docs/operating.md) that the
+//! campaign draws in a run's picture, printed as lines like the worker's others: every write a
+//! store refused, every take-over of a record in flight, every look-up of an effect.
+//!
+//! ```text
+//! refused <store> <record> <claim|holder_only> token <t>: <what it met>
+//! took over <store> <record> token <t>
+//! looked up <record> <found|not found>
+//! ```
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Layer};
+
+/// Says the lines above for the library's events, and nothing for any other.
+pub(crate) struct LibraryEvents {
+    say: Box<dyn Fn(String) + Send + Sync>,
+}
+
+impl LibraryEvents {
+    /// The lines on standard output, where the campaign reads them.
+    pub(crate) fn printed() -> Self {
+        LibraryEvents {
+            say: Box::new(|line| println!("{line}")),
+        }
+    }
+}
+
+/// An event's fields, each as its value prints (strings without quotes).
+#[derive(Default)]
+struct Fields(HashMap<&'static str, String>);
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name(), value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+        self.0.insert(field.name(), format!("{value:?}"));
+    }
+}
+
+impl Fields {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+/// The line for an event with `fields`, if the campaign draws it.
+fn line(fields: &Fields) -> Option<String> {
+    let store = fields.get("store");
+    let record = fields.get("record")?;
+    if let (Some(store), Some(outcome)) = (store, fields.get("outcome")) {
+        let kind = fields.get("kind")?;
+        let token = fields.get("token")?;
+        // An optional field that is `None` is not recorded at all.
+        let met = match (outcome, fields.get("found")) {
+            ("fenced", None) => "fence not reported".to_owned(),
+            ("fenced", Some(found)) => format!("fence is {found}"),
+            ("regression", Some(found)) => {
+                format!("fence is {found}, above every token issued")
+            }
+            ("state_mismatch" | "not_found", _) => {
+                let error = fields.get("error").unwrap_or_default();
+                // The error says what the record had after "refused: " (or that it is missing).
+                error
+                    .split_once("refused: ")
+                    .map_or(error, |(_, met)| met)
+                    .to_owned()
+            }
+            _ => return None,
+        };
+        return Some(format!(
+            "refused {store} {record} {kind} token {token}: {met}"
+        ));
+    }
+    if let (Some(store), Some(token)) = (store, fields.get("token"))
+        && fields
+            .get("message")
+            .is_some_and(|m| m.starts_with("took over"))
+    {
+        return Some(format!("took over {store} {record} token {token}"));
+    }
+    match (store, fields.get("found")) {
+        (None, Some("true")) => Some(format!("looked up {record} found")),
+        (None, Some("false")) => Some(format!("looked up {record} not found")),
+        _ => None,
+    }
+}
+
+impl<S: Subscriber> Layer<S> for LibraryEvents {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != "fencing" {
+            return;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        if let Some(line) = line(&fields) {
+            (self.say)(line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    use fencing_core::{
+        Fence, FencedWrite, Lifecycle, MemoryStore, MemoryTokenSource, RecordKey, ResourceName,
+        TokenSource,
+    };
+    use fencing_testkit::faults::RecordingEffect;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    /// What the layer says while the library claims, takes over, looks up and is refused.
+    #[tokio::test]
+    async fn the_librarys_own_events_become_the_lines() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let _events = tracing_subscriber::registry()
+            .with(LibraryEvents {
+                say: Box::new(move |line| sink.lock().unwrap().push(line)),
+            })
+            .set_default();
+        let store = MemoryStore::new("refunds");
+        let source = MemoryTokenSource::new();
+        let resource = ResourceName::new("settle:m_4471").unwrap();
+        let (older, newer) = (
+            source.next(&resource).await.unwrap(),
+            source.next(&resource).await.unwrap(),
+        );
+        let key = RecordKey::new("r_0815").unwrap();
+        let lifecycle = Lifecycle::default();
+        let (a, b) = (
+            Fence::new(&resource, older, &source),
+            Fence::new(&resource, newer, &source),
+        );
+        a.write(
+            &store,
+            &key,
+            &FencedWrite::claim().set_state(lifecycle.pending().clone()),
+        )
+        .await
+        .unwrap();
+        a.write(&store, &key, &lifecycle.claim()).await.unwrap();
+        let effect = RecordingEffect::new();
+        b.run_effect(&store, &key, &lifecycle, &effect)
+            .await
+            .unwrap();
+        a.write(&store, &key, &lifecycle.confirm())
+            .await
+            .unwrap_err();
+        // Sent already: the fence admits B's claim, the state does not.
+        b.write(&store, &key, &lifecycle.claim()).await.unwrap_err();
+        let said = lines.lock().unwrap().clone();
+        assert_eq!(
+            said,
+            [
+                format!("took over refunds r_0815 token {newer}"),
+                "looked up r_0815 not found".to_owned(),
+                format!("refused refunds r_0815 holder_only token {older}: fence is {newer}"),
+                format!(
+                    "refused refunds r_0815 claim token {newer}: state is sent, expected one of pending, sending"
+                ),
+            ]
+        );
+    }
+
+    fn fields(pairs: &[(&'static str, &str)]) -> Fields {
+        Fields(pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect())
+    }
+
+    #[test]
+    fn a_refusal_names_store_record_kind_token_and_what_it_met() {
+        let base = [
+            ("store", "refunds"),
+            ("record", "r_0815"),
+            ("kind", "holder_only"),
+            ("token", "3"),
+        ];
+        let with = |extra: &[(&'static str, &str)]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            line(&fields(&all))
+        };
+        assert_eq!(
+            with(&[("outcome", "fenced"), ("found", "4")]).unwrap(),
+            "refused refunds r_0815 holder_only token 3: fence is 4"
+        );
+        assert_eq!(
+            with(&[("outcome", "fenced")]).unwrap(),
+            "refused refunds r_0815 holder_only token 3: fence not reported"
+        );
+        assert_eq!(
+            with(&[("outcome", "regression"), ("found", "9")]).unwrap(),
+            "refused refunds r_0815 holder_only token 3: fence is 9, above every token issued"
+        );
+        let error = "refunds: write to \"r_0815\" with token 3 refused: state is sent, expected one of sending";
+        assert_eq!(
+            with(&[("outcome", "state_mismatch"), ("error", error)]).unwrap(),
+            "refused refunds r_0815 holder_only token 3: state is sent, expected one of sending"
+        );
+        assert_eq!(with(&[("outcome", "accepted")]), None);
+        assert_eq!(with(&[("outcome", "ambiguous"), ("error", "lost")]), None);
+    }
+
+    #[test]
+    fn take_overs_and_look_ups_have_lines_and_other_events_none() {
+        let took = fields(&[
+            ("store", "refunds"),
+            ("record", "r_0815"),
+            ("token", "4"),
+            (
+                "message",
+                "took over a record in flight: looking its effect up first",
+            ),
+        ]);
+        assert_eq!(line(&took).unwrap(), "took over refunds r_0815 token 4");
+        let found = fields(&[("record", "r_0815"), ("found", "true")]);
+        assert_eq!(line(&found).unwrap(), "looked up r_0815 found");
+        let missing = fields(&[("record", "r_0815"), ("found", "false")]);
+        assert_eq!(line(&missing).unwrap(), "looked up r_0815 not found");
+        let renewal = fields(&[("resource", "settle:m_4471"), ("token", "4")]);
+        assert_eq!(line(&renewal), None);
+        let retry = fields(&[
+            ("store", "refunds"),
+            ("record", "r_0815"),
+            ("token", "4"),
+            ("retry", "1"),
+            (
+                "message",
+                "fenced write outcome lost: sending it again with the same token",
+            ),
+        ]);
+        assert_eq!(line(&retry), None);
+    }
+}
