@@ -319,7 +319,10 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                     Answer::Performed(done.map(|(receipt, found)| (key, receipt, found)))
                 }));
             }
-            let idle = !claiming && effects == 0 && (queue.is_empty() || stopped);
+            // Nothing can add to the finished effects: no claim could start (none left, the
+            // pipeline stopped, or the window is full of records waiting for these very
+            // confirms) and no effect is running. Waiting for a fuller group would wait forever.
+            let idle = !claiming && effects == 0;
             let due = oldest_performed.is_some_and(|t| t.elapsed() >= self.flush_after);
             if !confirming
                 && !performed.is_empty()

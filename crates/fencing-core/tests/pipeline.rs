@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencing_core::{
-    BoxError, EffectOutcome, Error, Fence, FencedBatch, FencedStore, FencedWrite, FencingToken,
-    Lease, Lifecycle, MemoryLease, MemoryStore, MismatchPolicy, Record, RecordKey, RecordWrites,
-    ResourceName, Result, SideEffect, State, Ttl, Written, async_trait,
+    BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedBatch, FencedStore, FencedWrite,
+    FencingToken, Lease, Lifecycle, MemoryLease, MemoryStore, MismatchPolicy, Record, RecordKey,
+    RecordWrites, ResourceName, Result, SideEffect, State, Ttl, Written, async_trait,
 };
 
 fn key(n: usize) -> RecordKey {
@@ -137,8 +137,12 @@ struct Counted {
     inner: MemoryStore,
     singles: AtomicUsize,
     groups: AtomicUsize,
+    /// Each grouped request's check and number of records, in order.
+    sizes: Mutex<Vec<(FenceCheck, usize)>>,
     /// How long each request takes to be answered (it applies at once).
     latency: Duration,
+    /// Refuse the first grouped claim as a whole, the records in it missing.
+    refuse_first_claims: std::sync::atomic::AtomicBool,
 }
 
 impl Counted {
@@ -155,8 +159,21 @@ impl Counted {
             inner,
             singles: AtomicUsize::new(0),
             groups: AtomicUsize::new(0),
+            sizes: Mutex::new(Vec::new()),
             latency: Duration::ZERO,
+            refuse_first_claims: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// How many grouped requests of `check` there were, and their largest size.
+    fn requests(&self, check: FenceCheck) -> (usize, usize) {
+        let sizes = self.sizes.lock().unwrap();
+        let of: Vec<usize> = sizes
+            .iter()
+            .filter(|(c, _)| *c == check)
+            .map(|(_, n)| *n)
+            .collect();
+        (of.len(), of.iter().copied().max().unwrap_or(0))
     }
 
     fn states(&self) -> HashMap<RecordKey, (Option<FencingToken>, Option<State>)> {
@@ -192,6 +209,14 @@ impl FencedStore for Counted {
         w: &FencedWrite,
     ) -> Result<Vec<Result<Written>>> {
         self.groups.fetch_add(1, Ordering::SeqCst);
+        self.sizes.lock().unwrap().push((w.check(), keys.len()));
+        if w.check() == FenceCheck::Claim && self.refuse_first_claims.swap(false, Ordering::SeqCst)
+        {
+            return Err(Error::NotFound {
+                store: self.name().to_owned(),
+                record: keys[0].clone(),
+            });
+        }
         let answer = self.inner.write_many(keys, token, w).await;
         tokio::time::sleep(self.latency).await;
         answer
@@ -480,6 +505,163 @@ async fn done_records_are_reported_and_mismatches_skipped_or_stopping_by_policy(
         }
         let _ = batch.finish().await;
     }
+}
+
+/// Confirms wait for a full group: with every effect as fast as the next and no wait for a
+/// late one, 64 records in groups of 8 are 8 requests of claims and 8 of confirms, none
+/// larger than 8.
+#[tokio::test(start_paused = true)]
+async fn confirms_go_in_full_groups_when_effects_keep_pace() {
+    let records = keys(64);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::with_latency(Duration::from_millis(5));
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store).await;
+    let settled = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(8)
+        .group_size(8)
+        .window(64)
+        .flush_after(Duration::from_secs(3600))
+        .run(records)
+        .await;
+    assert_eq!(settled.into_result().unwrap().len(), 64);
+    assert_eq!(store.requests(FenceCheck::Claim), (8, 8));
+    assert_eq!(store.requests(FenceCheck::HolderOnly), (8, 8));
+    batch.finish().await.unwrap();
+}
+
+/// A record whose effect ended waits at most `flush_after` for its group to fill: one slow
+/// effect behind a fast one does not hold the fast one's confirm back.
+#[tokio::test(start_paused = true)]
+async fn a_finished_effect_is_confirmed_after_flush_after_without_a_full_group() {
+    struct Slow(Gateway);
+    #[async_trait]
+    impl SideEffect for Slow {
+        type Receipt = u32;
+        async fn lookup(&self, key: &RecordKey) -> Result<Option<u32>, BoxError> {
+            self.0.lookup(key).await
+        }
+        async fn perform(&self, key: &RecordKey, record: &Record) -> Result<u32, BoxError> {
+            if *key == self::key(2) {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            self.0.perform(key, record).await
+        }
+    }
+    let records = keys(2);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Slow(Gateway::with_latency(Duration::from_millis(5)));
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store).await;
+    let pipeline = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(2)
+        .group_size(8)
+        .flush_after(Duration::from_millis(100))
+        .run(records);
+    let store_ref = &store;
+    let first_confirmed = async {
+        loop {
+            let states = store_ref.states();
+            if states[&key(1)].1.as_ref() == Some(lifecycle.done()) {
+                return tokio::time::Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    let started = tokio::time::Instant::now();
+    let (settled, confirmed_at) = tokio::join!(pipeline, first_confirmed);
+    settled.into_result().unwrap();
+    let waited = confirmed_at - started;
+    assert!(
+        waited >= Duration::from_millis(100) && waited < Duration::from_millis(200),
+        "r_0001 confirmed after {waited:?}"
+    );
+    assert_eq!(store.requests(FenceCheck::HolderOnly), (2, 1));
+    batch.finish().await.unwrap();
+}
+
+/// Unless set, the window is twice the concurrency (at least 64): with 40 effects stuck, 80
+/// records are claimed ahead and no more.
+#[tokio::test(start_paused = true)]
+async fn the_window_is_twice_the_concurrency_unless_set() {
+    let records = keys(200);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::with_latency(Duration::from_secs(3600));
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store).await;
+    let pipeline = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(40)
+        .group_size(8)
+        .run(records);
+    tokio::select! {
+        _ = pipeline => panic!("the effects take an hour"),
+        () = tokio::time::sleep(Duration::from_secs(60)) => {}
+    }
+    let claimed = store
+        .states()
+        .values()
+        .filter(|(_, state)| state.as_ref() == Some(lifecycle.in_flight()))
+        .count();
+    assert_eq!(claimed, 80);
+    assert_eq!(gateway.calls().in_flight, 40);
+}
+
+/// A window exactly as large as the concurrency is enough, even when it is smaller than a
+/// group of confirms (32 by default): once the window is full of finished effects, they are
+/// confirmed at once. (The pipeline used to wait for a fuller group that could never come,
+/// found nothing in flight, and ended with 4 records in flight, 8 never claimed and no error.)
+#[tokio::test(start_paused = true)]
+async fn a_window_of_the_concurrency_smaller_than_a_group_settles_every_record() {
+    let records = keys(12);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::default();
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store).await;
+    let settled = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(4)
+        .window(4)
+        .run(records)
+        .await;
+    assert_eq!(settled.into_result().unwrap().len(), 12);
+    batch.finish().await.unwrap();
+}
+
+/// A group of claims refused as a whole for a mismatch the batch skips frees its place in
+/// the window: the records after it are all settled.
+#[tokio::test(start_paused = true)]
+async fn a_skipped_group_of_claims_frees_its_place_in_the_window() {
+    let records = keys(40);
+    let store = Counted::new(&records);
+    store.refuse_first_claims.store(true, Ordering::SeqCst);
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::default();
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store)
+        .await
+        .with_mismatch_policy(MismatchPolicy::Skip);
+    let settled = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(4)
+        .group_size(8)
+        .window(16)
+        .run(records)
+        .await;
+    assert!(settled.error.is_none(), "{:?}", settled.error);
+    assert_eq!(
+        settled.outcomes.len(),
+        32,
+        "the 8 of the first group are skipped"
+    );
+    assert_eq!(gateway.calls().sent.len(), 32);
+    let _ = batch.finish().await;
 }
 
 #[tokio::test(start_paused = true)]
