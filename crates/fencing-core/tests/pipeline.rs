@@ -612,6 +612,43 @@ async fn the_window_is_twice_the_concurrency_unless_set() {
     assert_eq!(gateway.calls().in_flight, 40);
 }
 
+/// A record an earlier holder left in flight whose effect the look-up finds made is confirmed
+/// without a second effect, and reported as recovered, with the receipt the look-up found.
+#[tokio::test(start_paused = true)]
+async fn a_record_whose_effect_was_made_elsewhere_is_reported_recovered() {
+    let records = keys(4);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let earlier = lease
+        .try_acquire(&resource(), ttl())
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .inner
+        .write(&key(2), earlier.token(), &lifecycle.claim())
+        .await
+        .unwrap();
+    lease.release(earlier).await.unwrap();
+    let gateway = Gateway::default();
+    gateway.calls().sent.insert(key(2), 7);
+    let batch = batch(&lease, &store).await;
+    let outcomes = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(2)
+        .run(records)
+        .await
+        .into_result()
+        .unwrap();
+    let of = |k: RecordKey| outcomes.iter().find(|(key, _)| *key == k).map(|(_, o)| o);
+    assert_eq!(of(key(2)), Some(&EffectOutcome::Recovered(7)));
+    assert!(matches!(of(key(1)), Some(EffectOutcome::Performed(_))));
+    assert_eq!(gateway.calls().lookups, [key(2)]);
+    assert!(!gateway.calls().performs.contains_key(&key(2)));
+    batch.finish().await.unwrap();
+}
+
 /// A window exactly as large as the concurrency is enough, even when it is smaller than a
 /// group of confirms (32 by default): once the window is full of finished effects, they are
 /// confirmed at once. (The pipeline used to wait for a fuller group that could never come,
