@@ -140,3 +140,34 @@ impl Lease for MemoryLease {
         &self.tokens
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn resource() -> ResourceName {
+        ResourceName::new("settle:m_4471").unwrap()
+    }
+
+    /// A lease of 30 s is the holder's for 30 s and not an instant longer: at its deadline
+    /// exactly, extend and release are refused, the status shows nobody, another owner
+    /// acquires it.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_ends_at_its_deadline_exactly() {
+        let lease = MemoryLease::new();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let mut guard = lease.try_acquire(&resource(), ttl).await.unwrap().unwrap();
+        tokio::time::advance(Duration::from_millis(29_999)).await;
+        assert!(lease.status(&resource()).await.unwrap().is_some());
+        assert!(lease.try_acquire(&resource(), ttl).await.unwrap().is_none());
+        lease.extend(&mut guard, ttl).await.unwrap();
+        tokio::time::advance(ttl.duration()).await;
+        assert!(lease.extend(&mut guard, ttl).await.is_err());
+        assert!(lease.status(&resource()).await.unwrap().is_none());
+        assert!(lease.release(guard.clone()).await.is_err());
+        let next = lease.try_acquire(&resource(), ttl).await.unwrap();
+        assert!(next.is_some_and(|g| g.token() > guard.token()));
+    }
+}
