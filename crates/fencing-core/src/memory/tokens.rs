@@ -116,3 +116,23 @@ impl TokenSource for MemoryTokenSource {
         Ok(self.raise(resource, target))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a source prints: its counters, and whether epochs stand behind them (not the
+    /// epoch source itself, which may be a connection).
+    #[tokio::test]
+    async fn a_source_shows_its_counters_and_whether_it_has_epochs() {
+        let plain = MemoryTokenSource::new();
+        let resource = ResourceName::new("settle:m_4471").unwrap();
+        plain.next(&resource).await.unwrap();
+        let shown = format!("{plain:?}");
+        assert!(shown.starts_with("MemoryTokenSource {"), "{shown}");
+        assert!(shown.contains("settle:m_4471"), "{shown}");
+        assert!(shown.contains("epochs: false"), "{shown}");
+        let with_epochs = MemoryTokenSource::with_epochs(Arc::new(MemoryTokenSource::new()));
+        assert!(format!("{with_epochs:?}").contains("epochs: true"));
+    }
+}
