@@ -160,3 +160,211 @@ impl StdError for RequestFailed {
         Some(&*self.source)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_smithy_runtime_api::client::result::ConnectorError;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use aws_smithy_types::error::metadata::ErrorMetadata;
+
+    use super::*;
+
+    /// A service's error as the SDK gives it: a code and a message in its metadata.
+    #[derive(Debug)]
+    struct ServiceFault(ErrorMetadata);
+
+    impl fmt::Display for ServiceFault {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("the service said no")
+        }
+    }
+
+    impl StdError for ServiceFault {}
+
+    impl ProvideErrorMetadata for ServiceFault {
+        fn meta(&self) -> &ErrorMetadata {
+            &self.0
+        }
+    }
+
+    type Failed = SdkError<ServiceFault, HttpResponse>;
+
+    fn answer(status: u16, request_id: Option<(&'static str, &'static str)>) -> HttpResponse {
+        let mut raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
+        if let Some((name, id)) = request_id {
+            raw.headers_mut().insert(name, id);
+        }
+        raw
+    }
+
+    fn service(
+        status: u16,
+        code: Option<&str>,
+        message: Option<&str>,
+        request_id: Option<(&'static str, &'static str)>,
+    ) -> Failed {
+        let mut meta = ErrorMetadata::builder();
+        if let Some(code) = code {
+            meta = meta.code(code);
+        }
+        if let Some(message) = message {
+            meta = meta.message(message);
+        }
+        SdkError::service_error(ServiceFault(meta.build()), answer(status, request_id))
+    }
+
+    fn io_failure(kind: io::ErrorKind) -> Failed {
+        SdkError::dispatch_failure(ConnectorError::io(Box::new(io::Error::new(
+            kind,
+            "the socket said so",
+        ))))
+    }
+
+    /// An error that says only what it is and what caused it.
+    #[derive(Debug)]
+    struct Caused(&'static str, Option<Box<Caused>>);
+
+    impl fmt::Display for Caused {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl StdError for Caused {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            self.1.as_deref().map(|c| c as &(dyn StdError + 'static))
+        }
+    }
+
+    #[test]
+    fn a_request_that_never_left_was_not_applied() {
+        let unbuilt: Failed = SdkError::construction_failure("no table name");
+        assert!(!answer_lost(&unbuilt));
+        assert_eq!(
+            describe(&unbuilt),
+            "the request could not be built, nothing was sent: no table name"
+        );
+        let misconfigured: Failed =
+            SdkError::dispatch_failure(ConnectorError::user("no HTTP client".into()));
+        assert!(!answer_lost(&misconfigured));
+        assert_eq!(
+            describe(&misconfigured),
+            "the request was not sent, so nothing was applied: user error: no HTTP client"
+        );
+        for kind in [
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::AddrNotAvailable,
+            io::ErrorKind::HostUnreachable,
+            io::ErrorKind::NetworkUnreachable,
+        ] {
+            let refused = io_failure(kind);
+            assert!(!answer_lost(&refused), "{kind:?}");
+            assert!(
+                describe(&refused).starts_with("the request was not sent"),
+                "{kind:?}"
+            );
+        }
+        for text in ["dns error: no such host", "tcp connect error: refused"] {
+            let unresolved: Failed =
+                SdkError::dispatch_failure(ConnectorError::io(Box::new(Caused(text, None))));
+            assert!(!answer_lost(&unresolved), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_request_whose_answer_went_missing_may_have_been_applied() {
+        let reset = io_failure(io::ErrorKind::ConnectionReset);
+        assert!(answer_lost(&reset));
+        assert_eq!(
+            describe(&reset),
+            "the connection failed after the request may have gone out: io error: the socket said so"
+        );
+        let late: Failed = SdkError::timeout_error("no answer in 2 s");
+        assert!(answer_lost(&late));
+        assert_eq!(describe(&late), "no answer in time: no answer in 2 s");
+        let garbled: Failed = SdkError::response_error("truncated body", answer(200, None));
+        assert!(answer_lost(&garbled));
+        assert_eq!(
+            describe(&garbled),
+            "the answer could not be read (HTTP 200): truncated body"
+        );
+        let server = service(503, Some("ServiceUnavailable"), None, None);
+        assert!(answer_lost(&server));
+    }
+
+    #[test]
+    fn a_services_answer_is_definite_and_named_by_its_code() {
+        let refused = service(
+            400,
+            Some("ConditionalCheckFailedException"),
+            Some("The conditional request failed"),
+            Some(("x-amzn-requestid", "R1")),
+        );
+        assert!(!answer_lost(&refused));
+        assert_eq!(
+            describe(&refused),
+            "ConditionalCheckFailedException: The conditional request failed (HTTP 400, request id R1)"
+        );
+        let s3 = service(
+            412,
+            Some("PreconditionFailed"),
+            None,
+            Some(("x-amz-request-id", "S3")),
+        );
+        assert_eq!(
+            describe(&s3),
+            "PreconditionFailed (HTTP 412, request id S3)"
+        );
+        let bare = service(409, None, Some("ignored without a code"), None);
+        assert_eq!(describe(&bare), "the service said no (HTTP 409)");
+        assert!(!answer_lost(&service(499, Some("X"), None, None)));
+        assert!(answer_lost(&service(500, Some("X"), None, None)));
+    }
+
+    #[test]
+    fn a_failed_write_is_ambiguous_only_when_its_answer_may_be_lost() {
+        let lost = request_failed(
+            "ledger",
+            RequestEffect::Writes,
+            SdkError::<ServiceFault, HttpResponse>::timeout_error("slow"),
+        );
+        assert!(lost.is_ambiguous(), "{lost:?}");
+        assert_eq!(
+            lost.to_string(),
+            "ledger: outcome unknown: no answer in time: slow"
+        );
+        let definite = request_failed(
+            "ledger",
+            RequestEffect::Writes,
+            service(400, Some("ValidationException"), Some("bad key"), None),
+        );
+        assert!(matches!(definite, Error::Backend { .. }), "{definite:?}");
+        assert_eq!(
+            definite.to_string(),
+            "ledger: ValidationException: bad key (HTTP 400)"
+        );
+        let source = StdError::source(&definite).expect("the SDK's error beneath");
+        assert!(source.source().is_some(), "the SDK error stays the source");
+        let read = request_failed(
+            "ledger",
+            RequestEffect::ReadOnly,
+            SdkError::<ServiceFault, HttpResponse>::timeout_error("slow"),
+        );
+        assert!(!read.is_ambiguous(), "a read changes nothing: {read:?}");
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let chain = Caused(
+            "outer",
+            Some(Box::new(Caused(
+                "middle: inner",
+                Some(Box::new(Caused("inner", None))),
+            ))),
+        );
+        assert_eq!(causes(&chain), "middle: inner");
+        assert_eq!(causes(&Caused("alone", None)), "alone");
+        assert!(!never_connected(&chain));
+    }
+}
