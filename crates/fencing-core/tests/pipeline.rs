@@ -143,6 +143,8 @@ struct Counted {
     latency: Duration,
     /// Refuse the first grouped claim as a whole, the records in it missing.
     refuse_first_claims: std::sync::atomic::AtomicBool,
+    /// The most records in flight at once, as seen after each grouped request.
+    most_in_flight: AtomicUsize,
 }
 
 impl Counted {
@@ -162,6 +164,7 @@ impl Counted {
             sizes: Mutex::new(Vec::new()),
             latency: Duration::ZERO,
             refuse_first_claims: std::sync::atomic::AtomicBool::new(false),
+            most_in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -218,6 +221,13 @@ impl FencedStore for Counted {
             });
         }
         let answer = self.inner.write_many(keys, token, w).await;
+        let sending = Lifecycle::default().in_flight().clone();
+        let in_flight = self
+            .states()
+            .values()
+            .filter(|(_, state)| state.as_ref() == Some(&sending))
+            .count();
+        self.most_in_flight.fetch_max(in_flight, Ordering::SeqCst);
         tokio::time::sleep(self.latency).await;
         answer
     }
@@ -672,14 +682,15 @@ async fn a_window_of_the_concurrency_smaller_than_a_group_settles_every_record()
 }
 
 /// A group of claims refused as a whole for a mismatch the batch skips frees its place in
-/// the window: the records after it are all settled.
+/// the window: the records after it are all settled, the window filled to the full while
+/// the effects are slow.
 #[tokio::test(start_paused = true)]
 async fn a_skipped_group_of_claims_frees_its_place_in_the_window() {
     let records = keys(40);
     let store = Counted::new(&records);
     store.refuse_first_claims.store(true, Ordering::SeqCst);
     let lease = Arc::new(MemoryLease::new());
-    let gateway = Gateway::default();
+    let gateway = Gateway::with_latency(Duration::from_secs(10));
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store)
         .await
@@ -698,6 +709,38 @@ async fn a_skipped_group_of_claims_frees_its_place_in_the_window() {
         "the 8 of the first group are skipped"
     );
     assert_eq!(gateway.calls().sent.len(), 32);
+    assert_eq!(store.most_in_flight.load(Ordering::SeqCst), 16);
+    let _ = batch.finish().await;
+}
+
+/// Records skipped one by one (in a state the claim does not start from) free their places
+/// too: half the records skipped, every other one settled through a window of 8.
+#[tokio::test(start_paused = true)]
+async fn records_skipped_one_by_one_free_their_places_in_the_window() {
+    let records = keys(40);
+    let store = Counted::new(&records);
+    let cancelled = State::new("cancelled").unwrap();
+    for key in &records[..20] {
+        store
+            .inner
+            .insert_unfenced(key.clone(), Some(cancelled.clone()), Vec::new());
+    }
+    let lease = Arc::new(MemoryLease::new());
+    let gateway = Gateway::default();
+    let lifecycle = Lifecycle::default();
+    let batch = batch(&lease, &store)
+        .await
+        .with_mismatch_policy(MismatchPolicy::Skip);
+    let settled = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(2)
+        .group_size(4)
+        .window(8)
+        .run(records)
+        .await;
+    assert!(settled.error.is_none(), "{:?}", settled.error);
+    assert_eq!(settled.outcomes.len(), 20);
+    assert_eq!(batch.skipped().len(), 20);
     let _ = batch.finish().await;
 }
 
