@@ -17,6 +17,8 @@ const TOUCHING: i32 = 3;
 #[derive(Debug)]
 pub(crate) struct Group<'a> {
     pub(crate) moments: Vec<&'a Moment>,
+    /// Where each mark is, in order.
+    pub(crate) xs: Vec<i32>,
     /// Where the first mark is.
     pub(crate) x0: i32,
     /// Where the last mark is.
@@ -42,6 +44,18 @@ impl Group<'_> {
             record(self.moments[n - 1])
         );
         match self.mark() {
+            Mark::Refused {
+                store,
+                write,
+                token,
+                met,
+                ..
+            } => {
+                let writes = write
+                    .as_deref()
+                    .map_or("writes".to_owned(), |w| format!("{w}s"));
+                format!("REFUSED by {store}: {n} {writes} {span} with token {token}: {met}")
+            }
             Mark::TookOver { store, token, .. } => {
                 format!("takes {n} records over in {store} with token {token}: {span}")
             }
@@ -62,14 +76,22 @@ impl Group<'_> {
     }
 }
 
-/// Which marks may be drawn as one: the same kind of mark, in the same store under the same
-/// token. A refusal, a stall and a kill are always drawn alone.
+/// Which marks may share one label: the same kind of mark, in the same store under the same
+/// token; refusals also of the same write meeting the same thing (each refusal keeps a cross
+/// of its own). A stall and a kill are always drawn alone.
 fn kind(mark: &Mark) -> Option<String> {
     match mark {
+        Mark::Refused {
+            store,
+            write,
+            token,
+            met,
+            ..
+        } => Some(format!("refused\0{store}\0{write:?}\0{token}\0{met}")),
         Mark::TookOver { store, token, .. } => Some(format!("took over\0{store}\0{token}")),
         Mark::LookedUp { .. } => Some("looked up".to_owned()),
         Mark::Note { text, .. } => Some(format!("note\0{text}")),
-        Mark::Refused { .. } | Mark::Stalled { .. } | Mark::Killed => None,
+        Mark::Stalled { .. } | Mark::Killed => None,
     }
 }
 
@@ -84,6 +106,7 @@ pub(crate) fn group(moments: &[Moment], x: impl Fn(Duration) -> i32) -> Vec<Grou
             && at <= groups[i].x1 + NEAR
         {
             groups[i].moments.push(moment);
+            groups[i].xs.push(at);
             groups[i].x1 = at;
             continue;
         }
@@ -92,6 +115,7 @@ pub(crate) fn group(moments: &[Moment], x: impl Fn(Duration) -> i32) -> Vec<Grou
         }
         groups.push(Group {
             moments: vec![moment],
+            xs: vec![at],
             x0: at,
             x1: at,
         });
@@ -304,7 +328,7 @@ mod tests {
     }
 
     #[test]
-    fn marks_of_one_kind_close_together_are_one_group_and_refusals_stay_alone() {
+    fn marks_of_one_kind_close_together_share_a_label() {
         let refused = |record: &str| Mark::Refused {
             store: "refunds".into(),
             record: record.into(),
@@ -322,6 +346,16 @@ mod tests {
             at(25, took_over("r_3", 1)),
             at(26, took_over("r_4", 2)),
             at(100, took_over("r_5", 1)),
+            at(
+                101,
+                Mark::Refused {
+                    store: "refunds".into(),
+                    record: "r_9".into(),
+                    write: None,
+                    token: fencing_core::FencingToken::new(1).unwrap(),
+                    met: "fence is 3".into(),
+                },
+            ),
         ];
         let groups = group(&moments, pixel_per_ms);
         let labels: Vec<String> = groups.iter().map(Group::label).collect();
@@ -330,13 +364,15 @@ mod tests {
             [
                 "takes 3 records over in refunds with token 1: r_1 … r_3",
                 "returns: r_1 … r_2 (2 times)",
-                "REFUSED by refunds: write of r_2 with token 1: fence is 2",
-                "REFUSED by refunds: write of r_3 with token 1: fence is 2",
+                "REFUSED by refunds: 2 writes r_2 … r_3 with token 1: fence is 2",
                 "takes r_4 over in refunds with token 2",
                 "takes r_5 over in refunds with token 1",
+                "REFUSED by refunds: write of r_9 with token 1: fence is 3",
             ]
         );
         assert_eq!((groups[0].x0, groups[0].x1), (0, 25));
+        assert_eq!(groups[0].xs, [0, 10, 25]);
+        assert_eq!(groups[2].xs, [12, 14], "each refusal keeps its own place");
     }
 
     #[test]

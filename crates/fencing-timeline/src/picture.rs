@@ -541,9 +541,16 @@ fn draw_group(
             color.stroke_width(2),
         ))
         .map_err(failed)?;
-        draw_glyph(root, glyph, color, (x1, y))?;
     }
-    draw_glyph(root, glyph, color, (x0, y))?;
+    // Every refusal keeps a mark of its own; other kinds mark where their run begins and ends.
+    let places = if matches!(group.mark(), Mark::Refused { .. }) || x1 == x0 {
+        group.xs.clone()
+    } else {
+        vec![x0, x1]
+    };
+    for x in places {
+        draw_glyph(root, glyph, color, (x, y))?;
+    }
     let (anchor, text_x) = if label.flipped {
         (HPos::Right, x0 - 10)
     } else {
