@@ -148,7 +148,7 @@ impl Scale {
     }
 
     fn x(self, at: Duration) -> i32 {
-        let share = at.as_secs_f64() / self.end;
+        let share = (at.as_secs_f64() / self.end).min(1.0);
         self.left + (share * f64::from(self.right - self.left)).round() as i32
     }
 }
@@ -162,18 +162,23 @@ fn text_at<'a>(px: f64, color: &'a RGBColor, h: HPos) -> TextStyle<'a> {
     font(px).color(color).pos(Pos::new(h, VPos::Center))
 }
 
-/// The step between the axis's ticks, and the axis's end (a whole number of steps).
+/// The step between the axis's ticks, and the axis's end (a whole number of steps, at most
+/// sixteen of them).
 fn axis(end: Duration) -> (Duration, Duration) {
     const STEPS_MS: [u64; 14] = [
         100, 200, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000,
         600_000, 1_800_000,
     ];
-    let end_ms = end.as_millis().max(1) as u64;
+    const HOUR_MS: u64 = 3_600_000;
+    // Far beyond any run; what lies past it is drawn at the axis's end.
+    let end_ms = u64::try_from(end.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, u64::MAX / 4);
     let step = STEPS_MS
         .iter()
         .copied()
         .find(|step| end_ms.div_ceil(*step) <= 16)
-        .unwrap_or(3_600_000);
+        .unwrap_or_else(|| end_ms.div_ceil(16).div_ceil(HOUR_MS) * HOUR_MS);
     let steps = end_ms.div_ceil(step).max(1);
     (
         Duration::from_millis(step),
@@ -339,7 +344,10 @@ fn draw_lane(
     }
     for moment in &lane.lane.moments {
         if let Mark::Stalled { length } = moment.mark {
-            let (x0, x1) = (scale.x(moment.at), scale.x(moment.at + length));
+            let (x0, x1) = (
+                scale.x(moment.at),
+                scale.x(moment.at.saturating_add(length)),
+            );
             root.draw(&Rectangle::new(
                 [(x0, lane.top + 2), (x1.max(x0 + 2), bottom - 2)],
                 STALL.mix(0.18).filled(),
@@ -690,7 +698,54 @@ mod tests {
         assert_eq!(axis(s(1.3)), (s(0.1), s(1.3)));
         assert_eq!(axis(Duration::ZERO), (s(0.1), s(0.1)));
         assert_eq!(axis(s(3_600.0)), (s(300.0), s(3_600.0)));
-        assert_eq!(axis(s(200_000.0)).0, s(3_600.0));
+        assert_eq!(axis(s(200_000.0)).0, s(14_400.0));
+        let (step, last) = axis(Duration::MAX);
+        assert!(last.as_millis() / step.as_millis() <= 16);
+    }
+
+    /// What outside callers may hand it: names with markup, empty names, events out of order,
+    /// times at the far end of `Duration`, a lease that ends before it began. It draws, and the
+    /// SVG stays one well-formed document with the text escaped.
+    #[test]
+    fn hostile_timelines_still_draw() {
+        let mut t = Timeline::new(
+            "<script>alert(1)</script> & \"quotes\"",
+            Clock::WORKED_EXAMPLE,
+        );
+        t.acquired("", s(5.0), token(2));
+        t.lease_ended("", s(1.0));
+        t.stopped("", Duration::ZERO);
+        t.accepted("<lane>", Duration::MAX, "]]>", "r_1", true);
+        t.mark(
+            "<lane>",
+            Duration::MAX,
+            Mark::Stalled {
+                length: Duration::MAX,
+            },
+        );
+        t.mark("<lane>", Duration::ZERO, Mark::note("\u{0}\u{7} bell"));
+        t.mark(
+            "x",
+            s(3.0),
+            Mark::Refused {
+                store: "a<b".into(),
+                record: "&".into(),
+                write: None,
+                token: token(1),
+                met: "\"".into(),
+            },
+        );
+        let picture = Picture::draw(&t).unwrap();
+        let svg = picture.svg();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(!svg.contains("<script>"), "markup in a name is escaped");
+        assert!(svg.contains("&lt;script&gt;"));
+        assert!(!svg.contains("<lane>"));
+        let (width, height) = picture.size();
+        for region in picture.regions() {
+            assert!(region.x + region.width <= width as i32 + 1, "{region:?}");
+            assert!(region.y + region.height <= height as i32, "{region:?}");
+        }
     }
 
     #[test]

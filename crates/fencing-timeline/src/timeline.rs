@@ -25,13 +25,13 @@ impl Clock {
         start: Duration::from_secs(10 * 3600),
     };
 
-    /// `at` as this clock reads it: whole seconds where `at` has no fraction, else to the
-    /// millisecond (the time of day) or the tenth (elapsed seconds, trailing zeros dropped).
+    /// `at` as this clock reads it: whole seconds where it has no fraction, else to the
+    /// millisecond (elapsed seconds drop their trailing zeros: `1.25 s`).
     pub fn read(self, at: Duration) -> String {
         let millis = at.subsec_millis();
         match self {
             Clock::TimeOfDay { start } => {
-                let t = start + at;
+                let t = start.saturating_add(at);
                 let secs = t.as_secs();
                 let hms = format!(
                     "{:02}:{:02}:{:02}",
@@ -378,7 +378,7 @@ impl Timeline {
     /// `at`.
     pub fn mark(&mut self, lane: &str, at: Duration, mark: Mark) {
         if let Mark::Stalled { length } = &mark {
-            self.end = self.end.max(at + *length);
+            self.end = self.end.max(at.saturating_add(*length));
         }
         self.lane(lane, at).mark(at, mark);
     }
