@@ -226,7 +226,10 @@ pub(crate) fn place(
     let mut placed = Vec::new();
     for (x0, x1, text) in items {
         let w = width(&text, px);
-        let flipped = x1 + GAP + w > right && x0 - GAP - w >= left;
+        let room_right = right - x1 - GAP;
+        let room_left = x0 - GAP - left;
+        // Left only where the right is too short and the left is longer.
+        let flipped = w > room_right && room_left > room_right;
         let (start, end) = if flipped {
             (x0 - GAP - w, x1 + GLYPH)
         } else {
@@ -294,9 +297,11 @@ mod tests {
     }
 
     #[test]
-    fn a_label_too_long_for_either_side_stays_right() {
-        let rows = place([(50, 50, "x".repeat(200))], 0, 100, 12.0);
+    fn a_label_too_long_for_either_side_goes_where_there_is_more_room() {
+        let rows = place([(40, 40, "x".repeat(200))], 0, 100, 12.0);
         assert!(!rows.iter().next().unwrap().1.flipped);
+        let rows = place([(60, 60, "x".repeat(200))], 0, 100, 12.0);
+        assert!(rows.iter().next().unwrap().1.flipped);
     }
 
     #[test]
