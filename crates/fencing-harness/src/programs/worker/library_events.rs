@@ -63,10 +63,11 @@ fn line(fields: &Fields) -> Option<String> {
             ("regression", Some(found)) => {
                 format!("fence is {found}, above every token issued")
             }
-            ("state_mismatch" | "not_found", _) => {
+            ("not_found", _) => "no record".to_owned(),
+            ("state_mismatch", _) => {
                 let error = fields.get("error").unwrap_or_default();
-                // The error says what the record had after "refused: " (or that it is
-                // missing); what the write expected is the picture's to leave out.
+                // The error says what the record had after "refused: "; what the write
+                // expected is the picture's to leave out.
                 let met = error.split_once("refused: ").map_or(error, |(_, met)| met);
                 met.split_once(", expected")
                     .map_or(met, |(had, _)| had)
@@ -203,6 +204,14 @@ mod tests {
         assert_eq!(
             with(&[("outcome", "state_mismatch"), ("error", error)]).unwrap(),
             "refused refunds r_0815 holder_only token 3: state is sent"
+        );
+        assert_eq!(
+            with(&[
+                ("outcome", "not_found"),
+                ("error", "refunds: record \"r_0815\" does not exist")
+            ])
+            .unwrap(),
+            "refused refunds r_0815 holder_only token 3: no record"
         );
         assert_eq!(with(&[("outcome", "accepted")]), None);
         assert_eq!(with(&[("outcome", "ambiguous"), ("error", "lost")]), None);
