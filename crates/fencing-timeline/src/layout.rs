@@ -37,11 +37,12 @@ impl Group<'_> {
         if n == 1 {
             return self.mark().label();
         }
-        let record = |m: &Moment| m.mark.record().unwrap_or("").to_owned();
+        // The records' range, lowest to highest, whatever order they came in.
+        let records = self.moments.iter().filter_map(|m| m.mark.record());
         let span = format!(
             "{} … {}",
-            record(self.moments[0]),
-            record(self.moments[n - 1])
+            records.clone().min().unwrap_or(""),
+            records.max().unwrap_or("")
         );
         match self.mark() {
             Mark::Refused {
@@ -345,8 +346,8 @@ mod tests {
             at(0, took_over("r_1", 1)),
             at(5, Mark::note_on("returns", "r_1")),
             at(10, took_over("r_2", 1)),
-            at(12, refused("r_2")),
-            at(14, refused("r_3")),
+            at(12, refused("r_3")),
+            at(14, refused("r_2")),
             at(20, Mark::note_on("returns", "r_2")),
             at(25, took_over("r_3", 1)),
             at(26, took_over("r_4", 2)),
