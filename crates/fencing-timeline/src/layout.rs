@@ -37,12 +37,16 @@ impl Group<'_> {
         if n == 1 {
             return self.mark().label();
         }
-        // The records' range, lowest to highest, whatever order they came in.
+        // The records' range, lowest to highest whatever order they came in; shorter keys
+        // first, so that r_910 comes before r_1200 as it does in the settlement.
         let records = self.moments.iter().filter_map(|m| m.mark.record());
+        fn order<'r>(record: &&'r str) -> (usize, &'r str) {
+            (record.len(), record)
+        }
         let span = format!(
             "{} … {}",
-            records.clone().min().unwrap_or(""),
-            records.max().unwrap_or("")
+            records.clone().min_by_key(order).unwrap_or(""),
+            records.max_by_key(order).unwrap_or("")
         );
         match self.mark() {
             Mark::Refused {
@@ -351,6 +355,8 @@ mod tests {
             at(20, Mark::note_on("returns", "r_2")),
             at(25, took_over("r_3", 1)),
             at(26, took_over("r_4", 2)),
+            at(90, took_over("r_10", 7)),
+            at(91, took_over("r_9", 7)),
             at(100, took_over("r_5", 1)),
             at(
                 101,
@@ -372,6 +378,7 @@ mod tests {
                 "returns: r_1 … r_2 (2 times)",
                 "REFUSED by refunds: 2 writes r_2 … r_3 with token 1: fence is 2",
                 "takes r_4 over in refunds with token 2",
+                "takes 2 records over in refunds with token 7: r_9 … r_10",
                 "takes r_5 over in refunds with token 1",
                 "REFUSED by refunds: write of r_9 with token 1: fence is 3",
             ]
