@@ -6,7 +6,9 @@
 //! ```
 //!
 //! Each round times every variant once, in rotating order, over the same items; the medians
-//! of the rounds are reported with their ratio to the first variant. Emulator times are not
+//! of the rounds are reported with their ratio to the first variant. The composite-key table's
+//! two variants alternate entry by entry instead, so an emulator that drifts within a round
+//! slows both alike, and their ratio is also reported paired round by round. Emulator times are not
 //! the service's times: only the ratios mean anything. Nothing here asserts a time: the
 //! figures go to docs/benchmarks.md.
 
@@ -24,6 +26,8 @@ use fencing_test_support::{aws, bench, services};
 const ITEMS: usize = 200;
 const ROUNDS: usize = 7;
 const TRANSACTION: usize = 25;
+/// The composite-key comparison alternates the two variants entry by entry, each round paired.
+const ATTRIBUTE_ROUNDS: usize = 21;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -67,16 +71,22 @@ async fn main() {
         .await;
     bench::report(&transactions, ITEMS, "write");
     println!();
-    let attributes = bench
-        .compare(
-            2 + 2 * ROUNDS as u64,
-            &[
-                "conditional UpdateItem, raw SDK, composite key and two attributes (the library's request)",
-                "DynamoStore::write_with (lifecycle claim, composite key, two attributes)",
-            ],
-        )
-        .await;
-    bench::report(&attributes, ITEMS, "write");
+    let attributes = bench::compare_per_item(
+        &[
+            "conditional UpdateItem, raw SDK, composite key and two attributes (the library's request)",
+            "DynamoStore::write_with (lifecycle claim, composite key, two attributes)",
+        ],
+        ATTRIBUTE_ROUNDS,
+        ITEMS,
+        async |variant, round, entry| {
+            let token = FencingToken::new(2 + 2 * ROUNDS as u64 + round as u64).unwrap();
+            bench.write_entry(variant, token, entry).await
+        },
+    )
+    .await;
+    bench::report(&bench::medians(&attributes), ITEMS, "write");
+    println!();
+    bench::report_paired_ratios(&attributes);
 }
 
 /// A ledger keyed as a team's: merchant (String) and entry number (Number).
@@ -202,64 +212,72 @@ impl Bench {
                     self.store.transact(&fence, &writes).await.unwrap();
                 }
             }
+            other => unreachable!("no variant {other}"),
+        }
+    }
+
+    /// Writes ledger entry `i` as `variant` does and returns the time of that write alone.
+    async fn write_entry(&self, variant: &str, token: FencingToken, i: usize) -> Duration {
+        let lifecycle = Lifecycle::default();
+        let k = &self.entries[i];
+        match variant {
             "conditional UpdateItem, raw SDK, composite key and two attributes (the library's request)" =>
             {
-                let lifecycle = Lifecycle::default();
-                for (i, k) in self.entries.iter().enumerate() {
-                    let amount = n(1000 + i);
-                    self.client
-                        .update_item()
-                        .table_name(self.ledger.table().name())
-                        .key("merchant", s("m_4471"))
-                        .key("entry", n(i + 1))
-                        .condition_expression(
-                            "(attribute_not_exists(#fence) OR (attribute_type(#fence, :type_n) \
-                             AND #fence BETWEEN :zero AND :token)) AND \
-                             (attribute_not_exists(#payload) OR attribute_type(#payload, :type_b)) \
-                             AND attribute_exists(#key) AND #state IN (:required0, :required1)",
-                        )
-                        .update_expression(
-                            "SET #fence = :token, #state = :new_state, #attribute0 = :attribute0, \
-                             #attribute1 = :attribute1",
-                        )
-                        .expression_attribute_names("#fence", "fence")
-                        .expression_attribute_names("#state", "state")
-                        .expression_attribute_names("#payload", "payload")
-                        .expression_attribute_names("#key", "merchant")
-                        .expression_attribute_names("#attribute0", "amount_cents")
-                        .expression_attribute_names("#attribute1", "posted by")
-                        .expression_attribute_values(":token", n(token))
-                        .expression_attribute_values(":zero", n(0))
-                        .expression_attribute_values(":type_n", s("N"))
-                        .expression_attribute_values(":type_b", s("B"))
-                        .expression_attribute_values(":required0", s(lifecycle.pending()))
-                        .expression_attribute_values(":required1", s(lifecycle.in_flight()))
-                        .expression_attribute_values(":new_state", s(lifecycle.in_flight()))
-                        .expression_attribute_values(":attribute0", amount)
-                        .expression_attribute_values(":attribute1", s("worker-b"))
-                        .return_values(ReturnValue::AllOld)
-                        .return_values_on_condition_check_failure(
-                            ReturnValuesOnConditionCheckFailure::AllOld,
-                        )
-                        .send()
-                        .await
-                        .unwrap_or_else(|e| panic!("{k:?}: {e:?}"));
-                }
+                let update = self
+                    .client
+                    .update_item()
+                    .table_name(self.ledger.table().name())
+                    .key("merchant", s("m_4471"))
+                    .key("entry", n(i + 1))
+                    .condition_expression(
+                        "(attribute_not_exists(#fence) OR (attribute_type(#fence, :type_n) \
+                         AND #fence BETWEEN :zero AND :token)) AND \
+                         (attribute_not_exists(#payload) OR attribute_type(#payload, :type_b)) \
+                         AND attribute_exists(#key) AND #state IN (:required0, :required1)",
+                    )
+                    .update_expression(
+                        "SET #fence = :token, #state = :new_state, #attribute0 = :attribute0, \
+                         #attribute1 = :attribute1",
+                    )
+                    .expression_attribute_names("#fence", "fence")
+                    .expression_attribute_names("#state", "state")
+                    .expression_attribute_names("#payload", "payload")
+                    .expression_attribute_names("#key", "merchant")
+                    .expression_attribute_names("#attribute0", "amount_cents")
+                    .expression_attribute_names("#attribute1", "posted by")
+                    .expression_attribute_values(":token", n(token))
+                    .expression_attribute_values(":zero", n(0))
+                    .expression_attribute_values(":type_n", s("N"))
+                    .expression_attribute_values(":type_b", s("B"))
+                    .expression_attribute_values(":required0", s(lifecycle.pending()))
+                    .expression_attribute_values(":required1", s(lifecycle.in_flight()))
+                    .expression_attribute_values(":new_state", s(lifecycle.in_flight()))
+                    .expression_attribute_values(":attribute0", n(1000 + i))
+                    .expression_attribute_values(":attribute1", s("worker-b"))
+                    .return_values(ReturnValue::AllOld)
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    );
+                let start = Instant::now();
+                update
+                    .send()
+                    .await
+                    .unwrap_or_else(|e| panic!("{k:?}: {e:?}"));
+                start.elapsed()
             }
             "DynamoStore::write_with (lifecycle claim, composite key, two attributes)" => {
-                let lifecycle = Lifecycle::default();
                 let source = MemoryTokenSource::new();
                 let resource = ResourceName::new("settle:m_4471").unwrap();
                 source.advance_to(&resource, token).await.unwrap();
                 let fence = Fence::new(&resource, token, &source);
-                for (i, k) in self.entries.iter().enumerate() {
-                    let write = DynamoWrite::new(lifecycle.claim())
-                        .set("amount_cents", n(1000 + i))
-                        .unwrap()
-                        .set("posted by", s("worker-b"))
-                        .unwrap();
-                    self.ledger.write_with(&fence, k, write).await.unwrap();
-                }
+                let start = Instant::now();
+                let write = DynamoWrite::new(lifecycle.claim())
+                    .set("amount_cents", n(1000 + i))
+                    .unwrap()
+                    .set("posted by", s("worker-b"))
+                    .unwrap();
+                self.ledger.write_with(&fence, k, write).await.unwrap();
+                start.elapsed()
             }
             other => unreachable!("no variant {other}"),
         }
