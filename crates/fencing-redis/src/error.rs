@@ -57,3 +57,41 @@ impl RedisFailure {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn resource() -> ResourceName {
+        ResourceName::new("settle:m_4471").unwrap()
+    }
+
+    fn after_a_write(err: RedisError) -> Error {
+        RedisFailure::Driver(err).into_error(&resource(), RequestEffect::Writes)
+    }
+
+    #[test]
+    fn every_failure_of_the_transport_after_a_write_is_ambiguous() {
+        // A dropped connection, a timeout, and an I/O failure that is neither: in each the
+        // script may have run.
+        for kind in [
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::TimedOut,
+            io::ErrorKind::Other,
+        ] {
+            let err = after_a_write(RedisError::from(io::Error::from(kind)));
+            assert!(matches!(err, Error::Ambiguous { .. }), "{kind:?}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn an_answer_from_the_server_is_never_ambiguous() {
+        let reply = RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "READONLY",
+        ));
+        assert!(matches!(after_a_write(reply), Error::Backend { .. }));
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use fencing_core::{FencedStore, Lease, MemoryStore, MemoryTokenSource, TokenSource};
+use fencing_core::{FencedStore, Lease, MemoryStore, MemoryTokenSource, ResourceName, TokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
 use fencing_test_support::services;
 use fencing_testkit::conformance::*;
@@ -164,4 +164,78 @@ async fn fenced_increments_are_exact() {
     )
     .await;
     assert_eq!(report.total, report.expected, "{report:?}");
+}
+
+#[tokio::test]
+async fn a_used_up_epoch_is_followed_by_one_the_durable_source_opened() {
+    let run = unique_name("t");
+    let keys = keys_of(&run);
+    let mut conn = multiplexed().await;
+    let epochs = Arc::new(MemoryTokenSource::new());
+    let source = RedisTokenSource::new(conn.clone(), epochs.clone()).with_keys(keys.clone());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let first = source.next(&resource).await.unwrap();
+    let epoch = first.get() >> 32;
+    assert_eq!(
+        epochs.current(&resource).await.unwrap().map(|e| e.get()),
+        Some(epoch)
+    );
+
+    // The counter at its epoch's last token: one more INCR would step into the next epoch
+    // without the durable source knowing it was opened.
+    let last_of_epoch = (epoch << 32) | 0xFFFF_FFFF;
+    let _: () = redis::cmd("SET")
+        .arg(keys.counter_key(&resource).unwrap())
+        .arg(last_of_epoch.to_string())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let next = source.next(&resource).await.unwrap();
+    assert!(next.get() > last_of_epoch, "{next:?}");
+    assert_eq!(
+        epochs.current(&resource).await.unwrap().map(|e| e.get()),
+        Some(next.get() >> 32),
+        "the token {next:?} is in an epoch the durable source did not open"
+    );
+}
+
+#[tokio::test]
+async fn a_source_and_a_lease_show_their_keys_and_describe_themselves() {
+    let keys = keys();
+    let conn = multiplexed().await;
+    let source = RedisTokenSource::new(conn.clone(), epochs()).with_keys(keys.clone());
+    assert_eq!(source.keys(), &keys);
+    assert!(
+        format!("{source:?}").starts_with("RedisTokenSource {"),
+        "{source:?}"
+    );
+    let lease = RedisLease::new(conn, epochs()).with_keys(keys.clone());
+    assert_eq!(lease.tokens().keys(), &keys);
+    let shown = format!("{lease:?}");
+    assert!(
+        shown.starts_with("RedisLease { tokens: RedisTokenSource {"),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
+async fn the_acquire_script_is_in_the_servers_cache_under_the_hash_the_lease_gives() {
+    let mut conn = multiplexed().await;
+    let lease = RedisLease::new(conn.clone(), epochs()).with_keys(keys());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let guard = lease
+        .try_acquire(&resource, fencing_core::Ttl::from_secs(5).unwrap())
+        .await
+        .unwrap()
+        .expect("free");
+    let hash = lease.acquire_script_hash();
+    assert_eq!(hash.len(), 40, "{hash:?} is not a SHA1");
+    let cached: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(hash)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(cached, [true]);
+    lease.release(guard).await.unwrap();
 }
