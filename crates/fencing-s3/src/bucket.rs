@@ -93,7 +93,15 @@ mod tests {
 
     #[test]
     fn bucket_names_follow_the_service_rules() {
-        for good in ["receipts", "m-4471.receipts", "abc", &"a".repeat(63)] {
+        for good in [
+            "receipts",
+            "m-4471.receipts",
+            "abc",
+            &"a".repeat(63),
+            "123",
+            "a.b.c.d",
+            "1.2.3.400",
+        ] {
             assert!(S3Bucket::new(good, "").is_ok(), "{good:?}");
         }
         for bad in [
@@ -111,6 +119,12 @@ mod tests {
             let err = S3Bucket::new(bad, "").unwrap_err();
             assert_eq!(err.kind(), InputKind::Identifier, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_store_on_a_bucket_is_named_by_its_bucket_and_prefix() {
+        let bucket = S3Bucket::new("receipts", "m_4471/").unwrap();
+        assert_eq!(bucket.store_name(), "s3:receipts/m_4471/");
     }
 
     #[test]

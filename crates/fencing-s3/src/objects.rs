@@ -98,14 +98,17 @@ impl S3Objects {
 
 /// A conditional request the service refused because the object changed: 412 Precondition
 /// Failed, 409 ConditionalRequestConflict (a concurrent conditional write), or 404 on an
-/// `If-Match` (the object is gone).
+/// `If-Match` (the object is gone). A 404 with another code (`NoSuchBucket`) says nothing
+/// about the object, so it is a failure, not a conflict.
 fn is_conflict<E: ProvideErrorMetadata>(
     err: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> bool {
     let status = err.raw_response().map(|r| r.status().as_u16());
-    matches!(status, Some(412 | 409 | 404))
+    let code = err.code();
+    matches!(status, Some(412 | 409))
+        || (status == Some(404) && code.is_none_or(|c| c == "NoSuchKey"))
         || matches!(
-            err.code(),
+            code,
             Some("PreconditionFailed" | "ConditionalRequestConflict" | "NoSuchKey")
         )
 }
@@ -223,7 +226,48 @@ impl VersionedStore for S3Objects {
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_s3::config::http::HttpResponse;
+    use aws_sdk_s3::error::ErrorMetadata;
+    use aws_sdk_s3::operation::put_object::PutObjectError;
+    use aws_sdk_s3::primitives::SdkBody;
+
     use super::*;
+
+    /// A refused `PutObject` as the SDK gives it: the answer's status, and its error code.
+    fn refused(status: u16, code: Option<&str>) -> SdkError<PutObjectError, HttpResponse> {
+        let mut meta = ErrorMetadata::builder();
+        if let Some(code) = code {
+            meta = meta.code(code);
+        }
+        SdkError::service_error(
+            PutObjectError::generic(meta.build()),
+            HttpResponse::new(status.try_into().unwrap(), SdkBody::empty()),
+        )
+    }
+
+    #[test]
+    fn only_an_answer_about_the_object_is_a_conflict() {
+        for (status, code) in [
+            (412, Some("PreconditionFailed")),
+            (412, None),
+            (409, Some("ConditionalRequestConflict")),
+            (409, None),
+            (404, Some("NoSuchKey")),
+            (404, None),
+            (400, Some("PreconditionFailed")),
+        ] {
+            assert!(is_conflict(&refused(status, code)), "{status} {code:?}");
+        }
+        for (status, code) in [
+            (404, Some("NoSuchBucket")),
+            (403, Some("AccessDenied")),
+            (500, Some("InternalError")),
+            (503, None),
+            (400, Some("InvalidRequest")),
+        ] {
+            assert!(!is_conflict(&refused(status, code)), "{status} {code:?}");
+        }
+    }
 
     #[test]
     fn metadata_is_ascii_whatever_the_state() {

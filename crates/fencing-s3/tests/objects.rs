@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
+use fencing_core::adapter::ConditionalPutDefect;
 use fencing_core::adapter::WriteId;
 use fencing_core::adapter::envelope::{self, FORMAT_VERSION, MAGIC};
 use fencing_core::{
@@ -14,7 +15,7 @@ use fencing_core::{
     Lifecycle, MemoryTokenSource, Record, RecordKey, ResourceName, TokenSource,
 };
 use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
-use fencing_test_support::aws::LoseAnswers;
+use fencing_test_support::aws::{LoseAnswers, TamperRequests};
 use fencing_testkit::conformance::make_pending;
 
 fn key(text: &str) -> RecordKey {
@@ -199,6 +200,90 @@ async fn an_object_that_is_not_a_readable_envelope_is_never_written_over() {
     }
 }
 
+/// A fresh store whose client goes through `tamper`.
+async fn tampered_store(tamper: &TamperRequests) -> S3Store {
+    let config = aws_sdk_s3::Config::builder().interceptor(tamper.clone());
+    common::store_on(common::client_with(config)).await
+}
+
+#[tokio::test]
+async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_conflict() {
+    let tamper = TamperRequests::default();
+    let store = tampered_store(&tamper).await;
+    let k = key("r_815");
+    make_pending(&store, &k).await;
+    let before = store.read(&k).await.unwrap();
+
+    let puts = tamper.seen("PUT");
+    tamper.misroute("PUT", 1);
+    let err = store
+        .write(&k, token(34), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+    assert_eq!(tamper.seen("PUT"), puts + 1, "the refused put, sent once");
+    assert_eq!(store.read(&k).await.unwrap(), before);
+
+    tamper.misroute("DELETE", 1);
+    let err = store.delete(&k, token(1)).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+    assert_eq!(tamper.seen("DELETE"), 1, "the refused delete, sent once");
+    assert_eq!(store.read(&k).await.unwrap(), before);
+}
+
+#[tokio::test]
+async fn a_delete_that_meets_a_changed_object_is_a_conflict_settled_by_reading_again() {
+    let tamper = TamperRequests::default();
+    let store = tampered_store(&tamper).await;
+    let k = key("r_815");
+    store
+        .write(&k, token(34), &FencedWrite::claim())
+        .await
+        .unwrap();
+    tamper.stale_if_match("DELETE", 1);
+    let deleted = store.delete(&k, token(34)).await.unwrap();
+    assert_eq!(deleted.fence, Some(token(34)));
+    assert_eq!(
+        tamper.seen("DELETE"),
+        2,
+        "refused once on its stale ETag, then sent again"
+    );
+    assert_eq!(store.read(&k).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_read_of_a_bucket_that_does_not_exist_is_an_error_not_a_missing_record() {
+    let client = common::client();
+    let missing = S3Bucket::new(fencing_testkit::unique_name("missing"), "m_4471/").unwrap();
+    let store = S3Store::new(client, missing);
+    let err = store.read(&key("r_815")).await.unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+    let err = store
+        .write(&key("r_815"), token(34), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("NoSuchBucket"), "{err}");
+}
+
+#[tokio::test]
+async fn the_check_finds_a_server_that_ignores_if_match() {
+    let tamper = TamperRequests::default();
+    let store = tampered_store(&tamper).await;
+    store.check_conditional_writes().await.unwrap();
+    tamper.drop_if_match();
+    let err = store.check_conditional_writes().await.unwrap_err();
+    assert!(
+        matches!(
+            ConditionalPutDefect::of(&err),
+            Some(ConditionalPutDefect::StaleVersion)
+        ),
+        "{err:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_floor_is_the_highest_fence_under_the_prefix_or_one_resources() {
     let store = Arc::new(common::store().await);
@@ -219,6 +304,12 @@ async fn the_floor_is_the_highest_fence_under_the_prefix_or_one_resources() {
     );
     let other = ResourceName::new("settle:m_3").unwrap();
     assert_eq!(per_merchant.max_fence(&other).await.unwrap(), None);
+    let shown = format!("{per_merchant:?}");
+    assert!(
+        shown.starts_with("S3FenceFloor { store: ") && shown.ends_with("per_resource: true }"),
+        "{shown}"
+    );
+    assert!(format!("{whole:?}").ends_with("per_resource: false }"));
 }
 
 #[tokio::test]

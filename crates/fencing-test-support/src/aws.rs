@@ -1,15 +1,17 @@
 //! What every test of an AWS adapter builds its client from: the emulator's endpoint, dummy
-//! credentials, an HTTP stack, and an interceptor that loses answers.
+//! credentials, an HTTP stack, and interceptors that lose answers or tamper with requests.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use aws_credential_types::Credentials;
 use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextMut,
+};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use aws_types::region::Region;
@@ -120,6 +122,103 @@ impl Intercept for LoseAnswers {
             return Err("injected fault: the answer was lost after the service handled it".into());
         }
         Ok(())
+    }
+}
+
+/// An interceptor that tampers with S3 requests before they leave, through the SDK's own hook:
+/// it sends the next requests of a method it is armed for to a bucket that does not exist
+/// (path-style addressing), so the service refuses them definitely (`NoSuchBucket`) and
+/// applies nothing, makes the next ones' `If-Match` name an ETag
+/// no object has (the object changed in between, as another writer's put would make it), or
+/// strips every request's `If-Match` (a server that ignores the condition). It counts the
+/// requests of each method it saw. Clones share their state.
+#[derive(Clone, Debug, Default)]
+pub struct TamperRequests {
+    state: Arc<Tampering>,
+}
+
+#[derive(Debug, Default)]
+struct Tampering {
+    /// The method to send to a missing bucket, and how many more of its requests.
+    misrouting: Mutex<Option<(String, u32)>>,
+    /// The method whose `If-Match` to make stale, and how many more of its requests.
+    staling: Mutex<Option<(String, u32)>>,
+    drops_if_match: AtomicBool,
+    seen: Mutex<Vec<String>>,
+}
+
+impl TamperRequests {
+    /// Sends the next `requests` requests whose HTTP method is `method` (`PUT`, `DELETE`, …)
+    /// to a bucket that does not exist.
+    pub fn misroute(&self, method: &str, requests: u32) {
+        *self.state.misrouting.lock().unwrap() = Some((method.to_owned(), requests));
+    }
+
+    /// Makes the `If-Match` of the next `requests` requests of `method` name an ETag no object
+    /// has.
+    pub fn stale_if_match(&self, method: &str, requests: u32) {
+        *self.state.staling.lock().unwrap() = Some((method.to_owned(), requests));
+    }
+
+    /// Strips the `If-Match` header of every request from now on.
+    pub fn drop_if_match(&self) {
+        self.state.drops_if_match.store(true, Ordering::SeqCst);
+    }
+
+    /// How many requests of `method` it saw, failed ones included.
+    pub fn seen(&self, method: &str) -> usize {
+        let seen = self.state.seen.lock().unwrap();
+        seen.iter().filter(|m| *m == method).count()
+    }
+}
+
+impl Intercept for TamperRequests {
+    fn name(&self) -> &'static str {
+        "TamperRequests"
+    }
+
+    fn modify_before_transmit(
+        &self,
+        context: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let request = context.request_mut();
+        let method = request.method().to_owned();
+        self.state.seen.lock().unwrap().push(method.clone());
+        if self.state.drops_if_match.load(Ordering::SeqCst) {
+            request.headers_mut().remove("if-match");
+        }
+        if takes_one(&self.state.staling, &method) && request.headers().contains_key("if-match") {
+            request
+                .headers_mut()
+                .insert("if-match", "\"00000000000000000000000000000000\"");
+        }
+        if takes_one(&self.state.misrouting, &method) {
+            let uri = request.uri().to_owned();
+            let (origin, path) = uri
+                .split_once("://")
+                .and_then(|(scheme, rest)| {
+                    let (host, path) = rest.split_once('/')?;
+                    Some((format!("{scheme}://{host}"), path.to_owned()))
+                })
+                .ok_or_else(|| format!("{uri} has no path"))?;
+            let key = path.split_once('/').map_or("", |(_, key)| key);
+            request.set_uri(format!("{origin}/fencing-no-such-bucket/{key}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `armed` is set for `method` with requests left, taking one if so.
+fn takes_one(armed: &Mutex<Option<(String, u32)>>, method: &str) -> bool {
+    let mut armed = armed.lock().unwrap();
+    match armed.as_mut() {
+        Some((armed, left)) if armed == method && *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
     }
 }
 
