@@ -85,3 +85,48 @@ impl PgFailure {
         Error::failed_request(store, effect, answer_lost, Box::new(err))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn after_a_write(err: sqlx::Error) -> Error {
+        PgFailure::Driver(err).into_error("refunds", RequestEffect::Writes)
+    }
+
+    #[test]
+    fn a_lost_connection_or_a_rolled_back_transaction_may_have_committed_or_not() {
+        for code in [
+            "08006", "08003", "40001", "40P01", "57P01", "57P02", "57P03",
+        ] {
+            assert!(is_ambiguous_code(code), "{code}");
+        }
+        for code in ["23505", "42P01", "57014", "0A000", "22003", "4"] {
+            assert!(!is_ambiguous_code(code), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_failure_of_the_connection_after_a_write_is_ambiguous() {
+        for err in [
+            sqlx::Error::Io(io::Error::from(io::ErrorKind::ConnectionReset)),
+            sqlx::Error::Protocol("unexpected message".into()),
+            sqlx::Error::WorkerCrashed,
+        ] {
+            let shown = format!("{err:?}");
+            assert!(
+                matches!(after_a_write(err), Error::Ambiguous { .. }),
+                "{shown}"
+            );
+        }
+        let read = PgFailure::Driver(sqlx::Error::WorkerCrashed)
+            .into_error("refunds", RequestEffect::ReadOnly);
+        assert!(matches!(read, Error::Backend { .. }), "{read:?}");
+        assert!(matches!(
+            after_a_write(sqlx::Error::RowNotFound),
+            Error::Backend { .. }
+        ));
+    }
+}

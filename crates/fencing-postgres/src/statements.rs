@@ -15,8 +15,8 @@ pub(crate) type ExtraColumn<'a> = (&'a PgIdent, &'a str, &'a PgValue);
 
 /// The parameters of every write: `$1` key (or keys) as text, `$2` token, `$3` new state (or
 /// NULL), `$4` required states (or NULL for any), `$5` new payload (or NULL; bound even when
-/// the table has no payload column), then one per extra column whose value is bound
-/// ([`binds`]), in order.
+/// the table has no payload column), then one per extra column whose value is bound (every
+/// value but `NULL` and `now()`, which are written into the statement), in order.
 #[derive(Debug)]
 pub(crate) struct Statements {
     sql: Sql,
@@ -39,11 +39,6 @@ struct Sql {
     state: PgIdent,
     payload: Option<PgIdent>,
     key_type: PgKeyType,
-}
-
-/// Whether `value` travels as a parameter (the others are written as SQL: `NULL`, `now()`).
-pub(crate) fn binds(value: &PgValue) -> bool {
-    !matches!(value, PgValue::Null | PgValue::Now)
 }
 
 impl Statements {

@@ -19,7 +19,7 @@ use crate::decode::{fence_from_db, record_from, state_from_db};
 use crate::error::PgFailure;
 use crate::schema::{INSPECT, Schema, Unfit};
 use crate::session::{Checkout, Session};
-use crate::statements::{ExtraColumn, binds};
+use crate::statements::ExtraColumn;
 use crate::table::PgTable;
 
 /// A [`PgTable`] on a pool: every write is one conditional statement that checks the
@@ -475,12 +475,13 @@ impl PgStore {
             .bind(write.new_state().map(|s| s.as_str().to_owned()))
             .bind(required)
             .bind(write.new_payload().map(<[u8]>::to_vec));
-        for (_, _, value) in extras.iter().filter(|(_, _, v)| binds(v)) {
+        for (_, _, value) in extras {
             query = match value {
                 PgValue::Text(text) => query.bind(text.clone()),
                 PgValue::Int(n) => query.bind(*n),
                 PgValue::Bool(b) => query.bind(*b),
                 PgValue::Bytes(bytes) => query.bind(bytes.clone()),
+                // Written into the statement as SQL (`NULL`, `now()`), not bound.
                 PgValue::Null | PgValue::Now => query,
             };
         }

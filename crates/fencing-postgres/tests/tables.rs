@@ -48,7 +48,8 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
         .await
         .unwrap();
     assert_eq!(done.written.len(), 19);
-    assert!(!done.keys().contains(&keys[3]));
+    let claimed: Vec<_> = keys.iter().filter(|k| **k != keys[3]).cloned().collect();
+    assert_eq!(done.keys(), claimed, "the keys written, in the order given");
     assert_eq!(done.skipped.len(), 2);
     assert!(matches!(&done.skipped[0], Error::StateMismatch { record, .. } if *record == keys[3]));
     assert!(matches!(&done.skipped[1], Error::NotFound { .. }));
@@ -461,7 +462,8 @@ async fn a_corrupt_row_is_refused_inside_the_statement_and_left_as_it_was() {
             "CREATE TABLE {table} (id TEXT PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0, \
              state TEXT); \
              INSERT INTO {table} VALUES ('negative', -7, 'pending'), ('empty', 3, ''), \
-             ('control', 3, E'pend\\x01ing'), ('zero-width', 3, E'pend\\u200Bing')"
+             ('control', 3, E'pend\\x01ing'), ('zero-width', 3, E'pend\\u200Bing'), \
+             ('bell', 3, E'pend\\x07ing'), ('joiner', 3, E'pend\\u200Ding')"
         ))
         .await;
     let store = PgStore::new(
@@ -469,7 +471,15 @@ async fn a_corrupt_row_is_refused_inside_the_statement_and_left_as_it_was() {
         PgTable::new(&schema.name, "legacy").unwrap(),
     );
     let sending = FencedWrite::claim().set_state(State::new("sending").unwrap());
-    for id in ["negative", "empty", "control", "zero-width"] {
+    // A character inside a refused range, not only at its ends, is caught too.
+    for id in [
+        "negative",
+        "empty",
+        "control",
+        "zero-width",
+        "bell",
+        "joiner",
+    ] {
         let before: (i64, Option<String>) = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT fence, state FROM {table} WHERE id = $1"
         )))
