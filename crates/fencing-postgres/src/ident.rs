@@ -120,6 +120,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_name_shows_as_its_text_and_names_its_store() {
+        assert_eq!(
+            format!("{:?}", PgIdent::new("Refund").unwrap()),
+            "\"Refund\""
+        );
+        let q = PgQualifiedName::new("public", "refunds").unwrap();
+        assert_eq!(q.store_name(), "postgres:public.refunds");
+    }
+
+    #[test]
+    fn a_qualified_name_folds_where_either_part_would() {
+        let folded = |schema: &str, name: &str| {
+            PgQualifiedName::new(schema, name)
+                .unwrap()
+                .folded()
+                .map(|q| (q.schema().as_str().to_owned(), q.name().as_str().to_owned()))
+        };
+        assert_eq!(folded("public", "refunds"), None);
+        let lower = |s: &str, n: &str| Some((s.to_owned(), n.to_owned()));
+        assert_eq!(folded("public", "Refunds"), lower("public", "refunds"));
+        assert_eq!(folded("Ledger", "refunds"), lower("ledger", "refunds"));
+        assert_eq!(folded("Ledger", "Refunds"), lower("ledger", "refunds"));
+    }
+
+    #[test]
     fn plain_names_are_quoted() {
         assert_eq!(PgIdent::new("refund").unwrap().to_string(), "\"refund\"");
         assert_eq!(PgIdent::new("_Fence2").unwrap().to_string(), "\"_Fence2\"");

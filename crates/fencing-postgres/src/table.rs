@@ -200,3 +200,24 @@ fn do_block(body: &str) -> String {
         .expect("a finite body leaves some tag unused");
     format!("DO {tag} BEGIN\n\x20 {body}\nEND {tag};")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_derived_name_is_cut_to_the_longest_postgres_keeps() {
+        let short = PgIdent::new("fence").unwrap();
+        assert_eq!(
+            derived_name(&short, "nonnegative").as_str(),
+            "fencing_fence_nonnegative"
+        );
+        let long = PgIdent::new("f".repeat(60)).unwrap();
+        let cut = derived_name(&long, "nonnegative");
+        assert_eq!(cut.as_str().len(), PgIdent::MAX_BYTES);
+        assert_eq!(
+            cut.as_str(),
+            &format!("fencing_{}_nonnegative", "f".repeat(60))[..PgIdent::MAX_BYTES]
+        );
+    }
+}

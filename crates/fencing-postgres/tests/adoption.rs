@@ -206,6 +206,45 @@ async fn a_bigserial_key_in_a_quoted_mixed_case_table_is_written_by_its_canonica
 }
 
 #[tokio::test]
+async fn smallint_and_integer_keys_are_written_within_their_range() {
+    let schema = Schema::new().await;
+    for (table, ty, too_big) in [
+        ("small", "smallint", "32768"),
+        ("whole", "integer", "2147483648"),
+    ] {
+        schema
+            .execute(format!(
+                "CREATE TABLE \"{0}\".{table} (id {ty} PRIMARY KEY, fence bigint NOT NULL \
+                 DEFAULT 0, state text); INSERT INTO \"{0}\".{table} (id, state) VALUES \
+                 (-7, 'pending')",
+                schema.name
+            ))
+            .await;
+        let store = PgStore::new(
+            schema.pool.clone(),
+            PgTable::new(&schema.name, table).unwrap(),
+        );
+        let claim = FencedWrite::claim().set_state(state("sending"));
+        let written = store.write(&key("-7"), token(33), &claim).await.unwrap();
+        assert_eq!(written.previous_state, Some(state("pending")), "{ty}");
+        let row = store.read(&key("-7")).await.unwrap().unwrap();
+        assert_eq!(
+            (row.fence, row.state),
+            (Some(token(33)), Some(state("sending")))
+        );
+        let err = store
+            .write(&key(too_big), token(33), &claim)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidInput(e) if e.kind() == InputKind::RecordKey),
+            "{ty} {too_big}: {err:?}"
+        );
+    }
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
 async fn an_unsupported_key_type_and_a_folded_name_are_explained() {
     let schema = Schema::new().await;
     schema

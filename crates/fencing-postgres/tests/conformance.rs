@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use common::Schema;
-use fencing_core::{FencedStore, Lease, TokenSource};
+use fencing_core::{Error, FencedStore, FencingToken, Lease, ResourceName, TokenSource, Ttl};
 use fencing_postgres::{PgFenceFloor, PgTokenSource};
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
@@ -126,5 +126,37 @@ async fn fenced_increments_are_exact() {
     )
     .await;
     assert_eq!(report.total, report.expected, "{report:?}");
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn an_acquisition_at_an_exhausted_counter_is_an_error_and_leaves_the_lease_free() {
+    let schema = Schema::new().await;
+    let lease = schema.lease().await;
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_secs(5).unwrap();
+    let first = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    lease.release(first).await.unwrap();
+    lease
+        .token_source()
+        .advance_to(&resource, FencingToken::MAX)
+        .await
+        .unwrap();
+    let err = lease.try_acquire(&resource, ttl).await.unwrap_err();
+    assert!(matches!(err, Error::TokenExhausted { .. }), "{err:?}");
+    assert!(lease.status(&resource).await.unwrap().is_none());
+    schema.drop_schema().await;
+}
+
+#[tokio::test]
+async fn a_token_source_names_its_table_in_its_errors() {
+    let schema = Schema::new().await;
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let err = schema.tokens().next(&resource).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Backend { store, .. } if *store == format!("postgres:{}.tokens", schema.name)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("create_if_missing"), "{err}");
     schema.drop_schema().await;
 }

@@ -5,12 +5,16 @@
 
 mod common;
 
-use fencing_core::{Fence, FencedStore, FencingToken, Lifecycle, Record, RecordKey};
+use std::time::Duration;
+
+use fencing_core::{Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, Record, RecordKey};
 use fencing_postgres::PgStore;
+use fencing_test_support::services;
 use fencing_testkit::cancellation::drop_at_every_yield;
 use fencing_testkit::conformance::{make_pending, report_sweep, settled_by_a_resend};
 use fencing_testkit::unique_name;
-use sqlx::{Postgres, Transaction};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, Postgres, Transaction};
 use tokio::sync::Mutex;
 
 fn token(n: u64) -> FencingToken {
@@ -119,5 +123,56 @@ async fn a_group_written_together_and_dropped_is_applied_whole_or_not_at_all() {
     )
     .await;
     report_sweep("write_together", sweep);
+    schema.drop_schema().await;
+}
+
+/// A request dropped while PostgreSQL is still working on it closes its connection instead of
+/// returning it to the pool, where the next request would find the session in whatever state
+/// the dropped one left (sqlx 0.9.0's `begin` dropped at the wrong moment leaves it inside a
+/// transaction that never commits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_while_the_server_works_on_it_closes_its_connection() {
+    let schema = common::Schema::new().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&services::postgres_url())
+        .await
+        .unwrap();
+    let store = PgStore::new(pool.clone(), schema.table.clone());
+    let key = RecordKey::new("r_815").unwrap();
+    make_pending(&store, &key).await;
+    let backend = async || -> i32 {
+        sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let before = backend().await;
+
+    // Another session holds the row, so the claim waits on the server until it is dropped.
+    let mut holder = schema.pool.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT 1 FROM {} WHERE id = 'r_815' FOR UPDATE",
+        schema.table.name()
+    )))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let waited = tokio::time::timeout(
+        Duration::from_millis(300),
+        store.write(&key, token(7), &FencedWrite::claim()),
+    )
+    .await;
+    assert!(
+        waited.is_err(),
+        "the claim did not wait on the row: {waited:?}"
+    );
+    holder.rollback().await.unwrap();
+    assert_ne!(
+        backend().await,
+        before,
+        "the dropped request's connection went back to the pool"
+    );
+    pool.close().await;
     schema.drop_schema().await;
 }

@@ -32,6 +32,7 @@ async fn pending_rows(store: &PgStore, keys: &[RecordKey]) {
 async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
     let schema = Schema::new().await;
     let store = schema.store();
+    assert_eq!(store.name(), format!("postgres:{}.records", schema.name));
     let lifecycle = Lifecycle::default();
     let keys: Vec<_> = (1..=20).map(|n| key(&format!("r_{n:03}"))).collect();
     pending_rows(&store, &keys).await;
@@ -226,6 +227,11 @@ async fn the_floor_is_max_fence_over_one_merchants_rows() {
     assert_eq!(
         whole.max_fence(&settle("m_4471")).await.unwrap(),
         Some(token(90))
+    );
+    let shown = format!("{whole:?}");
+    assert!(
+        shown.starts_with("PgFenceFloor { store: ") && shown.contains("sql: \"SELECT "),
+        "{shown}"
     );
     let merchant =
         PgFenceFloor::filtered(schema.pool.clone(), &schema.table, "merchant_id", "m_4471")
