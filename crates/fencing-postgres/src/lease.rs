@@ -22,6 +22,8 @@ use crate::tokens::PgTokenSource;
 #[derive(Clone, Debug)]
 pub struct PgLease {
     tokens: PgTokenSource,
+    /// The name its errors carry: the lease table's, `postgres:schema.table`.
+    store: String,
     table: PgQualifiedName,
     acquire: String,
     extend: String,
@@ -61,6 +63,7 @@ impl PgLease {
                  FROM {table} WHERE resource = $1 AND expires_at > now()"
             ),
             acquire,
+            store: table.store_name(),
             table,
             tokens,
         }
@@ -74,11 +77,11 @@ impl PgLease {
              token BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)",
             self.table
         );
-        run_ddl(self.tokens.pool(), self.tokens.store_name(), ddl).await
+        run_ddl(self.tokens.pool(), &self.store, ddl).await
     }
 
     fn failed(&self, failure: PgFailure, effect: RequestEffect) -> Error {
-        failure.into_error(self.tokens.store_name(), effect)
+        failure.into_error(&self.store, effect)
     }
 
     async fn owner_statement(

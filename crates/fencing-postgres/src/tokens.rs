@@ -69,10 +69,6 @@ impl PgTokenSource {
         &self.pool
     }
 
-    pub(crate) fn store_name(&self) -> &str {
-        &self.store
-    }
-
     /// Creates the schema and the counter table, if missing.
     pub async fn create_if_missing(&self) -> Result<()> {
         let ddl = format!(

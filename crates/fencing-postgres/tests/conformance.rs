@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::Schema;
 use fencing_core::{Error, FencedStore, FencingToken, Lease, ResourceName, TokenSource, Ttl};
-use fencing_postgres::{PgFenceFloor, PgTokenSource};
+use fencing_postgres::{PgFenceFloor, PgLease, PgQualifiedName, PgTokenSource};
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 
@@ -149,7 +149,7 @@ async fn an_acquisition_at_an_exhausted_counter_is_an_error_and_leaves_the_lease
 }
 
 #[tokio::test]
-async fn a_token_source_names_its_table_in_its_errors() {
+async fn a_token_source_and_a_lease_name_their_tables_in_their_errors() {
     let schema = Schema::new().await;
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let err = schema.tokens().next(&resource).await.unwrap_err();
@@ -158,5 +158,17 @@ async fn a_token_source_names_its_table_in_its_errors() {
         "{err:?}"
     );
     assert!(err.to_string().contains("create_if_missing"), "{err}");
+    let lease = PgLease::new(
+        PgQualifiedName::new(&schema.name, "leases").unwrap(),
+        schema.tokens(),
+    );
+    let err = lease
+        .try_acquire(&resource, Ttl::from_secs(5).unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Backend { store, .. } if *store == format!("postgres:{}.leases", schema.name)),
+        "{err:?}"
+    );
     schema.drop_schema().await;
 }
