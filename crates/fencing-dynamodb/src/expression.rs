@@ -393,6 +393,43 @@ mod tests {
         assert!(
             WriteExpression::of(&table, FencingToken::MIN, &write, &[], &StatePin::Absent).is_err()
         );
+        let hundred: Vec<_> = (0..MAX_STATES)
+            .map(|i| State::new(format!("s{i}")).unwrap())
+            .collect();
+        let write = FencedWrite::claim().when_state_in(hundred);
+        let expression =
+            WriteExpression::of(&table, FencingToken::MIN, &write, &[], &StatePin::Absent).unwrap();
+        assert!(
+            expression.condition.contains(":required99)"),
+            "{}",
+            expression.condition
+        );
+    }
+
+    #[test]
+    fn the_size_estimate_counts_every_name_and_value_the_item_will_hold() {
+        let table = DynamoTable::new("ledger")
+            .unwrap()
+            .with_sort_key("entry", crate::DynamoKeyType::Number)
+            .unwrap();
+        let key = "m_4471|815";
+        // "id" + "entry" + the key's text + "fence" + a Number's 21 at most + "state" +
+        // "sending" + "payload": 2 + 5 + 10 + 5 + 21 + 5 + 7 + 7.
+        let fixed = 62;
+        let write = |payload: usize| {
+            FencedWrite::claim()
+                .set_state(State::new("sending").unwrap())
+                .set_payload(vec![0u8; payload])
+        };
+        let at_limit = write(MAX_ITEM_BYTES - fixed);
+        assert!(check_item_size(&table, key, &at_limit).is_ok());
+        let over = write(MAX_ITEM_BYTES - fixed + 1);
+        let err = check_item_size(&table, key, &over).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("at least {}", MAX_ITEM_BYTES + 1)),
+            "{err}"
+        );
     }
 
     #[test]

@@ -340,6 +340,21 @@ async fn bad_input_is_refused_before_anything_is_sent() {
     }
     assert_eq!(store.read(&key("r_1")).await.unwrap(), None);
 
+    // Below DynamoDB's 400 KB item limit, a large payload is the store's to take.
+    let large = vec![7u8; 300 * 1024];
+    store
+        .write(
+            &key("r_2"),
+            token(1),
+            &FencedWrite::claim().set_payload(large.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.read(&key("r_2")).await.unwrap().unwrap().payload,
+        large
+    );
+
     let client = store.client().clone();
     for name in ["", "ab", "has space", "slash/es", &"x".repeat(256)] {
         assert!(DynamoTable::new(name).is_err(), "{name:?}");
