@@ -96,6 +96,27 @@ mod tests {
         assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     }
 
+    /// A connection refused below the client's I/O or its transport never sent anything;
+    /// any other I/O failure may have lost a write's answer.
+    #[tokio::test]
+    async fn an_io_or_transport_failure_is_ambiguous_unless_the_connection_was_refused() {
+        let io = |kind| etcd_client::Error::IoError(std::io::Error::from(kind));
+        assert!(never_sent(&io(std::io::ErrorKind::ConnectionRefused)));
+        let reset = EtcdFailure::from(io(std::io::ErrorKind::ConnectionReset));
+        let err = reset.into_error(RequestEffect::Writes);
+        assert!(err.is_ambiguous(), "{err:?}");
+
+        // Nothing listens on port 1: a real transport failure, refused.
+        let refused = tonic::transport::Endpoint::from_static("http://127.0.0.1:1")
+            .connect()
+            .await
+            .unwrap_err();
+        let refused = etcd_client::Error::TransportError(refused);
+        assert!(never_sent(&refused), "{refused:?}");
+        let err = EtcdFailure::from(refused).into_error(RequestEffect::Writes);
+        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    }
+
     #[test]
     fn a_timed_out_write_is_ambiguous_and_a_timed_out_read_is_not() {
         let timed_out = || {

@@ -121,6 +121,96 @@ async fn fenced_increments_are_exact() {
     assert_eq!(report.total, report.expected, "{report:?}");
 }
 
+/// The etcd lease a lock key is bound to, and whether the cluster still has it.
+async fn bound_lease(client: &mut Client, lock_key: &str) -> i64 {
+    let got = client.get(lock_key, None).await.unwrap();
+    got.kvs().first().expect("the lock key").lease()
+}
+
+async fn lease_lives(client: &mut Client, lease_id: i64) -> bool {
+    client
+        .lease_time_to_live(lease_id, None)
+        .await
+        .is_ok_and(|answer| answer.ttl() > 0)
+}
+
+/// An etcd lease the guard no longer needs is revoked at once, not left to its TTL: the one a
+/// new TTL moved the lock key off, and the one a release ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_leases_a_guard_leaves_are_revoked_at_once() {
+    let keys = keys();
+    let lease = EtcdLease::new(client().await).with_keys(keys.clone());
+    let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
+    let lock_key = keys.lock_key(&resource);
+    let mut raw = client().await;
+    let mut guard = lease
+        .try_acquire(&resource, Ttl::from_secs(30).unwrap())
+        .await
+        .unwrap()
+        .expect("a free lock");
+    let first = bound_lease(&mut raw, &lock_key).await;
+    assert!(lease_lives(&mut raw, first).await);
+
+    lease
+        .extend(&mut guard, Ttl::from_secs(60).unwrap())
+        .await
+        .unwrap();
+    let second = bound_lease(&mut raw, &lock_key).await;
+    assert_ne!(first, second, "a new TTL binds the key to a new etcd lease");
+    assert!(!lease_lives(&mut raw, first).await, "the old lease revoked");
+    assert!(lease_lives(&mut raw, second).await);
+
+    lease.release(guard).await.unwrap();
+    assert!(
+        !lease_lives(&mut raw, second).await,
+        "the released lease revoked"
+    );
+}
+
+/// A token key whose floor is the largest token there is: the source and the lease both
+/// refuse with `TokenExhausted` (never a token, never "held by another"), the lock stays free
+/// and the key as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_last_token_the_source_and_the_lease_refuse_and_change_nothing() {
+    let keys = keys();
+    let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
+    let token_key = keys.token_key(&resource);
+    let mut raw = client().await;
+    raw.put(token_key.as_str(), i64::MAX.to_string(), None)
+        .await
+        .unwrap();
+    let before = raw.get(token_key.as_str(), None).await.unwrap().kvs()[0].clone();
+
+    let source = EtcdTokenSource::new(client().await).with_keys(keys.clone());
+    let err = source.next(&resource).await.unwrap_err();
+    assert!(
+        matches!(err, fencing_core::Error::TokenExhausted { .. }),
+        "{err:?}"
+    );
+    let lease = EtcdLease::new(client().await).with_keys(keys.clone());
+    for _ in 0..2 {
+        let err = lease
+            .try_acquire(&resource, Ttl::from_secs(30).unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, fencing_core::Error::TokenExhausted { .. }),
+            "{err:?}"
+        );
+    }
+    assert_eq!(
+        lease.status(&resource).await.unwrap(),
+        None,
+        "the lock free"
+    );
+    let after = raw.get(token_key.as_str(), None).await.unwrap().kvs()[0].clone();
+    assert_eq!(
+        after.mod_revision(),
+        before.mod_revision(),
+        "the key unchanged"
+    );
+}
+
 // Beyond the shared suite: a source starts each compare-and-swap from the token key as it last
 // saw it, so what other processes did to the key meanwhile must still decide.
 

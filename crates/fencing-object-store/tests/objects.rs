@@ -38,6 +38,7 @@ async fn an_object_that_is_not_an_envelope_is_never_written_over() {
 #[tokio::test]
 async fn a_key_stays_one_path_segment_under_the_prefix() {
     common::a_key_stays_one_path_segment_under_the_prefix(memory()).await;
+    assert_eq!(store_on(&memory()).prefix(), &Path::from("m_4471"));
     assert!(
         FencedObjectStore::new(memory(), Path::default())
             .named("bad\u{7}")
@@ -139,11 +140,15 @@ async fn a_backend_that_accepts_a_put_it_must_refuse_is_refused_before_anything_
         ConditionalPutDefect::UpdateOfMissing,
     ] {
         let backend: Arc<dyn ObjectStore> = Arc::new(Scripted::ignoring(defect));
-        let store = store_on(&backend);
+        let store = store_on(&backend).named("receipts").unwrap();
         let checked = store.check_conditional_writes().await.unwrap_err();
         assert_eq!(
             ConditionalPutDefect::of(&checked),
             Some(defect),
+            "{checked:?}"
+        );
+        assert!(
+            matches!(&checked, Error::Backend { store, .. } if store == "receipts"),
             "{checked:?}"
         );
         let k = key("r_815");

@@ -185,6 +185,12 @@ pub(crate) async fn a_delete_leaves_a_tombstone_that_keeps_the_fence(
         body,
         "unchanged"
     );
+    // The holder that deleted it may write it again: its fence is the tombstone's.
+    let rewritten = store
+        .write(&k, token(34), &FencedWrite::claim())
+        .await
+        .unwrap();
+    assert_eq!(rewritten.record.fence, Some(token(34)));
     let again = store
         .write(
             &k,
