@@ -2,7 +2,8 @@
 //! sees the acquisition's transaction go by (it carries the lock key) and, once, cuts the
 //! connection it came on, either after the member applied it (the answer withheld) or before
 //! the member got it (the request withheld). Whichever happened, the lease must settle it from
-//! the lock key as it is: its own lock with the token it was issued, or a fresh try.
+//! the lock key as it is: its own lock with the token it was issued, a fresh try, or another
+//! holder's lock, held.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -165,6 +166,50 @@ async fn an_acquisition_cut(cut: Cut) {
     assert!(other.is_none(), "{cut:?}: a second holder");
     lease.release(guard).await.unwrap();
     assert_eq!(direct.status(&resource).await.unwrap(), None, "{cut:?}");
+}
+
+/// The acquisition's transaction withheld, and another lease takes the lock while the cut
+/// connection is silent: the first lease finds the lock another's and reports it held, never
+/// taking the other's lock for its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_lost_while_another_takes_the_lock_finds_it_held() {
+    let run = unique_name("lost");
+    let keys = EtcdKeys::new(format!("{run}/lock/"), format!("{run}/token/")).unwrap();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let marker = keys.lock_key(&resource).into_bytes();
+    let relay = Relay::start(member().await, marker, Cut::BeforeSending).await;
+    let through_relay = Client::connect([relay.address.to_string()], None)
+        .await
+        .unwrap();
+    let lease = Arc::new(EtcdLease::new(through_relay).with_keys(keys.clone()));
+    let direct = EtcdLease::new(
+        Client::connect(services::etcd_endpoints(), None)
+            .await
+            .unwrap(),
+    )
+    .with_keys(keys);
+
+    let first = tokio::spawn({
+        let (lease, resource) = (lease.clone(), resource.clone());
+        async move {
+            lease
+                .try_acquire(&resource, Ttl::from_secs(30).unwrap())
+                .await
+        }
+    });
+    while relay.cuts() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let other = direct
+        .try_acquire(&resource, Ttl::from_secs(30).unwrap())
+        .await
+        .unwrap()
+        .expect("the lock, free while the first acquisition is withheld");
+    let first = first.await.unwrap().unwrap();
+    assert!(first.is_none(), "two holders: {first:?} and {other:?}");
+    let status = direct.status(&resource).await.unwrap().expect("held");
+    assert_eq!(status.owner, other.owner().as_str());
+    direct.release(other).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
