@@ -177,7 +177,17 @@ impl EtcdLease {
         seen: TokenKey,
         lost: Error,
     ) -> Result<Option<Option<fencing_core::FencingToken>>> {
-        match self.lock(resource).await {
+        // The request after a lost answer often meets the broken connection first: the read
+        // is sent again, which a read may always be.
+        let mut found = self.lock(resource).await;
+        for _ in 1..SETTLING_READS {
+            if found.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            found = self.lock(resource).await;
+        }
+        match found {
             Ok(Some(lock)) if lock.value() == owner.as_str().as_bytes() => seen
                 .issued_at(lock.create_revision())
                 .map(|t| Some(Some(t))),
@@ -287,6 +297,10 @@ fn gets(answer: &etcd_client::TxnResponse) -> Vec<Option<KeyValue>> {
         })
         .collect()
 }
+
+/// How many times the read that settles an acquisition's lost answer is sent before the
+/// acquisition is reported ambiguous.
+const SETTLING_READS: usize = 3;
 
 #[async_trait]
 impl Lease for EtcdLease {

@@ -29,7 +29,7 @@ enum Cut {
 
 /// How long a cut connection stays open, silent, before it closes: long enough for the
 /// member to commit what it got, so that "applied" is what the lease has to find.
-const SILENCE: Duration = Duration::from_millis(500);
+const SILENCE: Duration = Duration::from_millis(1000);
 
 /// A TCP relay to one member that cuts the first connection carrying `marker`, once.
 struct Relay {
