@@ -208,3 +208,29 @@ fn bad_input_is_typed_and_caught_before_any_write() {
     let err: Error = FencingToken::new(0).unwrap_err().into();
     assert!(!err.is_rejection() && !err.is_ambiguous());
 }
+
+/// A holder whose lease has ended by its own clock (a process stopped past its TTL, woken with
+/// no newer holder yet) still has its claim accepted by the fence, but starts no effect: the
+/// record stays in flight under its token for the next holder to look up.
+#[tokio::test(start_paused = true)]
+async fn no_effect_starts_once_the_lease_has_ended_locally() {
+    let case = Case::new(Vec::new());
+    let lease = MemoryLease::new();
+    let ttl = fencing::Ttl::from_secs(30).unwrap();
+    let guard = lease
+        .try_acquire(&case.resource, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(31)).await;
+    let gateway = RecordingEffect::new();
+    let err = Fence::of_guard(&guard, lease.token_source())
+        .run_effect(&case.store, &case.key, &case.lifecycle, &gateway)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    assert_eq!(gateway.perform_calls(), 0);
+    let record = case.store.read(&case.key).await.unwrap().unwrap();
+    assert_eq!(record.state.as_ref(), Some(case.lifecycle.in_flight()));
+    assert_eq!(record.fence, Some(guard.token()));
+}

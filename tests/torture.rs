@@ -95,6 +95,10 @@ async fn all_safe_with_fences(schedules: u64, mode: Mode) {
             audit.gateway.refunds_created as usize, REFUNDS,
             "schedule {seed}"
         );
+        assert_eq!(
+            audit.effects_started_past_deadline, 0,
+            "schedule {seed}: a worker started a call after its lease's deadline"
+        );
         takeovers += audit.takeovers;
         stale_rejected += audit.stale_writes_rejected;
     }

@@ -137,6 +137,10 @@ impl<'a> Fence<'a> {
     ///   looked up by its idempotency key; it is performed only if it did not happen.
     /// * Any rejection is returned as it is: abort the batch. An effect error is returned as
     ///   [`Error::Effect`] and leaves the record in flight under this fence.
+    /// * A fence made from a guard that [has ended locally](crate::LeaseGuard::has_ended_locally)
+    ///   by the time the effect would start (its deadline passed while the claim was out, or
+    ///   its renewal gave up) starts nothing: [`Error::LeaseLost`], the record left in flight
+    ///   under this fence for the next holder to look up.
     pub async fn run_effect<S, E>(
         &self,
         store: &S,
@@ -234,7 +238,8 @@ impl<'a> Fence<'a> {
 
     /// The effect of a record this holder claimed: looked up first if the claim found it in
     /// flight (an earlier claim's effect may have happened), performed if not found. Returns
-    /// the receipt and whether it was found rather than performed.
+    /// the receipt and whether it was found rather than performed. Nothing starts once the
+    /// fence's guard has ended locally.
     pub(crate) async fn perform_claimed<E: SideEffect + ?Sized>(
         &self,
         store: &str,
@@ -242,6 +247,7 @@ impl<'a> Fence<'a> {
         lifecycle: &Lifecycle,
         effect: &E,
     ) -> Result<(E::Receipt, bool)> {
+        self.may_start_effects()?;
         let key = &claimed.record.key;
         let effect_err = |source| Error::Effect {
             record: key.clone(),

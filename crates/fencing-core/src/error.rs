@@ -111,7 +111,10 @@ pub enum Error {
     },
 
     /// The guard's owner no longer holds the lease (it expired, or another owner holds it):
-    /// extend and release are refused and change nothing.
+    /// extend and release are refused and change nothing. Also what the helpers that start
+    /// side effects ([`crate::Fence::run_effect`], the pipeline) return when the holder sees
+    /// by itself that its lease may be over
+    /// ([`crate::LeaseGuard::has_ended_locally`]): nothing new was started.
     #[error("lease on {resource:?} is no longer held by {owner}")]
     LeaseLost {
         /// The resource.

@@ -24,11 +24,17 @@ use crate::token_source::TokenSource;
 /// * turns a refusal whose fence lies above anything the source has issued into
 ///   [`Error::TokenRegression`], and raises the source past that fence, so the next
 ///   acquisition makes progress without an operator.
+///
+/// A fence made from a guard ([`Fence::of_guard`]) also knows the lease's local deadline:
+/// its helpers ([`Fence::run_effect`], the pipeline) start no side effect once the guard
+/// [has ended locally](LeaseGuard::has_ended_locally). Its writes are sent regardless: the
+/// store's fence, not the deadline, decides them.
 #[derive(Clone, Copy, Debug)]
 pub struct Fence<'a> {
     resource: &'a ResourceName,
     token: FencingToken,
     source: &'a dyn TokenSource,
+    guard: Option<&'a LeaseGuard>,
     ambiguous_retries: u32,
 }
 
@@ -46,13 +52,18 @@ impl<'a> Fence<'a> {
             resource,
             token,
             source,
+            guard: None,
             ambiguous_retries: Self::DEFAULT_AMBIGUOUS_RETRIES,
         }
     }
 
-    /// The fence of a lease acquisition; `source` is the lease's token source.
+    /// The fence of a lease acquisition; `source` is the lease's token source. Its helpers
+    /// start no side effect once `guard` has ended locally.
     pub fn of_guard(guard: &'a LeaseGuard, source: &'a dyn TokenSource) -> Self {
-        Self::new(guard.resource(), guard.token(), source)
+        Fence {
+            guard: Some(guard),
+            ..Self::new(guard.resource(), guard.token(), source)
+        }
     }
 
     /// The same fence, sending a write with an ambiguous outcome again up to `retries` times
@@ -77,6 +88,15 @@ impl<'a> Fence<'a> {
     /// How many times a write with an ambiguous outcome is sent again.
     pub fn ambiguous_retries(&self) -> u32 {
         self.ambiguous_retries
+    }
+
+    /// [`Error::LeaseLost`] once the guard this fence was made from has ended locally: no
+    /// new side effect may start. Always `Ok` for a fence made without a guard.
+    pub(crate) fn may_start_effects(&self) -> Result<()> {
+        match self.guard {
+            Some(guard) if guard.has_ended_locally() => Err(guard.lost()),
+            _ => Ok(()),
+        }
     }
 
     /// Writes `key` in `store` with this fence's token.

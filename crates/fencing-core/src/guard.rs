@@ -1,8 +1,10 @@
 //! Proof of one acquisition: who holds a lease, with which token, until when.
 
 use std::fmt::{self, Debug};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::clock::{Clock, TokioClock};
 use crate::error::Error;
 use crate::name::ResourceName;
 use crate::token::FencingToken;
@@ -48,13 +50,38 @@ impl fmt::Display for OwnerId {
 /// sent, less a 1 % allowance for clock-rate drift, so it never lies after the store's expiry.
 /// Checking it lets a holder stop early instead of wasting work; correctness never rests on
 /// it, because a process can pause between the check and the write. The fence is what holds.
-#[derive(Clone, Debug)]
+///
+/// Clones of a guard are one acquisition seen from several places (a batch, a
+/// [`crate::LeaseRenewal`] task): an extension through any clone moves the deadline of all,
+/// and a renewal that gave up marks all of them ended ([`Self::has_ended_locally`]).
+#[derive(Clone)]
 pub struct LeaseGuard {
     resource: ResourceName,
     owner: OwnerId,
     token: FencingToken,
+    tenure: Arc<Mutex<Tenure>>,
+}
+
+/// What extensions change, shared by every clone of one acquisition's guard.
+#[derive(Clone, Copy, Debug)]
+struct Tenure {
     ttl: Ttl,
     local_deadline: Instant,
+    renewal_failed: bool,
+}
+
+impl Debug for LeaseGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tenure = self.tenure();
+        f.debug_struct("LeaseGuard")
+            .field("resource", &self.resource)
+            .field("owner", &self.owner)
+            .field("token", &self.token)
+            .field("ttl", &tenure.ttl)
+            .field("local_deadline", &tenure.local_deadline)
+            .field("renewal_failed", &tenure.renewal_failed)
+            .finish()
+    }
 }
 
 impl LeaseGuard {
@@ -70,9 +97,16 @@ impl LeaseGuard {
             resource,
             owner,
             token,
-            ttl,
-            local_deadline: deadline(requested_at, ttl),
+            tenure: Arc::new(Mutex::new(Tenure {
+                ttl,
+                local_deadline: deadline(requested_at, ttl),
+                renewal_failed: false,
+            })),
         }
+    }
+
+    fn tenure(&self) -> MutexGuard<'_, Tenure> {
+        self.tenure.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The resource this lease is on.
@@ -92,23 +126,42 @@ impl LeaseGuard {
 
     /// The TTL last granted.
     pub fn ttl(&self) -> Ttl {
-        self.ttl
+        self.tenure().ttl
     }
 
     /// The conservative local deadline.
     pub fn local_deadline(&self) -> Instant {
-        self.local_deadline
+        self.tenure().local_deadline
     }
 
     /// Time left before the local deadline at `now`; zero once it has passed.
     pub fn time_left(&self, now: Instant) -> Duration {
-        self.local_deadline.saturating_duration_since(now)
+        self.local_deadline().saturating_duration_since(now)
+    }
+
+    /// True once the holder can tell by itself that its lease may be over: the local
+    /// deadline has passed by tokio's clock (the monotonic clock, or virtual time in a
+    /// paused runtime), or a [`crate::LeaseRenewal`] of this acquisition gave up.
+    ///
+    /// A process that was stopped sees this on waking, before any store refuses it, so the
+    /// helpers start no new side effect once it is true. It is liveness and cost, never
+    /// safety: `false` does not make a write safe (the process can pause right after the
+    /// check); the fence does.
+    pub fn has_ended_locally(&self) -> bool {
+        let tenure = *self.tenure();
+        tenure.renewal_failed || TokioClock.now() >= tenure.local_deadline
     }
 
     /// Records a successful extension whose request left at `requested_at` (for adapters).
     pub fn extended(&mut self, ttl: Ttl, requested_at: Instant) {
-        self.ttl = ttl;
-        self.local_deadline = deadline(requested_at, ttl);
+        let mut tenure = self.tenure();
+        tenure.ttl = ttl;
+        tenure.local_deadline = deadline(requested_at, ttl);
+    }
+
+    /// Marks every clone of this guard ended: its renewal gave up.
+    pub(crate) fn renewal_failed(&self) {
+        self.tenure().renewal_failed = true;
     }
 
     /// A refusal naming this guard's resource and owner (for adapters).
@@ -120,9 +173,14 @@ impl LeaseGuard {
     }
 }
 
+/// The TTL less 1 %, from `requested_at`. Where the platform's clock cannot hold that instant
+/// (a TTL is at most a day: only a clock at the end of its range), the deadline is
+/// `requested_at` itself, the conservative answer.
 fn deadline(requested_at: Instant, ttl: Ttl) -> Instant {
     let ttl = ttl.duration();
-    requested_at + ttl - ttl / 100
+    requested_at
+        .checked_add(ttl - ttl / 100)
+        .unwrap_or(requested_at)
 }
 
 #[cfg(test)]
@@ -148,6 +206,48 @@ mod tests {
             guard.time_left(start + Duration::from_secs(31)),
             Duration::ZERO
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clones_share_one_tenure_and_end_together() {
+        let start = TokioClock.now();
+        let ttl = Ttl::from_secs(30).unwrap();
+        let guard = LeaseGuard::new(
+            ResourceName::new("settle:m_4471").unwrap(),
+            OwnerId::random(),
+            FencingToken::MIN,
+            ttl,
+            start,
+        );
+        let mut renewed = guard.clone();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(!guard.has_ended_locally());
+        renewed.extended(Ttl::from_secs(60).unwrap(), TokioClock.now());
+        assert_eq!(guard.ttl(), Ttl::from_secs(60).unwrap());
+        assert_eq!(guard.local_deadline(), renewed.local_deadline());
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!guard.has_ended_locally(), "50 s in, the extension holds");
+        renewed.renewal_failed();
+        assert!(
+            guard.has_ended_locally(),
+            "a failed renewal ends every clone"
+        );
+        assert!(format!("{guard:?}").contains("renewal_failed: true"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_guard_ends_locally_at_its_deadline_exactly() {
+        let guard = LeaseGuard::new(
+            ResourceName::new("settle:m_4471").unwrap(),
+            OwnerId::random(),
+            FencingToken::MIN,
+            Ttl::from_secs(1).unwrap(),
+            TokioClock.now(),
+        );
+        tokio::time::sleep(Duration::from_millis(989)).await;
+        assert!(!guard.has_ended_locally());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(guard.has_ended_locally());
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::fence::Fence;
 use crate::input::{InputKind, InvalidInput};
 use crate::name::RecordKey;
 use crate::store::{FencedStore, Written, check_distinct};
+use crate::ttl::Ttl;
 
 /// Settles many records of one store through a [`FencedBatch`]: each record is claimed,
 /// its side effect performed (or looked up) and confirmed, as [`FencedBatch::run_effect`]
@@ -165,6 +166,9 @@ enum Answer<R> {
 type InFlight<'a, R> = FuturesUnordered<Pin<Box<dyn Future<Output = Answer<R>> + Send + 'a>>>;
 
 impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
+    /// The longest [`Self::flush_after`] a pipeline accepts: the longest TTL.
+    pub const LONGEST_FLUSH_AFTER: Duration = Ttl::MAX.duration();
+
     fn new(
         fence: Fence<'b>,
         batch: Option<&'b FencedBatch>,
@@ -211,7 +215,8 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         }
     }
 
-    /// How long a finished effect waits for its group of confirms to fill.
+    /// How long a finished effect waits for its group of confirms to fill (at most
+    /// [`Self::LONGEST_FLUSH_AFTER`]).
     pub fn flush_after(self, wait: Duration) -> Self {
         Pipeline {
             flush_after: wait,
@@ -230,22 +235,37 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
 
     fn window_size(&self) -> usize {
         self.window
-            .unwrap_or_else(|| (2 * self.concurrency).max(64))
+            .unwrap_or_else(|| self.concurrency.saturating_mul(2).max(64))
     }
 
     fn check(&self, keys: &[RecordKey]) -> Result<(), InvalidInput> {
-        let bad = |what: &str| Err(InvalidInput::new(InputKind::Write, what.to_owned()));
+        let bad = |what: String| Err(InvalidInput::new(InputKind::Write, what));
         if self.concurrency == 0 || self.group_size == 0 {
-            return bad("a pipeline needs a concurrency and a group size of at least 1");
+            return bad("a pipeline needs a concurrency and a group size of at least 1".into());
         }
         if self.window_size() < self.concurrency {
-            return bad("a pipeline's window must hold at least its concurrency in records");
+            return bad("a pipeline's window must hold at least its concurrency in records".into());
+        }
+        if self.flush_after > Self::LONGEST_FLUSH_AFTER {
+            return bad(format!(
+                "a pipeline's flush_after of {:?} is longer than the longest, {:?} (the longest \
+                 TTL: a confirm never waits longer than a lease can last)",
+                self.flush_after,
+                Self::LONGEST_FLUSH_AFTER
+            ));
         }
         check_distinct(keys)
     }
 
     /// Settles every record of `keys`, in that order of claiming, and returns what it did.
-    /// Bad settings or a key given twice are refused before anything is sent.
+    /// Bad settings or a key given twice are refused before anything is sent
+    /// ([`Error::InvalidInput`]).
+    ///
+    /// Run through a batch or a fence made from a guard, it stops as at a refusal
+    /// ([`Error::LeaseLost`]) once the guard [has ended locally](crate::LeaseGuard::has_ended_locally)
+    /// with records left to claim or to start: a process stopped past its deadline starts no
+    /// new side effect on waking, before any store has refused it. Effects already started
+    /// finish and their confirms are sent, fenced as ever.
     pub async fn run(self, keys: impl IntoIterator<Item = RecordKey>) -> Settled<E::Receipt> {
         let keys: Vec<RecordKey> = keys.into_iter().collect();
         let mut settled = Settled {
@@ -287,6 +307,12 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
             }
         };
         loop {
+            if settled.error.is_none()
+                && !(queue.is_empty() && claimed.is_empty())
+                && let Err(ended) = fence.may_start_effects()
+            {
+                stop(settled, ended);
+            }
             let stopped = settled.error.is_some();
             if !stopped && !claiming && !queue.is_empty() && open < self.window_size() {
                 let n = self
@@ -352,7 +378,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 // claimed and unstarted (in flight under this fence, as the protocol allows).
                 break;
             }
-            let flush_at = oldest_performed.map(|t| t + self.flush_after);
+            let flush_at = oldest_performed.and_then(|t| t.checked_add(self.flush_after));
             let answer = tokio::select! {
                 answer = in_flight.next() => answer.expect("in flight is not empty"),
                 () = sleep_until(flush_at), if flush_at.is_some() && !confirming => continue,

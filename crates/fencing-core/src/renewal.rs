@@ -14,7 +14,10 @@ use crate::telemetry;
 
 /// A background task that extends a lease every `every`, by the guard's TTL, until an
 /// extension is refused ([`Error::LeaseLost`]) or no extension has succeeded in time; then it
-/// stops and marks the lease lost, so the batch can stop early.
+/// stops and marks the lease lost, so the batch can stop early: every clone of the guard
+/// (the batch's among them) then says [`LeaseGuard::has_ended_locally`], and the pipeline and
+/// [`crate::Fence::run_effect`] start no new side effect. Each extension moves the deadline of
+/// every clone too.
 ///
 /// An extension that fails for another reason (the server unreachable for a moment, an
 /// answer lost, a consensus cluster electing a new leader) is tried again at the next beat,
@@ -55,11 +58,12 @@ impl LeaseRenewal {
                     match extended {
                         Ok(()) => *lock(&guard) = renewed,
                         Err(Error::LeaseLost { .. }) => break,
-                        Err(_) if TokioClock.now() + every < renewed.local_deadline() => {}
+                        Err(_) if beats_before_deadline(every, &renewed) => {}
                         Err(_) => break,
                     }
                 }
                 lost.store(true, Ordering::SeqCst);
+                lock(&guard).renewal_failed();
             }
         });
         LeaseRenewal { lost, guard, task }
@@ -87,6 +91,14 @@ impl Drop for LeaseRenewal {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// Whether the next beat, `every` from now, comes before `guard`'s local deadline.
+fn beats_before_deadline(every: Duration, guard: &LeaseGuard) -> bool {
+    TokioClock
+        .now()
+        .checked_add(every)
+        .is_some_and(|beat| beat < guard.local_deadline())
 }
 
 fn lock(guard: &Mutex<LeaseGuard>) -> std::sync::MutexGuard<'_, LeaseGuard> {

@@ -45,7 +45,7 @@ impl Ttl {
     }
 
     /// The TTL as a duration.
-    pub fn duration(self) -> Duration {
+    pub const fn duration(self) -> Duration {
         self.0
     }
 

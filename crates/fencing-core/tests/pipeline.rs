@@ -319,7 +319,8 @@ async fn every_record_is_settled_once_with_effects_side_by_side_and_writes_group
 /// The worked example, pipelined: A's process pauses as it starts the refund of r_0815, past
 /// its TTL; B takes over, finds A's window in flight, looks those up (never more than A's
 /// window) and settles everything; A wakes, its refunds in flight go out (the gateway's
-/// idempotency keys answer with B's), its confirms are refused, and it stops.
+/// idempotency keys answer with B's), it sees by its own clock that its lease is over and
+/// starts nothing more, and its confirms are refused.
 #[tokio::test(start_paused = true)]
 async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent_twice() {
     let records = keys(1200);
@@ -382,8 +383,8 @@ async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent
 
     let (a_settled, a_aborted) = a_run.await.unwrap();
     let err = a_settled.error.expect("A is stopped");
-    assert!(err.is_rejection(), "{err:?}");
-    assert!(a_aborted.is_some());
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    assert!(a_aborted.is_some(), "its confirms were refused");
     let a_done: Vec<&RecordKey> = a_settled.outcomes.iter().map(|(k, _)| k).collect();
     assert!(!a_done.contains(&&paused_at));
 
@@ -690,7 +691,7 @@ async fn a_skipped_group_of_claims_frees_its_place_in_the_window() {
     let store = Counted::new(&records);
     store.refuse_first_claims.store(true, Ordering::SeqCst);
     let lease = Arc::new(MemoryLease::new());
-    let gateway = Gateway::with_latency(Duration::from_secs(10));
+    let gateway = Gateway::with_latency(Duration::from_secs(1));
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store)
         .await
@@ -771,6 +772,25 @@ async fn bad_settings_and_repeated_keys_are_refused_with_nothing_written() {
     ));
     let twice = vec![key(1), key(2), key(1)];
     assert!(refused(pipeline().run(twice).await));
+    // Settings at the ends of their types: refused (or harmless) before anything is sent,
+    // never a panic after the first claims went out.
+    assert!(refused(
+        pipeline()
+            .flush_after(Duration::MAX)
+            .run(records.clone())
+            .await
+    ));
+    assert!(refused(
+        pipeline()
+            .flush_after(
+                fencing_core::Pipeline::<Gateway>::LONGEST_FLUSH_AFTER + Duration::from_nanos(1)
+            )
+            .run(records.clone())
+            .await
+    ));
+    let widest = pipeline().concurrency(usize::MAX);
+    assert!(format!("{widest:?}").contains(&format!("window: {}", usize::MAX)));
+    assert!(refused(widest.window(64).run(records.clone()).await));
     let elsewhere = MemoryStore::new("not-in-the-batch");
     assert!(refused(
         batch
@@ -789,6 +809,14 @@ async fn bad_settings_and_repeated_keys_are_refused_with_nothing_written() {
             .unwrap()
             .is_empty()
     );
+    // The widest settings that are valid run to the end.
+    let settled = pipeline()
+        .concurrency(usize::MAX)
+        .group_size(usize::MAX)
+        .flush_after(fencing_core::Pipeline::<Gateway>::LONGEST_FLUSH_AFTER)
+        .run(records.clone())
+        .await;
+    assert_eq!(settled.into_result().unwrap().len(), 4);
     batch.finish().await.unwrap();
 }
 
@@ -962,7 +990,8 @@ async fn own_writes_of_a_stale_holder_are_refused_before_any_effect() {
     let gateway = Gateway::default();
     let lifecycle = Lifecycle::default();
     let a = batch(&lease, &store).await;
-    tokio::time::sleep(Duration::from_secs(31)).await;
+    // A's lease ends without A's knowing (its deadline is far off).
+    lease.release(a.guard().clone()).await.unwrap();
     let b = batch(&lease, &store).await;
     b.write(&*store, &key(3), &lifecycle.claim()).await.unwrap();
     let writes = ReceiptWrites {
@@ -1015,4 +1044,200 @@ async fn an_own_claim_that_does_not_claim_stops_the_pipeline_before_its_effect()
     );
     assert!(gateway.calls().performs.is_empty());
     assert!(settled.outcomes.is_empty());
+}
+
+/// A future run as a process that is stopped (SIGSTOP) once `stop_when` says so: from then on
+/// nothing of it runs for `length`, while time and every other task go on; then it goes on
+/// where it was. Returns the instant it was stopped at with its output.
+async fn stopped_once<F: Future>(
+    work: F,
+    stop_when: impl Fn() -> bool,
+    length: Duration,
+) -> (F::Output, Option<tokio::time::Instant>) {
+    let mut work = std::pin::pin!(work);
+    let mut stopped_at = None;
+    let mut asleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let output = std::future::poll_fn(|cx| {
+        if let Some(sleep) = asleep.as_mut() {
+            std::task::ready!(sleep.as_mut().poll(cx));
+            asleep = None;
+        }
+        let polled = work.as_mut().poll(cx);
+        if polled.is_pending() && stopped_at.is_none() && stop_when() {
+            stopped_at = Some(tokio::time::Instant::now());
+            let mut sleep = Box::pin(tokio::time::sleep(length));
+            assert!(sleep.as_mut().poll(cx).is_pending());
+            asleep = Some(sleep);
+        }
+        polled
+    })
+    .await;
+    (output, stopped_at)
+}
+
+/// A worker's calls to the gateway, each noted with the instant it started.
+struct Timed<'g> {
+    gateway: &'g Gateway,
+    started: Mutex<Vec<(RecordKey, tokio::time::Instant)>>,
+}
+
+impl<'g> Timed<'g> {
+    fn new(gateway: &'g Gateway) -> Self {
+        Timed {
+            gateway,
+            started: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn started(&self) -> Vec<(RecordKey, tokio::time::Instant)> {
+        self.started.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl SideEffect for Timed<'_> {
+    type Receipt = u32;
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<u32>, BoxError> {
+        self.gateway.lookup(key).await
+    }
+
+    async fn perform(&self, key: &RecordKey, record: &Record) -> Result<u32, BoxError> {
+        let now = tokio::time::Instant::now();
+        self.started.lock().unwrap().push((key.clone(), now));
+        self.gateway.perform(key, record).await
+    }
+}
+
+/// The worked example with A's whole process stopped (not one call of it): 32 refunds in
+/// flight and a window claimed ahead when it stops, past its TTL; B takes over. On waking A
+/// sees by its own clock that its lease is over: the calls it had started finish, their
+/// confirms are refused, and it starts none of the refunds it had claimed and not begun.
+#[tokio::test(start_paused = true)]
+async fn a_worker_stopped_past_its_deadline_starts_no_effect_on_waking() {
+    let records = keys(1200);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let gateway = Gateway::with_latency(Duration::from_secs(1));
+    let a = batch(&lease, &store).await;
+    let a_gateway = Timed::new(&gateway);
+    let a_run = async {
+        let settled = a
+            .pipeline(&*store, &lifecycle, &a_gateway)
+            .concurrency(32)
+            .group_size(32)
+            .window(64)
+            .run(records.clone())
+            .await;
+        let _ = a.finish().await;
+        settled
+    };
+    // A stops after starting 800 refunds, about 25 s in, for 20 s.
+    let a_stopped = stopped_once(
+        a_run,
+        || a_gateway.started.lock().unwrap().len() >= 800,
+        Duration::from_secs(20),
+    );
+    let b_gateway = Timed::new(&gateway);
+    let b_run = async {
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let b = batch(&lease, &store).await;
+        let settled = b
+            .pipeline(&*store, &lifecycle, &b_gateway)
+            .concurrency(32)
+            .run(records.clone())
+            .await;
+        b.finish().await.unwrap();
+        settled
+    };
+    let ((a_settled, stopped_at), b_settled) = tokio::join!(a_stopped, b_run);
+    let stopped_at = stopped_at.expect("A was stopped");
+
+    let started_after: Vec<RecordKey> = a_gateway
+        .started()
+        .into_iter()
+        .filter(|(_, at)| *at > stopped_at)
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(
+        started_after,
+        Vec::<RecordKey>::new(),
+        "A started these on waking"
+    );
+    assert!(a_gateway.started().len() >= 800);
+    let err = a_settled.error.expect("A is stopped");
+    assert!(
+        matches!(err, Error::LeaseLost { .. }),
+        "A stops by its own deadline before any refusal: {err:?}"
+    );
+    assert_eq!(b_settled.into_result().unwrap().len(), 1200);
+    let calls = gateway.calls();
+    assert_eq!(calls.sent.len(), 1200);
+    assert!(calls.performs.values().all(|&n| n <= 2));
+}
+
+/// A batch longer than its TTL under a [`fencing_core::LeaseRenewal`] of a clone of its
+/// guard: each extension moves the batch's deadline too, so the pipeline runs to the end.
+/// When the renewal gives up (the lease was taken away), the pipeline starts nothing more.
+#[tokio::test(start_paused = true)]
+async fn a_renewed_lease_keeps_a_long_pipeline_going_and_a_lost_renewal_stops_it() {
+    let records = keys(200);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let gateway = Gateway::with_latency(Duration::from_secs(1));
+    let a = batch(&lease, &store).await;
+    let renewal = fencing_core::LeaseRenewal::start(
+        lease.clone(),
+        a.guard().clone(),
+        Duration::from_secs(10),
+    );
+    // 200 calls of 1 s, 4 at a time: 50 s, beyond the 30 s TTL.
+    let settled = a
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(4)
+        .run(records.clone())
+        .await;
+    assert_eq!(settled.into_result().unwrap().len(), 200);
+    assert!(!renewal.is_lost());
+    drop(renewal);
+    a.finish().await.unwrap();
+
+    let more = keys(400);
+    let store = Counted::new(&more);
+    let b = batch(&lease, &store).await;
+    let renewal = fencing_core::LeaseRenewal::start(
+        lease.clone(),
+        b.guard().clone(),
+        Duration::from_secs(10),
+    );
+    let stolen = async {
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        // The lease is taken from B behind its back: its next extension is refused.
+        lease.release(b.guard().clone()).await.unwrap();
+        let _c = lease
+            .try_acquire(&resource(), ttl())
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(100)).await;
+    };
+    let run = b
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(4)
+        .run(more.clone());
+    let settled = tokio::select! {
+        settled = run => settled,
+        () = stolen => unreachable!("the pipeline stops on its own"),
+    };
+    assert!(renewal.is_lost());
+    assert!(
+        matches!(settled.error, Some(Error::LeaseLost { .. })),
+        "{:?}",
+        settled.error
+    );
+    // Lost at the 20 s beat: about 80 records settled, far from 400, none started after.
+    let started = gateway.calls().performs.len() - 200;
+    assert!(started < 100, "{started} effects started");
 }

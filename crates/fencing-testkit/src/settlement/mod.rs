@@ -14,6 +14,7 @@ pub use gateway::{CallResult, Gateway, GatewayMode, GatewayTally};
 pub use journal::{Event, Holder, What};
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fencing_core::{
@@ -185,6 +186,7 @@ pub async fn run_on(
         store,
         gateway: Gateway::new(config.gateway, config.gateway_latency),
         journal: Journal::new(),
+        started_past_deadline: AtomicU64::new(0),
     });
     let mut workers = tokio::task::JoinSet::new();
     for plan in &config.workers {
@@ -218,6 +220,10 @@ pub struct Audit {
     pub confirms_by_non_claimer: u64,
     /// Rows with more than one refund created, or sent without one.
     pub rows_not_refunded_once: u64,
+    /// Gateway calls and look-ups a worker started after its lease's local deadline had
+    /// passed. Not a safety violation (the fence and the idempotency key keep those
+    /// harmless), but work a fenced worker never starts: it checks its deadline first.
+    pub effects_started_past_deadline: u64,
 }
 
 impl Audit {
@@ -273,6 +279,7 @@ impl SettlementReport {
         let done: &State = shared.lifecycle.done();
         let mut audit = Audit {
             gateway: shared.gateway.tally(),
+            effects_started_past_deadline: shared.started_past_deadline.load(Ordering::SeqCst),
             ..Audit::default()
         };
         for key in &shared.keys {

@@ -1,9 +1,11 @@
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fencing_core::{
     BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken,
-    Lease, Lifecycle, Record, RecordKey, ResourceName, Result, SideEffect, Ttl, Written, acquire,
+    Lease, LeaseGuard, Lifecycle, Record, RecordKey, ResourceName, Result, SideEffect, Ttl,
+    Written, acquire,
 };
 
 use super::gateway::Gateway;
@@ -24,6 +26,8 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn FencedStore>,
     pub(crate) gateway: Gateway,
     pub(crate) journal: Journal,
+    /// Effects (calls and look-ups) started by a holder whose guard had ended locally.
+    pub(crate) started_past_deadline: AtomicU64,
 }
 
 /// Runs one worker's plan: wait for its start, then take the job once per delivery.
@@ -40,7 +44,7 @@ pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
             Err(err) => panic!("the lease failed: {err}"),
         };
         let holder = shared.journal.acquired(&plan.name, guard.token());
-        let finished = run_batch(&shared, &holder, shared.fencing.token_for(&guard), &pauses).await;
+        let finished = run_batch(&shared, &holder, &guard, &pauses).await;
         // A holder whose lease ended is refused here; only the current owner can release.
         let held = shared.lease.release(guard).await.is_ok();
         shared.journal.record(&plan.name, What::Released { held });
@@ -52,17 +56,26 @@ pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
 }
 
 /// One delivery of the job: every refund in order, stopping at the first rejection.
+///
+/// Fenced, the worker presents its guard's token and its helpers start no effect past the
+/// guard's local deadline; unfenced (the control), every write presents one token and nothing
+/// looks at the deadline, as in a job that only takes a lease.
 async fn run_batch(
     shared: &Shared,
     holder: &Holder,
-    token: FencingToken,
+    guard: &LeaseGuard,
     pauses: &Mutex<Vec<Pause>>,
 ) -> bool {
-    let fence = Fence::new(&shared.resource, token, shared.lease.token_source());
+    let source = shared.lease.token_source();
+    let fence = match shared.fencing {
+        Fencing::On => Fence::of_guard(guard, source),
+        Fencing::Off => Fence::new(&shared.resource, shared.fencing.token_for(guard), source),
+    };
     let store = ObservedStore { shared, holder };
     let gateway = WorkerGateway {
         shared,
         worker: &holder.worker,
+        guard,
         pauses,
     };
     if shared.concurrency > 1 {
@@ -218,7 +231,19 @@ fn met(err: &Error) -> String {
 struct WorkerGateway<'a> {
     shared: &'a Shared,
     worker: &'a str,
+    guard: &'a LeaseGuard,
     pauses: &'a Mutex<Vec<Pause>>,
+}
+
+impl WorkerGateway<'_> {
+    /// Counts an effect that starts after the holder's deadline.
+    fn starting(&self) {
+        if self.guard.has_ended_locally() {
+            self.shared
+                .started_past_deadline
+                .fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 #[async_trait]
@@ -226,6 +251,7 @@ impl SideEffect for WorkerGateway<'_> {
     type Receipt = ();
 
     async fn lookup(&self, key: &RecordKey) -> Result<Option<()>, BoxError> {
+        self.starting();
         let found = self.shared.gateway.find(key).await;
         self.shared.journal.record(
             self.worker,
@@ -238,6 +264,7 @@ impl SideEffect for WorkerGateway<'_> {
     }
 
     async fn perform(&self, key: &RecordKey, record: &Record) -> Result<(), BoxError> {
+        self.starting();
         let pause = {
             let mut pauses = self.pauses.lock().unwrap();
             let due = pauses.iter().position(|p| p.before_call_for == *key);
