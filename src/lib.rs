@@ -19,15 +19,15 @@ pub mod prelude {
         FencedStore, FencedWrite, FencingToken, Finished, FoundFence, InputKind, InvalidInput,
         Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease, MemoryStore,
         MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Pipeline, Record, RecordKey,
-        ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord, State, StoreRef,
-        TokenSource, Ttl, Written, acquire, async_trait, seed_from_floors,
+        RecordWrites, ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord, State,
+        StoreRef, TokenSource, Ttl, Written, acquire, async_trait, seed_from_floors,
     };
 
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub use fencing_postgres::{
-        PgFenceFloor, PgKeyType, PgLease, PgStore, PgTable, PgTokenSource, PgValue, PgWrite,
-        PgWrittenTogether,
+        PgFenceFloor, PgKeyType, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource,
+        PgValue, PgWrite, PgWrittenTogether,
     };
 
     #[cfg(feature = "redis")]
@@ -37,12 +37,13 @@ pub mod prelude {
     #[cfg(feature = "dynamodb")]
     #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
     pub use fencing_dynamodb::{
-        DynamoFenceFloor, DynamoLease, DynamoStore, DynamoTable, DynamoTokenSource,
+        DynamoFenceFloor, DynamoKeyType, DynamoLease, DynamoStore, DynamoTable, DynamoTokenSource,
+        DynamoWrite,
     };
 
     #[cfg(feature = "s3")]
     #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
-    pub use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
+    pub use fencing_s3::{JsonCodec, S3Bucket, S3FenceFloor, S3Store};
 
     #[cfg(feature = "etcd")]
     #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]

@@ -106,8 +106,29 @@ impl<'a> Fence<'a> {
         key: &RecordKey,
         write: &FencedWrite,
     ) -> Result<Written> {
+        self.write_by(store, key, write, || store.write(key, self.token, write))
+            .await
+    }
+
+    /// [`Self::write`] of a request the adapter sends itself (for adapters): `send` makes
+    /// `write` of `key` under [`Self::token`] with more besides (a row's other columns, an
+    /// item's own attributes) and maps the answer as [`FencedStore::write`] would. It gets
+    /// every rule of [`Self::write`]: an ambiguous outcome sent again, a refused retry read
+    /// back from `store` and recognised by `write`'s own effect, a refusal explained, the
+    /// outcome reported.
+    pub async fn write_by<S, F>(
+        &self,
+        store: &S,
+        key: &RecordKey,
+        write: &FencedWrite,
+        send: impl FnMut() -> F,
+    ) -> Result<Written>
+    where
+        S: FencedStore + ?Sized,
+        F: Future<Output = Result<Written>>,
+    {
         let started = Instant::now();
-        let result = self.write_unobserved(store, key, write).await;
+        let result = self.write_unobserved(store, key, write, send).await;
         self.observe(store.name(), &[key], write.check(), started, &result);
         result
     }
@@ -281,15 +302,20 @@ impl<'a> Fence<'a> {
         }
     }
 
-    async fn write_unobserved<S: FencedStore + ?Sized>(
+    async fn write_unobserved<S, F>(
         &self,
         store: &S,
         key: &RecordKey,
         write: &FencedWrite,
-    ) -> Result<Written> {
+        mut send: impl FnMut() -> F,
+    ) -> Result<Written>
+    where
+        S: FencedStore + ?Sized,
+        F: Future<Output = Result<Written>>,
+    {
         let mut retries = 0;
         loop {
-            match store.write(key, self.token, write).await {
+            match send().await {
                 Ok(written) => return Ok(written),
                 Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
                     retries += 1;

@@ -268,13 +268,45 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     /// finish and their confirms are sent, fenced as ever.
     pub async fn run(self, keys: impl IntoIterator<Item = RecordKey>) -> Settled<E::Receipt> {
         let keys: Vec<RecordKey> = keys.into_iter().collect();
+        let checked = self.check(&keys);
+        self.settle_checked(checked, keys.into(), VecDeque::new())
+            .await
+    }
+
+    /// Settles records this holder already claimed, in that order (say, a whole batch
+    /// claimed in one statement with `PgStore::write_together`): no claim is sent, and
+    /// each effect is looked up first only where its record was in flight *before* that
+    /// claim, as [`Fence::run_effect_then`] does with [`crate::EffectStart::Claimed`].
+    ///
+    /// Each answer must show its record in flight under this pipeline's token, and no
+    /// record may come twice; otherwise nothing is started ([`Error::InvalidInput`]). The
+    /// window does not apply: every record is claimed already.
+    pub async fn run_claimed(
+        self,
+        claimed: impl IntoIterator<Item = Written>,
+    ) -> Settled<E::Receipt> {
+        let claimed: VecDeque<Written> = claimed.into_iter().collect();
+        let keys: Vec<RecordKey> = claimed.iter().map(|w| w.record.key.clone()).collect();
+        let checked = self.check(&keys).and_then(|()| {
+            claimed
+                .iter()
+                .try_for_each(|w| self.fence.check_claimed(&w.record.key, w, self.lifecycle))
+        });
+        self.settle_checked(checked, VecDeque::new(), claimed).await
+    }
+
+    async fn settle_checked(
+        self,
+        checked: Result<(), InvalidInput>,
+        queue: VecDeque<RecordKey>,
+        claimed: VecDeque<Written>,
+    ) -> Settled<E::Receipt> {
         let mut settled = Settled {
             outcomes: Vec::new(),
             error: None,
         };
-        let checked = self.check(&keys);
         match (&self.store, checked) {
-            (Ok(store), Ok(())) => self.settle(*store, keys, &mut settled).await,
+            (Ok(store), Ok(())) => self.settle(*store, queue, claimed, &mut settled).await,
             (_, Err(err)) => settled.error = Some(err.into()),
             (Err(_), Ok(())) => settled.error = self.store.err(),
         }
@@ -284,19 +316,18 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     async fn settle(
         &self,
         store: &dyn FencedStore,
-        keys: Vec<RecordKey>,
+        mut queue: VecDeque<RecordKey>,
+        mut claimed: VecDeque<Written>,
         settled: &mut Settled<E::Receipt>,
     ) {
         let fence = self.fence;
         let (claim, confirm) = (self.lifecycle.claim(), self.lifecycle.confirm());
-        let mut queue: VecDeque<RecordKey> = keys.into();
-        let mut claimed: VecDeque<Written> = VecDeque::new();
         let mut performed: Vec<(RecordKey, E::Receipt, bool)> = Vec::new();
         let mut oldest_performed: Option<Instant> = None;
         let mut in_flight: InFlight<'_, E::Receipt> = FuturesUnordered::new();
         let (mut claiming, mut effects, mut confirming) = (false, 0, false);
         // Records claimed (or being claimed) whose confirm has not been answered.
-        let mut open = 0;
+        let mut open = claimed.len();
         let stop = |settled: &mut Settled<E::Receipt>, err: Error| {
             let kept = match self.batch {
                 Some(batch) => batch.note_error(err),

@@ -1241,3 +1241,81 @@ async fn a_renewed_lease_keeps_a_long_pipeline_going_and_a_lost_renewal_stops_it
     let started = gateway.calls().performs.len() - 200;
     assert!(started < 100, "{started} effects started");
 }
+
+/// The whole batch claimed up front (one request), then settled by the pipeline without
+/// claiming again: only what was in flight before that claim is looked up.
+#[tokio::test(start_paused = true)]
+async fn records_claimed_up_front_are_settled_without_another_claim() {
+    let records = keys(100);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let gateway = Gateway::with_latency(Duration::from_millis(5));
+    // An earlier holder left r_0007 in flight, its refund made.
+    let earlier = batch(&lease, &store).await;
+    earlier
+        .write(&*store, &key(7), &lifecycle.claim())
+        .await
+        .unwrap();
+    gateway
+        .perform(&key(7), &store.inner.read(&key(7)).await.unwrap().unwrap())
+        .await
+        .unwrap();
+    lease.release(earlier.guard().clone()).await.unwrap();
+    drop(earlier);
+
+    let batch = batch(&lease, &store).await;
+    let fence = batch.fence();
+    let claimed: Vec<Written> = fence
+        .write_many(&*store, &records, &lifecycle.claim())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let claims_before = store.requests(FenceCheck::Claim).0;
+
+    // Answers that are not this holder's claims are refused before anything starts.
+    let mut foreign = claimed[0].clone();
+    foreign.record.fence = FencingToken::new(1).ok();
+    let twice = vec![claimed[1].clone(), claimed[1].clone()];
+    for bad in [vec![foreign], twice] {
+        let settled = batch
+            .pipeline(&*store, &lifecycle, &gateway)
+            .run_claimed(bad)
+            .await;
+        assert!(
+            matches!(settled.error, Some(Error::InvalidInput(_))),
+            "{:?}",
+            settled.error
+        );
+    }
+    assert_eq!(
+        gateway.calls().performs.len(),
+        1,
+        "only the earlier holder's"
+    );
+
+    let outcomes = batch
+        .pipeline(&*store, &lifecycle, &gateway)
+        .concurrency(8)
+        .run_claimed(claimed)
+        .await
+        .into_result()
+        .unwrap();
+    assert_eq!(outcomes.len(), 100);
+    assert_eq!(
+        store.requests(FenceCheck::Claim).0,
+        claims_before,
+        "no claim sent"
+    );
+    let recovered: Vec<&RecordKey> = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, EffectOutcome::Recovered(_)))
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(recovered, vec![&key(7)]);
+    assert_eq!(gateway.calls().lookups, vec![key(7)]);
+    assert!(gateway.calls().performs.values().all(|&n| n == 1));
+    batch.finish().await.unwrap();
+}

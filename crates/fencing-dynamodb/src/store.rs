@@ -351,11 +351,11 @@ impl DynamoStore {
         write: impl Into<DynamoWrite>,
     ) -> Result<Written> {
         let write = write.into();
-        let setting = Setting {
-            store: self,
-            attributes: write.attributes(),
-        };
-        fence.write(&setting, key, write.write()).await
+        fence
+            .write_by(self, key, write.write(), || {
+                self.write_setting(key, fence.token(), write.write(), write.attributes())
+            })
+            .await
     }
 
     /// The record `key` names and the item's other attributes (every attribute but the key,
@@ -453,36 +453,6 @@ impl DynamoStore {
         Err(self.corrupt(DynamoFailure::Inconsistent(
             "the item's state kept changing under the write",
         )))
-    }
-}
-
-/// A store's writes that also set attributes of the caller's own, so [`Fence::write`] can
-/// send, resend and recognise them as it does any write: reads are the store's.
-#[derive(Debug)]
-struct Setting<'a> {
-    store: &'a DynamoStore,
-    attributes: &'a [(String, AttributeValue)],
-}
-
-#[async_trait]
-impl FencedStore for Setting<'_> {
-    fn name(&self) -> &str {
-        &self.store.name
-    }
-
-    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
-        self.store.read(key).await
-    }
-
-    async fn write(
-        &self,
-        key: &RecordKey,
-        token: FencingToken,
-        write: &FencedWrite,
-    ) -> Result<Written> {
-        self.store
-            .write_setting(key, token, write, self.attributes)
-            .await
     }
 }
 

@@ -5,7 +5,8 @@
 //!   name is checked and quoted here ([`PgIdent`]), since sqlx quotes none.
 //! * [`PgStore`] implements [`fencing_core::FencedStore`]: each write is one statement
 //!   `UPDATE … WHERE key = $1 AND fence <= $token AND state = ANY(…)` that also returns the
-//!   fence and state it met, so a refusal says which fence refused it. Its `*_with` methods
+//!   fence and state it met, so a refusal says which fence refused it. Its `*_on` methods (and
+//!   `write_in`)
 //!   join the caller's own connection or transaction; [`PgStore::write_together`] claims a
 //!   whole batch in one transaction.
 //! * [`PgTokenSource`] and [`PgLease`] keep counters and leases in tables: durable tokens, and

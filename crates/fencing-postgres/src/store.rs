@@ -11,7 +11,7 @@ use fencing_core::{
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
-use sqlx::{Acquire, Connection, PgConnection, PgPool, Postgres, Row};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Row};
 use tokio::sync::OnceCell;
 
 use crate::columns::{PgValue, PgWrite};
@@ -29,9 +29,13 @@ use crate::table::PgTable;
 /// columns exist, the key column is unique and of a supported type ([`crate::PgKeyType`]).
 /// A failure is reported and checked again next time.
 ///
-/// The `*_with` methods take the caller's own connection or transaction instead of the pool,
-/// and the `*_in` methods take a [`Fence`] too, so fenced writes join other work in one
-/// transaction with a regression still told from a stale holder.
+/// The `*_on` methods take the caller's own connection or transaction instead of the pool
+/// (`&mut *conn` of a pooled connection, `&mut *tx` of a transaction) and use it alone, the
+/// table's shape included when it is not known yet; [`Self::write_in`] and
+/// [`Self::write_together_on`] take a [`Fence`] too, so fenced writes join other work in one
+/// transaction with a regression still told from a stale holder. They take a plain
+/// `&mut PgConnection` (not any `sqlx::Acquire`) so that they can be called from inside an
+/// `#[async_trait]` method, such as a pipeline's [`fencing_core::RecordWrites`].
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
@@ -109,13 +113,15 @@ impl PgStore {
         &self.pool
     }
 
-    /// The table's shape, read from the catalog on first use.
-    async fn schema(&self) -> Result<&Schema> {
+    /// The table's shape, read from the catalog on first use, on the connection `via` names:
+    /// a write in the caller's transaction learns it there, never from a second connection
+    /// of the pool (which the caller's transaction may be holding the last of).
+    async fn schema(&self, via: Via<'_>) -> Result<&Schema> {
         self.schema
             .get_or_try_init(|| async {
                 let table = self.table.name();
                 let row = self
-                    .request(Via::Pool, RequestEffect::ReadOnly, async |conn| {
+                    .request(via, RequestEffect::ReadOnly, async |conn| {
                         self.query(INSPECT)
                             .bind(table.to_string())
                             .bind(table.schema().as_str())
@@ -173,34 +179,21 @@ impl PgStore {
             .await
     }
 
-    /// The caller's connection from `conn`, once the table's shape is known (so that a pool
-    /// passed as `conn` is not asked for a second connection to learn it).
-    async fn given<'c, A: Acquire<'c, Database = Postgres>>(
-        &self,
-        conn: A,
-    ) -> Result<A::Connection> {
-        self.schema().await?;
-        conn.acquire()
-            .await
-            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))
-    }
-
     fn query(&self, sql: impl Into<String>) -> Query<'static, Postgres, PgArguments> {
         self.session.query(sql)
     }
 
     /// Reads one record on the caller's connection or transaction.
-    pub async fn read_on<'c, A: Acquire<'c, Database = Postgres>>(
+    pub async fn read_on(
         &self,
-        conn: A,
+        conn: &mut PgConnection,
         key: &RecordKey,
     ) -> Result<Option<Record>> {
-        let mut conn = self.given(conn).await?;
-        self.read_via(Via::Caller(&mut conn), key).await
+        self.read_via(Via::Caller(conn), key).await
     }
 
-    async fn read_via(&self, via: Via<'_>, key: &RecordKey) -> Result<Option<Record>> {
-        let schema = self.schema().await?;
+    async fn read_via(&self, mut via: Via<'_>, key: &RecordKey) -> Result<Option<Record>> {
+        let schema = self.schema(via.reborrow()).await?;
         schema.key_type.check(key)?;
         self.request(via, RequestEffect::ReadOnly, async |conn| {
             let row = self
@@ -223,26 +216,25 @@ impl PgStore {
     /// One statement locks the row, checks fence and state, applies the change and returns
     /// what the row held, so a refusal names the fence it met. A claim without a state
     /// condition on a missing row inserts it; the table's other columns need defaults.
-    pub async fn write_on<'c, A: Acquire<'c, Database = Postgres>>(
+    pub async fn write_on(
         &self,
-        conn: A,
+        conn: &mut PgConnection,
         key: &RecordKey,
         token: FencingToken,
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
-        let mut conn = self.given(conn).await?;
-        self.write_via(Via::Caller(&mut conn), key, token, &write.into())
+        self.write_via(Via::Caller(conn), key, token, &write.into())
             .await
     }
 
     async fn write_via(
         &self,
-        via: Via<'_>,
+        mut via: Via<'_>,
         key: &RecordKey,
         token: FencingToken,
         write: &PgWrite,
     ) -> Result<Written> {
-        let schema = self.schema().await?;
+        let schema = self.schema(via.reborrow()).await?;
         schema.key_type.check(key)?;
         let extras = self.check_write(schema, write)?;
         let fenced = write.write();
@@ -278,15 +270,33 @@ impl PgStore {
         .await?
     }
 
+    /// A [`PgWrite`] (a fenced write that may set other columns too) of `key` under
+    /// `fence`'s token on the store's pool, with [`Fence::write`]'s rules: an ambiguous
+    /// outcome sent again, a refused retry recognised as this holder's own, a refusal
+    /// explained. The pool's form of [`Self::write_in`].
+    pub async fn write_with(
+        &self,
+        fence: &Fence<'_>,
+        key: &RecordKey,
+        write: impl Into<PgWrite>,
+    ) -> Result<Written> {
+        let write = write.into();
+        fence
+            .write_by(self, key, write.write(), || {
+                self.write_via(Via::Pool, key, fence.token(), &write)
+            })
+            .await
+    }
+
     /// [`Self::write_on`] under `fence`'s token, through [`Fence::run_write_once`]: a
     /// refusal is explained (a counter that went backwards is a regression, not a newer
     /// holder) and the outcome reported as [`Fence::write`] reports it. For writes inside the
     /// caller's transaction, e.g. through [`fencing_core::FencedBatch::run_fenced`]; an
     /// ambiguous outcome is returned, not retried, since the transaction it was part of is
     /// gone.
-    pub async fn write_in<'c, A: Acquire<'c, Database = Postgres>>(
+    pub async fn write_in(
         &self,
-        conn: A,
+        conn: &mut PgConnection,
         fence: &Fence<'_>,
         key: &RecordKey,
         write: impl Into<PgWrite>,
@@ -311,15 +321,14 @@ impl PgStore {
     /// can leave a `BEGIN` that was on its way open on the server, unknown to the connection.
     /// [`Self::write_together`], on the store's own pool, closes such a connection instead of
     /// returning it.
-    pub async fn write_together_on<'c, A: Acquire<'c, Database = Postgres>>(
+    pub async fn write_together_on(
         &self,
-        conn: A,
+        conn: &mut PgConnection,
         fence: &Fence<'_>,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
     ) -> Result<PgWrittenTogether> {
-        let mut conn = self.given(conn).await?;
-        self.write_together_via(Via::Caller(&mut conn), fence, keys, &write.into())
+        self.write_together_via(Via::Caller(conn), fence, keys, &write.into())
             .await
     }
 
@@ -339,12 +348,12 @@ impl PgStore {
 
     async fn write_together_unobserved(
         &self,
-        via: Via<'_>,
+        mut via: Via<'_>,
         token: FencingToken,
         keys: &[RecordKey],
         write: &PgWrite,
     ) -> Result<PgWrittenTogether> {
-        let schema = self.schema().await?;
+        let schema = self.schema(via.reborrow()).await?;
         check_distinct(keys)?;
         for key in keys {
             schema.key_type.check(key)?;
@@ -550,6 +559,16 @@ enum Via<'a> {
     Caller(&'a mut PgConnection),
 }
 
+impl Via<'_> {
+    /// The same connection, for one request before the next.
+    fn reborrow(&mut self) -> Via<'_> {
+        match self {
+            Via::Pool => Via::Pool,
+            Via::Caller(conn) => Via::Caller(conn),
+        }
+    }
+}
+
 #[async_trait]
 impl FencedStore for PgStore {
     fn name(&self) -> &str {
@@ -578,7 +597,7 @@ impl FencedStore for PgStore {
         write: &FencedWrite,
     ) -> Result<Vec<Result<Written>>> {
         check_distinct(keys)?;
-        let schema = self.schema().await?;
+        let schema = self.schema(Via::Pool).await?;
         for key in keys {
             schema.key_type.check(key)?;
         }

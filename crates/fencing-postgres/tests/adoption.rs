@@ -6,8 +6,8 @@ mod common;
 
 use common::Schema;
 use fencing_core::{
-    EffectOutcome, EffectStart, Error, Fence, FencedStore, FencedWrite, FencingToken, InputKind,
-    Lifecycle, RecordKey, State, TokenSource,
+    EffectOutcome, EffectStart, Error, Fence, FencedStore, FencedWrite, FencingToken, FoundFence,
+    InputKind, Lifecycle, RecordKey, State, TokenSource,
 };
 use fencing_postgres::{PgStore, PgTable, PgValue, PgWrite};
 use fencing_testkit::faults::RecordingEffect;
@@ -75,8 +75,33 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
         .unwrap()
         .set("amount_cents", 7025)
         .unwrap();
+    // On the store's pool under a fence: Fence::write's rules, a refusal explained.
+    let (source, resource) = common::issued_up_to(33).await;
+    let stale = Fence::new(&resource, token(32), &source);
+    let err = payouts
+        .write_with(&stale, &key(P1), &confirm)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(33)),
+        "{err:?}"
+    );
+    let behind = fencing_core::MemoryTokenSource::new();
+    let err = payouts
+        .write_with(
+            &Fence::new(&resource, token(32), &behind),
+            &key(P1),
+            &confirm,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
     payouts
-        .write_on(payouts.pool(), &key(P1), token(33), &confirm)
+        .write_with(
+            &Fence::new(&resource, token(33), &source),
+            &key(P1),
+            &confirm,
+        )
         .await
         .unwrap();
     let row = sqlx::query(AssertSqlSafe(format!(
@@ -98,7 +123,12 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
         .set("gateway_ref", "stale")
         .unwrap();
     let err = payouts
-        .write_on(payouts.pool(), &key(P1), token(32), &stale)
+        .write_on(
+            &mut payouts.pool().acquire().await.unwrap(),
+            &key(P1),
+            token(32),
+            &stale,
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
@@ -319,7 +349,12 @@ async fn writes_the_table_cannot_carry_are_refused_before_sending() {
     ];
     for write in &cases {
         let err = payouts
-            .write_on(payouts.pool(), &key(P1), token(5), write)
+            .write_on(
+                &mut payouts.pool().acquire().await.unwrap(),
+                &key(P1),
+                token(5),
+                write,
+            )
             .await
             .unwrap_err();
         assert!(
@@ -411,7 +446,7 @@ async fn a_write_in_the_callers_transaction_tells_a_regression_from_a_newer_hold
     let fence = Fence::new(&resource, mine, &source);
     let mut tx = schema.pool.begin().await.unwrap();
     let err = payouts
-        .write_in(&mut *tx, &fence, &key(P1), &lifecycle.claim())
+        .write_in(&mut tx, &fence, &key(P1), &lifecycle.claim())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
@@ -423,7 +458,7 @@ async fn a_write_in_the_callers_transaction_tells_a_regression_from_a_newer_hold
     // Under a source that did issue 40, the same refusal is a newer holder.
     let err = payouts
         .write_in(
-            &schema.pool,
+            &mut schema.pool.acquire().await.unwrap(),
             &Fence::new(&resource, mine, &source),
             &key(P1),
             &lifecycle.claim(),
@@ -449,7 +484,12 @@ async fn a_value_its_column_cannot_hold_fails_the_whole_statement_and_writes_not
         .set("amount_cents", "seventy")
         .unwrap();
     let err = payouts
-        .write_on(payouts.pool(), &key(P1), token(7), &confirm)
+        .write_on(
+            &mut payouts.pool().acquire().await.unwrap(),
+            &key(P1),
+            token(7),
+            &confirm,
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");

@@ -47,7 +47,7 @@ async fn a_write_in_dropped_inside_the_callers_transaction_is_applied_or_not() {
             async |(key, _, tx)| {
                 let mut tx = tx.lock().await;
                 let tx = tx.as_mut().expect("the transaction");
-                store.write_in(&mut **tx, &fence, key, &claim).await
+                store.write_in(tx, &fence, key, &claim).await
             },
             async |(key, before, tx), output| {
                 let tx = tx.lock().await.take().expect("the transaction");
@@ -106,7 +106,7 @@ async fn a_group_written_together_and_dropped_is_applied_whole_or_not_at_all() {
                 .unwrap();
             let mut claimed = 0;
             for key in keys {
-                let record = store.read_on(&mut *snapshot, key).await.unwrap().unwrap();
+                let record = store.read_on(&mut snapshot, key).await.unwrap().unwrap();
                 claimed += usize::from(record.state.as_ref() == Some(lifecycle.in_flight()));
             }
             snapshot.commit().await.unwrap();

@@ -33,7 +33,7 @@ fn writes_in_the_callers_transaction_and_batch_writes_are_reported_per_record() 
         let stale = Fence::new(&resource, FencingToken::new(33).unwrap(), &source);
         let mut tx = schema.pool.begin().await.unwrap();
         store
-            .write_in(&mut *tx, &stale, &key, &lifecycle.confirm())
+            .write_in(&mut tx, &stale, &key, &lifecycle.confirm())
             .await
             .unwrap_err();
         drop(tx);

@@ -20,17 +20,20 @@ fn token(n: u64) -> FencingToken {
     FencingToken::new(n).unwrap()
 }
 
-/// A PgBouncer sharing one server connection among all its clients, in front of the tests'
-/// PostgreSQL, and a pool of four client connections through it.
-async fn behind_pgbouncer() -> (PgBouncer, PgPool) {
+/// The port of the tests' PostgreSQL.
+fn postgres_port() -> u16 {
     let url = services::postgres_url();
-    let port = url
-        .rsplit_once('@')
+    url.rsplit_once('@')
         .and_then(|(_, host)| host.split('/').next())
         .and_then(|host| host.rsplit_once(':'))
         .and_then(|(_, port)| port.parse().ok())
-        .unwrap_or(5432);
-    let bouncer = PgBouncer::start(port, 1);
+        .unwrap_or(5432)
+}
+
+/// A PgBouncer sharing one server connection among all its clients, in front of the tests'
+/// PostgreSQL, and a pool of four client connections through it.
+async fn behind_pgbouncer() -> (PgBouncer, PgPool) {
+    let bouncer = PgBouncer::start(postgres_port(), 1);
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .min_connections(4)
@@ -206,5 +209,50 @@ async fn the_lease_token_source_and_floor_work_behind_transaction_pooling_too() 
         .await
         .unwrap();
     assert_eq!(highest, Some(token(5)), "the four resources' rows reach 5");
+    schema.drop_schema().await;
+}
+
+/// Two workers behind a PgBouncer with two server connections, each in a transaction of its
+/// own whose first fenced write is the store's first: the store learns the table's shape on
+/// the caller's transaction, so neither waits for a third server connection that never
+/// frees (PgBouncer would hold each for its `query_wait_timeout`, 120 s).
+#[tokio::test]
+async fn two_workers_in_transactions_on_two_server_connections_never_wait_for_a_third() {
+    let schema = Schema::new().await;
+    let bouncer = PgBouncer::start(postgres_port(), 2);
+    let (source, resource) = common::issued_up_to(9).await;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let worker = |i: usize| {
+        let (table, barrier, url) = (schema.table.clone(), barrier.clone(), bouncer.url("test"));
+        let (source, resource) = (&source, &resource);
+        async move {
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .connect(&url)
+                .await
+                .unwrap();
+            let store = PgStore::new(pool.clone(), table).for_transaction_pooling();
+            let mut tx = pool.begin().await.unwrap();
+            sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+            // Both transactions now hold a server connection each: there is no third.
+            barrier.wait().await;
+            let fence = Fence::new(resource, token(9), source);
+            let k = key(&format!("r_{i}"));
+            store
+                .write_in(&mut tx, &fence, &k, fencing_core::FencedWrite::claim())
+                .await?;
+            tx.commit().await.map_err(|e| store.sql_failure(e))?;
+            pool.close().await;
+            Ok::<_, Error>(())
+        }
+    };
+    let (first, second) = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        tokio::join!(worker(0), worker(1))
+    })
+    .await
+    .expect("neither worker waits for a third server connection");
+    first.unwrap();
+    second.unwrap();
+    drop(bouncer);
     schema.drop_schema().await;
 }

@@ -117,10 +117,10 @@ async fn fenced_writes_join_the_callers_transaction() {
 
     let mut tx = schema.pool.begin().await.unwrap();
     store
-        .write_on(&mut *tx, &k, token(33), &lifecycle.claim())
+        .write_on(&mut tx, &k, token(33), &lifecycle.claim())
         .await
         .unwrap();
-    let inside = store.read_on(&mut *tx, &k).await.unwrap().unwrap();
+    let inside = store.read_on(&mut tx, &k).await.unwrap().unwrap();
     assert_eq!(inside.fence, Some(token(33)));
     tx.rollback().await.unwrap();
     let after = store.read(&k).await.unwrap().unwrap();
@@ -132,7 +132,7 @@ async fn fenced_writes_join_the_callers_transaction() {
 
     let mut tx = schema.pool.begin().await.unwrap();
     store
-        .write_on(&mut *tx, &k, token(33), &lifecycle.claim())
+        .write_on(&mut tx, &k, token(33), &lifecycle.claim())
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -578,7 +578,7 @@ async fn a_claim_waiting_on_a_row_being_changed_reports_what_the_change_left() {
 
     let mut earlier_holder = schema.pool.begin().await.unwrap();
     store
-        .write_on(&mut *earlier_holder, &refund, token(33), lifecycle.claim())
+        .write_on(&mut earlier_holder, &refund, token(33), lifecycle.claim())
         .await
         .unwrap();
     let takeover = tokio::spawn({

@@ -14,9 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing::dynamodb::{DynamoKeyType, DynamoWrite};
 use fencing::prelude::*;
-use fencing::s3::JsonCodec;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 /// The team's schema, as it was before fencing, in `schema` (the ledger in `"Billing"`-like
@@ -316,59 +314,92 @@ pub(crate) async fn run(
                         .await
                 })
                 .await?;
-            run.skipped += claimed.skipped.len() as u32;
             let call = PayoutCall {
                 gateway,
                 amounts: &amounts,
             };
-            for written in &claimed.written {
-                if renewal.is_lost() {
-                    return Err(batch.guard().lost());
-                }
-                let key = &written.record.key;
-                let fence = batch.fence();
-                let confirm = async |reference: &String| match ledger {
-                    Ledger::Postgres => {
-                        confirm_with_ledger_entry(pool, schema, &payouts, &fence, key, reference)
-                            .await
-                    }
-                    Ledger::Aws { entries, receipts } => {
-                        let payout = Payout {
-                            merchant,
-                            key,
-                            cents: amounts[key],
-                            reference,
-                        };
-                        post_to_aws(entries, receipts, &fence, &payout).await?;
-                        payouts
-                            .write_in(pool, &fence, key, paid(reference)?)
-                            .await?;
-                        Ok(())
-                    }
-                };
-                match batch
-                    .run_effect_then(
-                        &payouts,
-                        EffectStart::Claimed(written),
-                        &lifecycle,
-                        &call,
-                        confirm,
-                    )
-                    .await
-                {
-                    Ok(EffectOutcome::Performed(_)) => run.paid += 1,
-                    Ok(EffectOutcome::Recovered(_)) => run.recovered += 1,
-                    // A cancelled payout: left alone under the skip policy, listed in
-                    // `batch.skipped()`.
-                    Ok(EffectOutcome::AlreadyDone) => run.skipped += 1,
-                    Err(err) if err.is_mismatch() => run.skipped += 1,
-                    Err(err) => return Err(err),
+            let paid_with_entry = PaidWithLedgerEntry {
+                pool,
+                schema,
+                payouts: &payouts,
+                ledger,
+                merchant,
+                amounts: &amounts,
+                lifecycle: &lifecycle,
+            };
+            // Eight transfers side by side, each confirmed with its ledger entry; a renewal
+            // that gives up stops new transfers (the guard is the renewal's too).
+            let settled = batch
+                .pipeline(&payouts, &lifecycle, &call)
+                .concurrency(8)
+                .writes(&paid_with_entry)
+                .run_claimed(claimed.written)
+                .await;
+            for (_, outcome) in &settled.outcomes {
+                match outcome {
+                    EffectOutcome::Performed(_) => run.paid += 1,
+                    EffectOutcome::Recovered(_) => run.recovered += 1,
+                    EffectOutcome::AlreadyDone => run.skipped += 1,
                 }
             }
+            // A payout cancelled meanwhile: left alone under the skip policy.
+            run.skipped += (claimed.skipped.len() + batch.skipped().len()) as u32;
             renewal.stop();
-            Ok(run)
+            settled.error.map_or(Ok(run), Err)
         })
         .await
+}
+
+/// Each payout's confirm with its ledger entry: in one PostgreSQL transaction, or (on AWS)
+/// after the ledger item and the receipt, each under the same fence.
+struct PaidWithLedgerEntry<'a> {
+    pool: &'a PgPool,
+    schema: &'a str,
+    payouts: &'a PgStore,
+    ledger: &'a Ledger,
+    merchant: &'a str,
+    amounts: &'a HashMap<RecordKey, i64>,
+    lifecycle: &'a Lifecycle,
+}
+
+#[async_trait]
+impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
+    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
+        fence
+            .write(self.payouts, key, &self.lifecycle.claim())
+            .await
+    }
+
+    async fn confirm(
+        &self,
+        fence: &Fence<'_>,
+        key: &RecordKey,
+        reference: &String,
+    ) -> Result<Written> {
+        match self.ledger {
+            Ledger::Postgres => {
+                confirm_with_ledger_entry(
+                    self.pool,
+                    self.schema,
+                    self.payouts,
+                    fence,
+                    key,
+                    reference,
+                )
+                .await
+            }
+            Ledger::Aws { entries, receipts } => {
+                let payout = Payout {
+                    merchant: self.merchant,
+                    key,
+                    cents: self.amounts[key],
+                    reference,
+                };
+                post_to_aws(entries, receipts, fence, &payout).await?;
+                self.payouts.write_with(fence, key, paid(reference)?).await
+            }
+        }
+    }
 }
 
 /// Marks the payout paid (with its time and the gateway's reference) and posts its ledger
@@ -380,10 +411,10 @@ async fn confirm_with_ledger_entry(
     fence: &Fence<'_>,
     key: &RecordKey,
     reference: &str,
-) -> Result<()> {
+) -> Result<Written> {
     let mut tx = pool.begin().await.map_err(|e| payouts.sql_failure(e))?;
-    payouts
-        .write_in(&mut *tx, fence, key, paid(reference)?)
+    let written = payouts
+        .write_in(&mut tx, fence, key, paid(reference)?)
         .await?;
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO \"{schema}_Billing\".\"LedgerEntries\" (payout_id, amount_cents) \
@@ -393,7 +424,8 @@ async fn confirm_with_ledger_entry(
     .execute(&mut *tx)
     .await
     .map_err(|e| payouts.sql_failure(e))?;
-    tx.commit().await.map_err(|e| payouts.sql_failure(e))
+    tx.commit().await.map_err(|e| payouts.sql_failure(e))?;
+    Ok(written)
 }
 
 /// The confirm: `paid`, with its time and the gateway's reference.

@@ -139,11 +139,24 @@ async fn until_stalled(gateway: &worker::Gateway) {
     }
 }
 
-/// Checks B's run and the gateway: A's nine payouts and B's twenty, the stalled one found by
-/// its key, each transferred once.
-fn check_runs(b: &worker::Run, gateway: &worker::Gateway) {
-    assert_eq!(b.recovered, 1, "B found A's stalled transfer by its key");
-    assert_eq!(b.paid + b.recovered, (PAYOUTS - 10) as u32, "{b:?}");
+/// Checks B's run and the gateway: A made ten transfers before it stalled and confirmed
+/// `a_confirmed` of them (its confirms go out side by side with its transfers); B found the
+/// rest of A's ten by their keys and paid everything else, each transferred once.
+fn check_runs(b: &worker::Run, gateway: &worker::Gateway, a_confirmed: i64) {
+    assert!(
+        a_confirmed <= 9,
+        "A confirmed {a_confirmed} before it stalled"
+    );
+    assert_eq!(
+        i64::from(b.recovered),
+        10 - a_confirmed,
+        "B found A's unconfirmed transfers by their keys"
+    );
+    assert_eq!(
+        i64::from(b.paid + b.recovered),
+        PAYOUTS - 1 - a_confirmed,
+        "{b:?}"
+    );
     assert_eq!(b.skipped, 1, "the cancelled payout");
     let journal = gateway.journal();
     assert_eq!(
@@ -203,22 +216,22 @@ async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once(
     .await
     .unwrap();
     gateway.wake();
+    // Woken, A sees by its own clock that its lease is over and starts nothing more; the
+    // confirm of its stalled payout is refused where B wrote (B confirmed it, below).
     let err = a.join().unwrap().unwrap_err();
     assert!(
-        matches!(&err, Error::Fenced { store, .. } if store == "payouts"),
-        "A must be refused by its confirm: {err:?}"
+        matches!(&err, Error::LeaseLost { .. })
+            || matches!(&err, Error::Fenced { store, .. } if store == "payouts"),
+        "A must stop: {err:?}"
     );
-    check_runs(&b, &gateway);
 
     let (paid, fenced_by_b, cancelled_fence) =
         payouts_audit(&pool, &schema, b.token.unwrap()).await;
     assert_eq!(paid, PAYOUTS - 1, "every payout paid but the cancelled one");
     assert_eq!(cancelled_fence, 0, "the cancelled payout was never claimed");
-    assert_eq!(
-        fenced_by_b,
-        PAYOUTS - 10,
-        "B claimed every payout A had not confirmed, and only those"
-    );
+    // B claimed every payout A had not confirmed, and only those.
+    let a_confirmed = paid - fenced_by_b;
+    check_runs(&b, &gateway, a_confirmed);
     let (entries, distinct, cents): (i64, i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT count(*), count(DISTINCT payout_id), COALESCE(sum(amount_cents), 0)::int8 \
          FROM \"{schema}_Billing\".\"LedgerEntries\""
@@ -263,6 +276,14 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
     let a = stalled_worker(&schema, &merchant, &gateway, &at, ttl);
     until_stalled(&gateway).await;
     let lease = redis_lease(&pool, &schema).await;
+    // Nobody but A has acquired yet: the highest token issued is A's.
+    let resource = worker::resource(&merchant).unwrap();
+    let a_token = lease
+        .token_source()
+        .current(&resource)
+        .await
+        .unwrap()
+        .expect("A's token");
     let b = worker::run(
         &pool,
         &schema,
@@ -284,16 +305,20 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
             .unwrap();
         RecordKey::new(key.as_str()).unwrap()
     };
-    // A, woken, writes the stalled payout's ledger item first: B has written it since, under
-    // its own token, so DynamoDB refuses A, and A never reaches the receipt or the confirm.
+    // A, woken, sees its lease over and starts nothing more; its stalled payout's confirm
+    // writes the ledger item first, which B has written since under its own token, so
+    // DynamoDB refuses A, and A never reaches the receipt or the payout's confirm.
     let err = a.join().unwrap().unwrap_err();
     let entry_key = worker::Ledger::entry_key(entries, &merchant, &stalled).unwrap();
     assert!(
-        matches!(&err, Error::Fenced { store, record, .. } if store == "ledger" && *record == entry_key),
-        "A must be refused by the DynamoDB ledger: {err:?}"
+        matches!(&err, Error::LeaseLost { .. })
+            || matches!(&err, Error::Fenced { store, record, .. } if store == "ledger" && *record == entry_key),
+        "A must stop: {err:?}"
     );
-    check_runs(&b, &gateway);
     let b_token = b.token.unwrap();
+    let (paid, fenced_by_b, cancelled_fence) = payouts_audit(&pool, &schema, b_token).await;
+    let a_confirmed = paid - fenced_by_b;
+    check_runs(&b, &gateway, a_confirmed);
 
     // The ledger by raw Scan: one item per paid payout, A's nine under A's token.
     let items = entries
@@ -315,13 +340,15 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
         .iter()
         .filter(|i| number(i, "fence") != b_token.as_i64())
         .collect();
-    assert_eq!(by_a.len(), 9, "A's nine payouts, posted before it stalled");
-    let a_token = FencingToken::new(number(by_a[0], "fence") as u64).unwrap();
+    assert_eq!(
+        by_a.len() as i64,
+        a_confirmed,
+        "A's items are those of the payouts it confirmed before it stalled"
+    );
     assert!(by_a.iter().all(|i| number(i, "fence") == a_token.as_i64()));
     assert!(a_token < b_token);
 
     // A's token, presented to the other two stores on the stalled payout, is refused by each.
-    let resource = worker::resource(&merchant).unwrap();
     let a_fence = Fence::new(&resource, a_token, lease.token_source());
     let late_receipt = FencedWrite::claim().set_payload(r#"{"payout_id":"late"}"#);
     let receipt_key = worker::Ledger::receipt_key(&merchant, &stalled).unwrap();
@@ -396,9 +423,8 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
         Some(b_token.as_i64()),
         "B confirmed the stalled payout"
     );
-    let (paid, fenced_by_b, cancelled_fence) = payouts_audit(&pool, &schema, b_token).await;
     assert_eq!(paid, PAYOUTS - 1);
-    assert_eq!(fenced_by_b, PAYOUTS - 10);
+    assert_eq!(fenced_by_b, PAYOUTS - 1 - a_confirmed);
     assert_eq!(cancelled_fence, 0);
     let (pg_entries,): (i64,) = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{schema}_Billing\".\"LedgerEntries\""

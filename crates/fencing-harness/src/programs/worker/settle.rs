@@ -73,7 +73,7 @@ impl Settlement {
         let write = PgWrite::new(FencedWrite::claim()).set(column, holder)?;
         batch
             .run_fenced(&**job, async |fence| {
-                job.write_in(&self.pool, fence, &key, write).await
+                job.write_with(fence, &key, write).await
             })
             .await
             .map(drop)
@@ -141,7 +141,7 @@ impl Settlement {
                     let claim = PgWrite::new(lifecycle.claim()).set("claimed_by", holder)?;
                     let claimed = batch
                         .run_fenced(&**refunds, async |fence| {
-                            refunds.write_in(&self.pool, fence, key, claim).await
+                            refunds.write_with(fence, key, claim).await
                         })
                         .await;
                     let claimed = match claimed {
@@ -154,7 +154,7 @@ impl Settlement {
                             .set("confirmed_by", holder)?
                             .set("gateway_ref", reference.as_str())?;
                         refunds
-                            .write_in(&self.pool, &batch.fence(), key, confirm)
+                            .write_with(&batch.fence(), key, confirm)
                             .await
                             .map(drop)
                     };
@@ -272,7 +272,7 @@ impl Settlement {
                 if filed {
                     return Ok(false);
                 }
-                refunds.write_in(&mut *tx, fence, key, claim).await?;
+                refunds.write_in(&mut tx, fence, key, claim).await?;
                 tx.commit().await.map_err(failed)?;
                 Ok(true)
             })
@@ -318,7 +318,7 @@ impl Settlement {
         let mark_filed = PgWrite::new(FencedWrite::claim()).set("filed", true)?;
         batch
             .run_fenced(&**refunds, async |fence| {
-                refunds.write_in(&self.pool, fence, key, mark_filed).await
+                refunds.write_with(fence, key, mark_filed).await
             })
             .await?;
         println!("filed {key}");
@@ -342,11 +342,7 @@ impl RecordWrites<String> for RefundWrites<'_> {
     async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
         let s = self.settlement;
         let claim = PgWrite::new(self.lifecycle.claim()).set("claimed_by", self.holder)?;
-        let claimed = s
-            .stores
-            .refunds
-            .write_in(&s.pool, fence, key, claim)
-            .await?;
+        let claimed = s.stores.refunds.write_with(fence, key, claim).await?;
         println!("claimed {key}");
         Ok(claimed)
     }
@@ -361,11 +357,7 @@ impl RecordWrites<String> for RefundWrites<'_> {
         let confirm = PgWrite::new(self.lifecycle.confirm())
             .set("confirmed_by", self.holder)?
             .set("gateway_ref", reference.as_str())?;
-        let confirmed = s
-            .stores
-            .refunds
-            .write_in(&s.pool, fence, key, confirm)
-            .await?;
+        let confirmed = s.stores.refunds.write_with(fence, key, confirm).await?;
         let amount_cents = self.amounts[key];
         s.file(self.batch, self.holder, key, amount_cents, reference)
             .await?;

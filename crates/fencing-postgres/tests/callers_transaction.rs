@@ -1,0 +1,216 @@
+//! Writes in the caller's transaction use that transaction's connection and nothing else, and
+//! a pipeline confirms each record together with the caller's own writes in one transaction.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Schema;
+use fencing_core::{
+    BoxError, EffectOutcome, Error, Fence, FencedBatch, FencedStore, FencedWrite, Lease, Lifecycle,
+    MemoryLease, Record, RecordKey, RecordWrites, ResourceName, Result, SideEffect, Ttl, Written,
+    async_trait,
+};
+use fencing_postgres::PgStore;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, PgPool, Row};
+
+fn key(n: usize) -> RecordKey {
+    RecordKey::new(format!("r_{n:03}")).unwrap()
+}
+
+/// A pool of one connection, which gives up waiting for a second after a second.
+async fn pool_of_one() -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect(&fencing_test_support::services::postgres_url())
+        .await
+        .unwrap()
+}
+
+async fn pending(store: &PgStore, keys: &[RecordKey]) {
+    let lifecycle = Lifecycle::default();
+    let create = FencedWrite::claim().set_state(lifecycle.pending().clone());
+    for key in keys {
+        store
+            .write(key, fencing_core::FencingToken::MIN, &create)
+            .await
+            .unwrap();
+    }
+}
+
+/// The store's first write is inside the caller's transaction, on a pool whose one
+/// connection that transaction holds: the table's shape is learnt on the same connection.
+#[tokio::test]
+async fn a_first_write_in_the_callers_transaction_needs_no_second_connection() {
+    let schema = Schema::new().await;
+    let pool = pool_of_one().await;
+    let store = PgStore::new(pool.clone(), schema.table.clone());
+    let (source, resource) = common::issued_up_to(5).await;
+    let fence = Fence::new(
+        &resource,
+        fencing_core::FencingToken::new(5).unwrap(),
+        &source,
+    );
+    let mut tx = pool.begin().await.unwrap();
+    let written = store
+        .write_in(&mut tx, &fence, &key(1), &FencedWrite::claim())
+        .await
+        .expect("no second connection is asked for");
+    assert_eq!(written.record.fence, Some(fence.token()));
+    let read = store.read_on(&mut tx, &key(1)).await.unwrap().unwrap();
+    assert_eq!(read.fence, Some(fence.token()));
+    tx.commit().await.unwrap();
+    // And a fresh store's first read and write_together on the caller's connection too.
+    let fresh = PgStore::new(pool.clone(), schema.table.clone());
+    let mut conn = pool.acquire().await.unwrap();
+    assert!(fresh.read_on(&mut conn, &key(2)).await.unwrap().is_none());
+    let fresh = PgStore::new(pool.clone(), schema.table.clone());
+    let together = fresh
+        .write_together_on(&mut conn, &fence, &[key(1)], FencedWrite::claim())
+        .await
+        .unwrap();
+    assert_eq!(together.keys(), vec![key(1)]);
+    drop(conn);
+    pool.close().await;
+    schema.drop_schema().await;
+}
+
+/// A gateway that answers at once with a receipt per key.
+struct Gateway;
+
+#[async_trait]
+impl SideEffect for Gateway {
+    type Receipt = String;
+
+    async fn lookup(&self, _: &RecordKey) -> Result<Option<String>, BoxError> {
+        Ok(None)
+    }
+
+    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<String, BoxError> {
+        Ok(format!("re_{}", key.as_str()))
+    }
+}
+
+/// Each record's confirm and its ledger entry in one transaction of the caller's.
+struct ConfirmWithLedger<'a> {
+    store: &'a PgStore,
+    ledger: String,
+    lifecycle: &'a Lifecycle,
+}
+
+#[async_trait]
+impl RecordWrites<String> for ConfirmWithLedger<'_> {
+    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
+        fence.write(self.store, key, &self.lifecycle.claim()).await
+    }
+
+    async fn confirm(
+        &self,
+        fence: &Fence<'_>,
+        key: &RecordKey,
+        receipt: &String,
+    ) -> Result<Written> {
+        let mut tx = self
+            .store
+            .pool()
+            .begin()
+            .await
+            .map_err(|e| self.store.sql_failure(e))?;
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {} (record, receipt) VALUES ($1, $2)",
+            self.ledger
+        )))
+        .bind(key.as_str())
+        .bind(receipt)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.store.sql_failure(e))?;
+        let written = self
+            .store
+            .write_in(&mut tx, fence, key, &self.lifecycle.confirm())
+            .await?;
+        tx.commit().await.map_err(|e| self.store.sql_failure(e))?;
+        Ok(written)
+    }
+}
+
+/// A pipeline whose confirms each commit with a ledger entry: every record settled has its
+/// entry; a stale holder's confirm is refused and its entry rolled back with it.
+#[tokio::test]
+async fn a_pipeline_confirms_each_record_with_the_callers_writes_in_one_transaction() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let ledger = format!("\"{}\".ledger", schema.name);
+    schema
+        .execute(format!(
+            "CREATE TABLE {ledger} (record text PRIMARY KEY, receipt text NOT NULL)"
+        ))
+        .await;
+    let keys: Vec<RecordKey> = (1..=40).map(key).collect();
+    pending(&store, &keys).await;
+    let lifecycle = Lifecycle::default();
+    let lease = Arc::new(MemoryLease::new());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    let writes = ConfirmWithLedger {
+        store: &store,
+        ledger: ledger.clone(),
+        lifecycle: &lifecycle,
+    };
+    let guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    let stores: [Arc<dyn FencedStore>; 1] = [Arc::new(store.clone())];
+    let batch = FencedBatch::new(lease.clone(), guard, stores).unwrap();
+    let settled = batch
+        .pipeline(&store, &lifecycle, &Gateway)
+        .concurrency(8)
+        .writes(&writes)
+        .run(keys[..30].to_vec())
+        .await;
+    let outcomes = settled.into_result().unwrap();
+    assert_eq!(outcomes.len(), 30);
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, o)| matches!(o, EffectOutcome::Performed(_)))
+    );
+
+    // A newer holder claims r_031 behind the batch's back; the batch's confirm of it (after
+    // its own claim and effect) is refused, and its ledger entry goes with it.
+    let stale = batch.fence();
+    stale
+        .write(&store, &key(31), &lifecycle.claim())
+        .await
+        .unwrap();
+    let newer = lease.try_acquire(&resource, ttl).await.unwrap();
+    assert!(newer.is_none(), "still held");
+    lease.release(batch.guard().clone()).await.unwrap();
+    let newer = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    Fence::of_guard(&newer, lease.token_source())
+        .write(&store, &key(31), &lifecycle.claim())
+        .await
+        .unwrap();
+    let err = writes
+        .confirm(&stale, &key(31), &"re_r_031".to_owned())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+    let entries: Vec<String> = sqlx::query(AssertSqlSafe(format!(
+        "SELECT record FROM {ledger} ORDER BY record"
+    )))
+    .fetch_all(&schema.pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|row| row.get(0))
+    .collect();
+    let settled_keys: Vec<String> = keys[..30].iter().map(|k| k.as_str().to_owned()).collect();
+    assert_eq!(
+        entries, settled_keys,
+        "one entry per confirmed record, none for r_031"
+    );
+    drop(batch);
+    schema.drop_schema().await;
+}
