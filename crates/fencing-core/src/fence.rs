@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::error::{Error, RequestEffect, Result};
+use crate::error::{Error, FoundFence, RequestEffect, Result};
 use crate::guard::LeaseGuard;
 use crate::name::{RecordKey, ResourceName};
 use crate::rules::is_regression;
@@ -185,6 +185,7 @@ impl<'a> Fence<'a> {
                 }
             };
             let mut ambiguous = Vec::new();
+            let mut refused = Vec::new();
             for (i, answer) in pending.into_iter().zip(answers) {
                 let key = &keys[i];
                 let outcome = match answer {
@@ -195,10 +196,19 @@ impl<'a> Fence<'a> {
                     Err(err) if write.refusal_may_be_own(&err, retries > 0) => {
                         self.own_earlier_attempt(store, key, write, err).await
                     }
-                    Err(err) => Err(self.explain_and_repair(err).await),
+                    Err(err) => {
+                        refused.push((i, err));
+                        continue;
+                    }
                     done => done,
                 };
                 self.observe(store.name(), &[key], write.check(), started, &outcome);
+                outcomes[i] = Some(outcome);
+            }
+            let (places, errs): (Vec<usize>, Vec<Error>) = refused.into_iter().unzip();
+            for (i, err) in places.into_iter().zip(self.explain_all(errs).await) {
+                let outcome = Err(err);
+                self.observe(store.name(), &[&keys[i]], write.check(), started, &outcome);
                 outcomes[i] = Some(outcome);
             }
             if !ambiguous.is_empty() {
@@ -352,38 +362,59 @@ impl<'a> Fence<'a> {
     ///
     /// The extra read of the source happens only here, on the rejection path.
     pub async fn explain_and_repair(&self, err: Error) -> Error {
-        let Error::Fenced {
-            store,
-            record,
-            presented,
-            found,
-        } = err
-        else {
-            return err;
+        let mut explained = self.explain_all(vec![err]).await;
+        explained.pop().expect("one error in, one out")
+    }
+
+    /// [`Self::explain_and_repair`] for the refusals of one request of many records, judged
+    /// together: against one reading of the source taken before any repair, with one repair
+    /// to the highest fence found. Judged one by one, the repair made for the first would
+    /// make the next (a lower fence, still above every token issued) look like a newer
+    /// holder's. A fence made from a guard also remembers the repairs of every write under
+    /// that guard, so refusals answered side by side (a pipeline's own writes) are judged
+    /// alike whatever order their explanations run in.
+    async fn explain_all(&self, errs: Vec<Error>) -> Vec<Error> {
+        let found_fences = errs.iter().filter_map(|err| match err {
+            Error::Fenced { found, .. } => found.token(),
+            _ => None,
+        });
+        let Some(highest_found) = found_fences.max() else {
+            return errs;
         };
-        let refusal = |found| Error::Fenced {
-            store: store.clone(),
-            record: record.clone(),
-            presented,
-            found,
+        let Ok(highest_issued) = self.source.current(self.resource).await else {
+            // The source cannot say: every refusal stays a plain refusal.
+            return errs;
         };
-        let Some(found_fence) = found.token() else {
-            return refusal(found);
+        let repaired = self.guard.and_then(LeaseGuard::repaired_to);
+        let regressed = |found: FencingToken| {
+            is_regression(found, highest_issued)
+                || repaired.is_some_and(|r| found > self.token && found <= r)
         };
-        match self.source.current(self.resource).await {
-            Ok(highest_issued) if is_regression(found_fence, highest_issued) => {
-                let advanced = self.source.advance_to(self.resource, found_fence).await;
-                telemetry::token_advanced(self.resource, found_fence, advanced.as_ref().map(drop));
-                Error::TokenRegression {
+        if is_regression(highest_found, highest_issued) {
+            // Noted before the source moves, so that a refusal judged side by side that reads
+            // the raised source already finds the note.
+            if let Some(guard) = self.guard {
+                guard.repaired(highest_found);
+            }
+            let advanced = self.source.advance_to(self.resource, highest_found).await;
+            telemetry::token_advanced(self.resource, highest_found, advanced.as_ref().map(drop));
+        }
+        errs.into_iter()
+            .map(|err| match err {
+                Error::Fenced {
                     store,
                     record,
                     presented,
-                    found: found_fence,
+                    found: FoundFence::Fence(found),
+                } if regressed(found) => Error::TokenRegression {
+                    store,
+                    record,
+                    presented,
+                    found,
                     highest_issued,
-                }
-            }
-            // A newer holder exists, or the source cannot say: either way, a plain refusal.
-            _ => refusal(found),
-        }
+                },
+                other => other,
+            })
+            .collect()
     }
 }

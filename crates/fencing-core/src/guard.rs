@@ -68,6 +68,9 @@ struct Tenure {
     ttl: Ttl,
     local_deadline: Instant,
     renewal_failed: bool,
+    /// The highest fence this holder's refusals found above every token issued, to which it
+    /// raised the token source.
+    repaired_to: Option<FencingToken>,
 }
 
 impl Debug for LeaseGuard {
@@ -101,6 +104,7 @@ impl LeaseGuard {
                 ttl,
                 local_deadline: deadline(requested_at, ttl),
                 renewal_failed: false,
+                repaired_to: None,
             })),
         }
     }
@@ -157,6 +161,18 @@ impl LeaseGuard {
         let mut tenure = self.tenure();
         tenure.ttl = ttl;
         tenure.local_deadline = deadline(requested_at, ttl);
+    }
+
+    /// The highest fence a refusal under this acquisition found above every token the source
+    /// had issued (and raised the source to), if any.
+    pub(crate) fn repaired_to(&self) -> Option<FencingToken> {
+        self.tenure().repaired_to
+    }
+
+    /// Notes that a refusal under this acquisition found `fence` above every token issued.
+    pub(crate) fn repaired(&self, fence: FencingToken) {
+        let mut tenure = self.tenure();
+        tenure.repaired_to = tenure.repaired_to.max(Some(fence));
     }
 
     /// Marks every clone of this guard ended: its renewal gave up.

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use fencing_core::{
-    Error, Fence, FenceFloor, FencedStore, FencedWrite, Lease, RetryPolicy, acquire,
-    seed_from_floors,
+    BoxError, Error, Fence, FenceFloor, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle,
+    MemoryStore, Record, RecordKey, RecordWrites, RetryPolicy, SideEffect, State, Written,
+    acquire, async_trait, seed_from_floors,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -346,4 +347,121 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
         c.token()
     );
     lease.release(d).await.unwrap();
+}
+
+/// A refusal whose fence lies above every token the lease's source has issued (a counter
+/// that went backwards, or a lease switched to a source that never counted this high) is an
+/// [`Error::TokenRegression`] on every path a write can take: one write, a group of claims, a
+/// group of confirms, a pipeline's grouped claims and a pipeline's own claims side by side.
+/// A group is judged as a whole: the repair made for one of its refusals (the source raised
+/// past the fence found) does not turn the next, lower one into a "newer holder".
+pub async fn a_regression_is_one_on_every_write_path<L: Lease + ?Sized>(
+    lease: &L,
+    caps: Capabilities,
+) {
+    let store = MemoryStore::new("refunds");
+    let lifecycle = Lifecycle::default();
+    let r = resource("regression-paths");
+    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    let fence = Fence::of_guard(&guard, lease.token_source());
+    let is_regression = |err: &Error| matches!(err, Error::TokenRegression { .. });
+
+    let single = fenced_above(&store, 1, &[3], lifecycle.pending()).await;
+    let err = fence
+        .write(&store, &single[0], &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(is_regression(&err), "one write: {err:?}");
+
+    for (level, write, state) in [
+        (2, lifecycle.claim(), lifecycle.pending()),
+        (3, lifecycle.confirm(), lifecycle.in_flight()),
+    ] {
+        let keys = fenced_above(&store, level, &[5, 9, 1], state).await;
+        let answers = fence.write_many(&store, &keys, &write).await.unwrap();
+        for (key, answer) in keys.iter().zip(answers) {
+            let err = answer.unwrap_err();
+            assert!(is_regression(&err), "{:?} of {key:?} in a group: {err:?}", write.check());
+        }
+    }
+
+    let keys = fenced_above(&store, 4, &[5, 9, 1], lifecycle.pending()).await;
+    let settled = fence
+        .pipeline(&store, &lifecycle, &NeverCalled)
+        .run(keys)
+        .await;
+    let err = settled.error.expect("refused");
+    assert!(is_regression(&err), "a pipeline's claims: {err:?}");
+
+    let keys = fenced_above(&store, 5, &[5, 9, 1, 7, 3, 8], lifecycle.pending()).await;
+    let own = ClaimsOneByOne {
+        store: &store,
+        lifecycle: &lifecycle,
+    };
+    let settled = fence
+        .pipeline(&store, &lifecycle, &NeverCalled)
+        .writes(&own)
+        .run(keys)
+        .await;
+    let err = settled.error.expect("refused");
+    assert!(is_regression(&err), "a pipeline's own claims: {err:?}");
+    let _ = lease.release(guard).await;
+}
+
+/// Records at fences `level · 2^50 + offset`, far above any token issued, in `state`.
+async fn fenced_above(
+    store: &MemoryStore,
+    level: u64,
+    offsets: &[u64],
+    state: &State,
+) -> Vec<RecordKey> {
+    let mut keys = Vec::new();
+    for offset in offsets {
+        let key = RecordKey::new(format!("r_{level}_{offset}")).unwrap();
+        let fence = FencingToken::new((level << 50) + offset).unwrap();
+        store
+            .write(&key, fence, &FencedWrite::claim().set_state(state.clone()))
+            .await
+            .unwrap();
+        keys.push(key);
+    }
+    keys
+}
+
+/// A side effect a refused pipeline must never reach.
+struct NeverCalled;
+
+#[async_trait]
+impl SideEffect for NeverCalled {
+    type Receipt = ();
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<()>, BoxError> {
+        panic!("looked up {key:?} after a refusal")
+    }
+
+    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<(), BoxError> {
+        panic!("performed {key:?} after a refusal")
+    }
+}
+
+/// A pipeline's own claims, one request per record, side by side.
+struct ClaimsOneByOne<'a> {
+    store: &'a MemoryStore,
+    lifecycle: &'a Lifecycle,
+}
+
+#[async_trait]
+impl RecordWrites<()> for ClaimsOneByOne<'_> {
+    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> fencing_core::Result<Written> {
+        fence.write(self.store, key, &self.lifecycle.claim()).await
+    }
+
+    async fn confirm(
+        &self,
+        fence: &Fence<'_>,
+        key: &RecordKey,
+        (): &(),
+    ) -> fencing_core::Result<Written> {
+        fence.write(self.store, key, &self.lifecycle.confirm()).await
+    }
 }

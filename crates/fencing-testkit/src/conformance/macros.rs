@@ -69,6 +69,7 @@ macro_rules! lease_conformance {
             with_caps a_dropped_acquire_holds_no_longer_than_its_ttl,
             with_caps a_dropped_extend_keeps_the_holder,
             with_caps a_dropped_release_leaves_it_releasable,
+            with_caps a_regression_is_one_on_every_write_path,
         }
     };
 }
