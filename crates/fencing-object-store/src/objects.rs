@@ -175,6 +175,20 @@ impl Objects {
         }
     }
 
+    /// The fence a tombstone of `key` keeps, if a tombstone with a fence is what holds it.
+    pub(crate) async fn kept_fence(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<fencing_core::FencingToken>> {
+        Ok(match self.find(key).await? {
+            Some(Found {
+                contents: Contents::Tombstone(kept),
+                ..
+            }) => kept,
+            _ => None,
+        })
+    }
+
     /// Creates `key` over its tombstone, if a tombstone is what holds it: only with a fence at
     /// least the tombstone's, on the tombstone's version.
     async fn create_over_tombstone(

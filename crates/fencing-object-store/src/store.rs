@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fencing_core::adapter::{CasStore, check_store_name};
 use fencing_core::{
-    FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result, Written,
+    Error, FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result, Written,
 };
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -102,12 +102,33 @@ impl FencedStore for FencedObjectStore {
         self.cas.read(key).await
     }
 
+    /// A write the record's absence refuses is told by the tombstone, where one is left:
+    /// the fence is checked before the state, so a stale holder writing a record a newer
+    /// holder deleted is refused as stale ([`Error::Fenced`], the fence the tombstone keeps),
+    /// and only the deleter's own token meets [`Error::NotFound`].
     async fn write(
         &self,
         key: &RecordKey,
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        self.cas.write(key, token, write).await
+        match self.cas.write(key, token, write).await {
+            Err(missing @ Error::NotFound { .. }) => {
+                let Some(kept) = self.cas.inner().kept_fence(key).await? else {
+                    return Err(missing);
+                };
+                let gone = Record {
+                    key: key.clone(),
+                    fence: Some(kept),
+                    state: None,
+                    payload: Vec::new(),
+                };
+                match write.decide(self.name(), key, token, Some(&gone)) {
+                    Err(stale @ Error::Fenced { .. }) => Err(stale),
+                    _ => Err(missing),
+                }
+            }
+            other => other,
+        }
     }
 }

@@ -185,6 +185,31 @@ pub(crate) async fn a_delete_leaves_a_tombstone_that_keeps_the_fence(
         body,
         "unchanged"
     );
+    // Writes that need the record (holder-only, or a claim from given states) check the fence
+    // first too: a stale holder is told it is stale, the deleter that the record is gone.
+    let lifecycle = fencing_core::Lifecycle::default();
+    for write in [
+        lifecycle.confirm(),
+        lifecycle.claim(),
+        FencedWrite::holder_only(),
+    ] {
+        let err = stale.write(&k, token(33), &write).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
+            "{:?} by a stale holder: {err:?}",
+            write.check()
+        );
+    }
+    let err = stale
+        .write(&k, token(34), &lifecycle.confirm())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    assert_eq!(
+        raw(&backend, &store.location(&k)).await.0,
+        body,
+        "unchanged"
+    );
     // The holder that deleted it may write it again: its fence is the tombstone's.
     let rewritten = store
         .write(&k, token(34), &FencedWrite::claim())

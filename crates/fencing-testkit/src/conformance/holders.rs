@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use fencing_core::{
     BoxError, Error, Fence, FenceFloor, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle,
-    MemoryStore, Record, RecordKey, RecordWrites, RetryPolicy, SideEffect, State, Written,
-    acquire, async_trait, seed_from_floors,
+    MemoryStore, Record, RecordKey, RecordWrites, RetryPolicy, SideEffect, State, Written, acquire,
+    async_trait, seed_from_floors,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -381,7 +381,11 @@ pub async fn a_regression_is_one_on_every_write_path<L: Lease + ?Sized>(
         let answers = fence.write_many(&store, &keys, &write).await.unwrap();
         for (key, answer) in keys.iter().zip(answers) {
             let err = answer.unwrap_err();
-            assert!(is_regression(&err), "{:?} of {key:?} in a group: {err:?}", write.check());
+            assert!(
+                is_regression(&err),
+                "{:?} of {key:?} in a group: {err:?}",
+                write.check()
+            );
         }
     }
 
@@ -462,6 +466,8 @@ impl RecordWrites<()> for ClaimsOneByOne<'_> {
         key: &RecordKey,
         (): &(),
     ) -> fencing_core::Result<Written> {
-        fence.write(self.store, key, &self.lifecycle.confirm()).await
+        fence
+            .write(self.store, key, &self.lifecycle.confirm())
+            .await
     }
 }
