@@ -13,6 +13,9 @@ pub(crate) enum EtcdFailure {
     Client(etcd_client::Error),
     /// An answer the requests sent cannot produce (a missing header, a revision below 1).
     Unexpected(String),
+    /// No answer within the source's request time limit (a cluster without quorum holds a
+    /// request until a leader is back, which may be never).
+    TimedOut(std::time::Duration),
 }
 
 impl From<etcd_client::Error> for EtcdFailure {
@@ -30,6 +33,16 @@ impl EtcdFailure {
             EtcdFailure::Unexpected(what) => {
                 Error::failed_request(STORE, effect, false, what.into())
             }
+            EtcdFailure::TimedOut(limit) => Error::failed_request(
+                STORE,
+                effect,
+                true,
+                format!(
+                    "no answer within {limit:?} (is a majority of the cluster's members up and \
+                     electing a leader?)"
+                )
+                .into(),
+            ),
             EtcdFailure::Client(err) => {
                 let answer_lost = answer_may_be_lost(&err);
                 Error::failed_request(STORE, effect, answer_lost, Box::new(err))

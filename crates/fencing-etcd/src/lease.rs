@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 use fencing_core::adapter::{Clock, RequestEffect, TokioClock};
 use fencing_core::{
-    Error, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result, TokenSource, Ttl,
+    Error, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
+    TokenSource, Ttl,
 };
 
 use crate::error::EtcdFailure;
@@ -53,6 +54,14 @@ impl EtcdLease {
         EtcdLease {
             tokens: self.tokens.with_keys(keys),
         }
+    }
+
+    /// The same lease, giving up on each request after `limit`
+    /// ([`EtcdTokenSource::with_request_timeout`]).
+    pub fn with_request_timeout(self, limit: Duration) -> Result<Self, InvalidInput> {
+        Ok(EtcdLease {
+            tokens: self.tokens.with_request_timeout(limit)?,
+        })
     }
 
     /// The token source the tokens come from.

@@ -3,11 +3,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use fencing_core::adapter::RequestEffect;
-use fencing_core::{Error, FencingToken, ResourceName, Result, TokenSource};
+use fencing_core::{
+    Error, FencingToken, InputKind, InvalidInput, ResourceName, Result, TokenSource,
+};
 
 use crate::error::{EtcdFailure, never_sent};
 use crate::keys::EtcdKeys;
@@ -61,12 +64,14 @@ pub struct EtcdTokenSource {
     client: Client,
     keys: EtcdKeys,
     remembered: Arc<Mutex<HashMap<String, TokenKey>>>,
+    request_timeout: Duration,
 }
 
 impl fmt::Debug for EtcdTokenSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdTokenSource")
             .field("keys", &self.keys)
+            .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -139,7 +144,29 @@ impl EtcdTokenSource {
             client,
             keys: EtcdKeys::default(),
             remembered: Arc::default(),
+            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
         }
+    }
+
+    /// How long one request waits for its answer unless told otherwise.
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// The same source, giving up on a request after `limit` (at least 1 ms): a write then
+    /// reports [`fencing_core::Error::Ambiguous`] (it may still be applied once a leader is
+    /// back), a read [`fencing_core::Error::Backend`]. A client's own timeout
+    /// (`ConnectOptions::with_timeout`) applies too, whichever is shorter; without one, a
+    /// cluster that lost its quorum would hold a request for as long as the quorum is gone.
+    pub fn with_request_timeout(self, limit: Duration) -> Result<Self, InvalidInput> {
+        if limit < Duration::from_millis(1) {
+            return Err(InvalidInput::new(
+                InputKind::Retry,
+                format!("a request timeout of {limit:?} is shorter than 1 ms"),
+            ));
+        }
+        Ok(EtcdTokenSource {
+            request_timeout: limit,
+            ..self
+        })
     }
 
     /// The same source under other keys.
@@ -169,7 +196,10 @@ impl EtcdTokenSource {
     {
         let mut tries = 0;
         loop {
-            match op(self.client.clone()).await {
+            let answer = tokio::time::timeout(self.request_timeout, op(self.client.clone()))
+                .await
+                .map_err(|_| EtcdFailure::TimedOut(self.request_timeout).into_error(effect))?;
+            match answer {
                 Err(err) if never_sent(&err) && tries < NEVER_SENT_ROUNDS => tries += 1,
                 answer => return answer.map_err(|e| EtcdFailure::from(e).into_error(effect)),
             }

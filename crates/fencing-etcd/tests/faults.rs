@@ -373,3 +373,47 @@ async fn a_restore_with_raised_revisions_issues_no_token_again() {
         .expect("no regression after a restore with raised revisions");
     through_failures(async || lease.release(next.clone()).await).await;
 }
+
+/// A client with no time limits of its own (the `etcd_client` default) on a cluster without
+/// quorum would wait for a leader for ever; the lease's own request time limit bounds every
+/// call, and each fails typed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_quorum_a_client_without_timeouts_is_bounded_by_the_request_time_limit() {
+    let cluster = EtcdCluster::start(3);
+    let patient = Client::connect(cluster.endpoints(), None).await.unwrap();
+    let limit = Duration::from_secs(2);
+    let lease = EtcdLease::new(patient)
+        .with_keys(keys())
+        .with_request_timeout(limit)
+        .unwrap();
+    let ttl = Ttl::from_secs(1).unwrap();
+    let held = lease.try_acquire(&resource(), ttl).await.unwrap().unwrap();
+    let leader = cluster.leader().expect("a leader");
+    let stopped: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    for &i in &stopped {
+        cluster.pause(i);
+    }
+    let started = std::time::Instant::now();
+    let acquired = lease.try_acquire(&resource(), ttl).await;
+    let released = lease.release(held).await;
+    let current = lease.tokens().current(&resource()).await;
+    let waited = started.elapsed();
+    for &i in &stopped {
+        cluster.resume(i);
+    }
+    for outcome in [acquired.map(drop), released, current.map(drop)] {
+        match outcome {
+            Err(err @ (Error::Backend { .. } | Error::Ambiguous { .. })) => {
+                assert!(err.to_string().contains("no answer within"), "{err}");
+            }
+            other => panic!("without quorum: {other:?}"),
+        }
+    }
+    // Each call waits at most its limit per request (an acquisition sends a few).
+    assert!(waited < Duration::from_secs(30), "waited {waited:?}");
+    assert!(
+        EtcdLease::new(client(&cluster).await)
+            .with_request_timeout(Duration::ZERO)
+            .is_err()
+    );
+}
