@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::Backend;
 use crate::connect::Settings;
 use crate::output::{Failure, PROBE_FAILED, Report, SERVICE};
-use crate::spec::{self, Opened};
+use crate::spec::{self, ObjectStore, Opened};
 
 fn backend_name(backend: Backend) -> &'static str {
     match backend {
@@ -24,6 +24,36 @@ fn token_json(token: Option<FencingToken>) -> serde_json::Value {
 
 fn token_text(token: Option<FencingToken>) -> String {
     token.map_or_else(|| "none issued".to_owned(), |t| t.to_string())
+}
+
+/// What a counter of `backend` is, in a report's words.
+fn counter_kind(settings: &Settings, backend: Backend) -> String {
+    match backend {
+        Backend::Postgres if settings.pg_counters_are_epochs() => {
+            "postgres epoch counter of the Redis tokens".to_owned()
+        }
+        other => format!("{} counter", backend_name(other)),
+    }
+}
+
+/// A counter's value in a report's words: an epoch says which tokens it stands for, an
+/// epoch-prefixed Redis token its epoch and number.
+fn counter_text(settings: &Settings, backend: Backend, value: Option<FencingToken>) -> String {
+    let Some(value) = value else {
+        return token_text(None);
+    };
+    let epoch = epoch::epoch_of(value);
+    match backend {
+        Backend::Postgres if settings.pg_counters_are_epochs() => format!(
+            "epoch {value} (its Redis tokens are {value} · 2^{} + n)",
+            epoch::EPOCH_BITS
+        ),
+        Backend::Redis if epoch > 0 => format!(
+            "{value} (epoch {epoch}, number {})",
+            value.get() - (epoch << epoch::EPOCH_BITS)
+        ),
+        _ => value.to_string(),
+    }
 }
 
 pub(crate) async fn lease_status(
@@ -79,11 +109,14 @@ pub(crate) async fn token_current(
         .current(&resource)
         .await
         .map_err(|e| settings.failure(e))?;
-    let kind = backend_name(backend);
+    let (kind, counter) = (backend_name(backend), counter_kind(settings, backend));
     let read = settings.location(backend, &resource, false)?;
     let line = match current {
-        Some(current) => format!("{resource} ({kind} counter): {current}"),
-        None => format!("{resource} ({kind} counter): none issued (nothing at {read})"),
+        Some(_) => format!(
+            "{resource} ({counter}): {}",
+            counter_text(settings, backend, current)
+        ),
+        None => format!("{resource} ({counter}): none issued (nothing at {read})"),
     };
     Ok(Report::new(
         vec![line],
@@ -103,6 +136,7 @@ pub(crate) async fn token_advance(
     to: FencingToken,
 ) -> Result<Report, Failure> {
     let resource = ResourceName::new(resource)?;
+    refuse_epoch_counter(settings, backend)?;
     let tokens = settings.tokens(backend).await?;
     let before = tokens
         .current(&resource)
@@ -113,16 +147,17 @@ pub(crate) async fn token_advance(
         .advance_to(&resource, to)
         .await
         .map_err(|e| settings.failure(e))?;
-    let kind = backend_name(backend);
+    let (kind, counter) = (backend_name(backend), counter_kind(settings, backend));
     let line = if before.is_some_and(|b| b >= to) {
         format!(
-            "{resource} ({kind} counter): already at {} (a counter is never lowered)",
-            token_text(before)
+            "{resource} ({counter}): already at {} (a counter is never lowered)",
+            counter_text(settings, backend, before)
         )
     } else {
         format!(
-            "{resource} ({kind} counter): raised from {} to {after}",
-            token_text(before)
+            "{resource} ({counter}): raised from {} to {}",
+            counter_text(settings, backend, before),
+            counter_text(settings, backend, Some(after))
         )
     };
     Ok(Report::new(
@@ -168,13 +203,14 @@ pub(crate) async fn seed(
         found.push(json!({ "store": spec, "highest_fence": token_json(max) }));
         highest = highest.max(max);
     }
+    refuse_epoch_counter(settings, backend)?;
     let tokens = settings.tokens(backend).await?;
     let before = tokens
         .current(&resource)
         .await
         .map_err(|e| settings.failure(e))?;
     refuse_weaker_than_epochs(settings, backend, [before, highest])?;
-    let kind = backend_name(backend);
+    let (kind, counter) = (backend_name(backend), counter_kind(settings, backend));
     let after = match highest {
         Some(floor) if before.is_none_or(|b| b < floor) => {
             let after = tokens
@@ -182,15 +218,16 @@ pub(crate) async fn seed(
                 .await
                 .map_err(|e| settings.failure(e))?;
             lines.push(format!(
-                "{resource} ({kind} counter): raised from {} to {after}; the next token is above every fence found",
-                token_text(before)
+                "{resource} ({counter}): raised from {} to {}; the next token is above every fence found",
+                counter_text(settings, backend, before),
+                counter_text(settings, backend, Some(after))
             ));
             Some(after)
         }
         _ => {
             lines.push(format!(
-                "{resource} ({kind} counter): at {}, already at or above every fence found; left as it is",
-                token_text(before)
+                "{resource} ({counter}): at {}, already at or above every fence found; left as it is",
+                counter_text(settings, backend, before)
             ));
             before
         }
@@ -235,6 +272,19 @@ fn refuse_weaker_than_epochs(
          as the library does, or --may-reissue-tokens to act on the bare counter anyway",
         epoch::EPOCH_BITS
     )))
+}
+
+/// Refuses to raise the PostgreSQL counters the Redis tokens draw their epochs from as if
+/// they were tokens: fences are tokens, and the repair goes through the Redis tokens.
+fn refuse_epoch_counter(settings: &Settings, backend: Backend) -> Result<(), Failure> {
+    if backend == Backend::Postgres && settings.pg_counters_are_epochs() {
+        return Err(Failure::usage(
+            "the PostgreSQL counters named are the epochs of the Redis tokens (--redis-epochs), \
+             not tokens: raise the tokens with --tokens redis --redis-epochs SCHEMA.TABLE, which \
+             opens an epoch above the value",
+        ));
+    }
+    Ok(())
 }
 
 /// How one store took the probe.
@@ -326,7 +376,15 @@ async fn probe_one(opened: &Opened, key: &RecordKey) -> Probed {
     }
     match store.read(key).await {
         Ok(after) => match after.and_then(|r| r.fence) {
-            Some(fence) if fence == newer => Probed::Passed(newer),
+            Some(fence) if fence == newer => match &opened.objects {
+                // S3 deletes conditionally: the probe leaves nothing among the prefix's
+                // objects for their readers to trip on.
+                Some(ObjectStore::S3(s3)) => match s3.delete(key, newer).await {
+                    Ok(_) => Probed::Passed(newer),
+                    Err(e) => Probed::Failed(format!("could not delete the probe object: {e}")),
+                },
+                _ => Probed::Passed(newer),
+            },
             other => Probed::Misbehaved(format!(
                 "kept fence {} after a claim with {newer}",
                 token_text(other)
@@ -350,7 +408,10 @@ pub(crate) async fn probe(
     let (mut misbehaved, mut failed) = (false, false);
     for spec in stores {
         let probed = match spec::open(settings, spec).await {
-            Ok(opened) => probe_one(&opened, &key).await,
+            Ok(opened) => match opened.probe_key(&key) {
+                Ok(key) => probe_one(&opened, &key).await,
+                Err(failure) => Probed::Failed(failure.to_string()),
+            },
             Err(failure) => Probed::Failed(failure.to_string()),
         };
         match probed {

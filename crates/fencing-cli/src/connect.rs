@@ -28,10 +28,16 @@ pub(crate) struct Settings {
     #[arg(long, env = "REDIS_URL", global = true, hide_env_values = true)]
     redis_url: Option<String>,
     /// The AWS endpoint (an emulator, a VPC endpoint); the public one for the region if unset.
-    #[arg(long, env = "AWS_ENDPOINT_URL", global = true)]
+    #[arg(long, env = "AWS_ENDPOINT_URL", global = true, hide_env_values = true)]
     aws_endpoint: Option<String>,
     /// The AWS region.
-    #[arg(long, env = "AWS_REGION", global = true, default_value = "us-east-1")]
+    #[arg(
+        long,
+        env = "AWS_REGION",
+        global = true,
+        default_value = "us-east-1",
+        hide_env_values = true
+    )]
     aws_region: String,
     /// The PostgreSQL table of leases (`PgLease`), as SCHEMA.TABLE.
     #[arg(long, global = true, default_value = "public.fencing_leases")]
@@ -55,6 +61,7 @@ pub(crate) struct Settings {
         long,
         env = "FENCING_REDIS_LOCK_PREFIX",
         global = true,
+        hide_env_values = true,
         default_value = "lock:"
     )]
     redis_lock_prefix: String,
@@ -63,11 +70,12 @@ pub(crate) struct Settings {
         long,
         env = "FENCING_REDIS_COUNTER_PREFIX",
         global = true,
+        hide_env_values = true,
         default_value = "fence:"
     )]
     redis_counter_prefix: String,
     /// etcd to talk to: its members' client endpoints, comma-separated (HOST:PORT,HOST:PORT).
-    #[arg(long, env = "ETCD_ENDPOINTS", global = true)]
+    #[arg(long, env = "ETCD_ENDPOINTS", global = true, hide_env_values = true)]
     etcd_endpoints: Option<String>,
     /// The prefix of etcd lock keys (`EtcdKeys`).
     #[arg(long, global = true, default_value = "fencing/lock/")]
@@ -193,6 +201,12 @@ impl Settings {
     /// Whether Redis counters are read and raised without their epochs.
     pub(crate) fn redis_without_epochs(&self) -> bool {
         self.redis_epochs.is_none()
+    }
+
+    /// Whether the PostgreSQL counter table is the one the Redis tokens draw their epochs
+    /// from (its counters are epochs, not tokens).
+    pub(crate) fn pg_counters_are_epochs(&self) -> bool {
+        self.redis_epochs.as_deref() == Some(self.pg_token_table.as_str())
     }
 
     /// Where the lease (`lease`) or counter of `resource` is read, for a report that found

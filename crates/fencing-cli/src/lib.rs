@@ -67,7 +67,7 @@ enum Command {
         #[arg(long, value_enum)]
         tokens: Backend,
         /// A store whose fences to read (repeat): postgres:SCHEMA.TABLE[:fence=COLUMN],
-        /// dynamodb:TABLE[:fence=ATTRIBUTE], s3:BUCKET[/PREFIX].
+        /// dynamodb:TABLE[:fence=ATTRIBUTE], s3:BUCKET[/PREFIX][:codec=json].
         #[arg(long = "from", required = true, num_args = 1..)]
         from: Vec<String>,
     },
@@ -75,11 +75,14 @@ enum Command {
     /// then check that N-1 is refused and N+1 accepted.
     Probe {
         /// The stores to check: postgres:SCHEMA.TABLE[:key=COLUMN,fence=COLUMN,state=COLUMN],
-        /// dynamodb:TABLE[:key=ATTRIBUTE,fence=ATTRIBUTE], s3:BUCKET[/PREFIX],
+        /// dynamodb:TABLE[:key=ATTRIBUTE,sort=ATTRIBUTE[/S|N|B],fence=ATTRIBUTE],
+        /// s3:BUCKET[/PREFIX][:codec=json] (the probe object is deleted after),
         /// object-store:URL (az://, gs://, s3://; its conditional writes are checked first).
         #[arg(required = true)]
         stores: Vec<String>,
-        /// The key of the probe record each store gets (created if missing, left in place).
+        /// The key of the probe record each store gets (created if missing, left in place but
+        /// on S3; on a DynamoDB table with a sort key, a key without the separator names both
+        /// parts).
         #[arg(long, default_value = "fencing-probe")]
         key: String,
     },
@@ -254,7 +257,7 @@ mod tests {
                 "--from",
                 "s3:b:x",
             ],
-            "no options",
+            "not NAME=VALUE",
         );
         refused(
             &["token", "advance", "r", "--tokens", "redis", "--to", "033"],

@@ -1,15 +1,16 @@
 //! Stores named on the command line: `postgres:SCHEMA.TABLE[:key=…,fence=…,state=…]`,
-//! `dynamodb:TABLE[:key=…,fence=…,state=…]`, `s3:BUCKET[/PREFIX]`, and
+//! `dynamodb:TABLE[:key=…,sort=NAME[/S|N|B],fence=…,state=…]`,
+//! `s3:BUCKET[/PREFIX][:codec=json]`, and
 //! `object-store:URL` (any backend `object_store` builds from a URL: `az://`, `gs://`,
 //! `s3://`, `memory:///`, configured by its own variables).
 
 use std::sync::Arc;
 
-use fencing_core::{FenceFloor, FencedStore};
-use fencing_dynamodb::{DynamoFenceFloor, DynamoStore, DynamoTable};
+use fencing_core::{FenceFloor, FencedStore, RecordKey};
+use fencing_dynamodb::{DynamoFenceFloor, DynamoKeyType, DynamoStore, DynamoTable};
 use fencing_object_store::FencedObjectStore;
 use fencing_postgres::{PgFenceFloor, PgStore, PgTable};
-use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
+use fencing_s3::{JsonCodec, S3Bucket, S3FenceFloor, S3Store};
 
 use crate::connect::{Settings, qualified};
 use crate::output::Failure;
@@ -24,6 +25,30 @@ pub(crate) struct Opened {
     pub(crate) floor: Option<Box<dyn FenceFloor>>,
     /// The object store, whose conditional writes a probe checks first.
     pub(crate) objects: Option<ObjectStore>,
+    /// The DynamoDB table, where it has a sort key: a probe key without its separator names
+    /// both key parts.
+    composite: Option<DynamoTable>,
+}
+
+impl Opened {
+    /// The record a probe writes for `key`: `key` itself, or on a DynamoDB table with a
+    /// sort key and a `key` without the separator, `key` as both parts.
+    pub(crate) fn probe_key(&self, key: &RecordKey) -> Result<RecordKey, Failure> {
+        match &self.composite {
+            Some(table) if !key.as_str().contains(table.key_separator()) => Ok(table
+                .record_key(key.as_str(), Some(key.as_str()))
+                .map_err(|e| {
+                    Failure::usage(format!(
+                        "{}: the probe key {:?} cannot name both parts of the table's key ({e}): \
+                         pass --key PARTITION{}SORT",
+                        self.spec,
+                        key.as_str(),
+                        table.key_separator()
+                    ))
+                })?),
+            _ => Ok(key.clone()),
+        }
+    }
 }
 
 /// A store that swaps on versions: a probe checks its server's conditional writes first.
@@ -42,22 +67,22 @@ impl ObjectStore {
     }
 }
 
-/// `name=value` options after the second colon, each applied by `set`.
-fn options<T>(
+/// `name=value` options after the second colon, each applied by `set` (`None`: not one of
+/// `known`).
+fn options<T, E: Into<Failure>>(
     spec: &str,
     mut target: T,
     text: Option<&str>,
-    set: impl Fn(T, &str, &str) -> Option<Result<T, fencing_core::InvalidInput>>,
+    known: &str,
+    set: impl Fn(T, &str, &str) -> Option<Result<T, E>>,
 ) -> Result<T, Failure> {
     for option in text.into_iter().flat_map(|t| t.split(',')) {
         let (name, value) = option.split_once('=').ok_or_else(|| {
             Failure::usage(format!("{spec:?}: option {option:?} is not NAME=VALUE"))
         })?;
-        target = set(target, name, value).ok_or_else(|| {
-            Failure::usage(format!(
-                "{spec:?}: unknown option {name:?} (key, fence, state)"
-            ))
-        })??;
+        target = set(target, name, value)
+            .ok_or_else(|| Failure::usage(format!("{spec:?}: unknown option {name:?} ({known})")))?
+            .map_err(Into::into)?;
     }
     Ok(target)
 }
@@ -67,8 +92,33 @@ fn options<T>(
 pub(crate) enum Parsed {
     Postgres(PgTable),
     Dynamodb(DynamoTable),
-    S3(S3Bucket),
+    S3(S3Bucket, Codec),
     ObjectStore(url::Url),
+}
+
+/// How an S3 store's objects hold their records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Codec {
+    /// The envelope (the default).
+    Envelope,
+    /// A JSON object with the fence and state among its fields (`JsonCodec`).
+    Json,
+}
+
+/// `NAME` or `NAME/TYPE` (TYPE `S`, `N` or `B`) of a `sort=` option.
+fn sort_key(spec: &str, value: &str) -> Result<(String, DynamoKeyType), Failure> {
+    let (name, kind) = value.split_once('/').unwrap_or((value, "S"));
+    let kind = match kind {
+        "S" => DynamoKeyType::String,
+        "N" => DynamoKeyType::Number,
+        "B" => DynamoKeyType::Binary,
+        other => {
+            return Err(Failure::usage(format!(
+                "{spec:?}: sort key type {other:?} is not S, N or B"
+            )));
+        }
+    };
+    Ok((name.to_owned(), kind))
 }
 
 /// Reads the store `spec` names, without connecting.
@@ -89,32 +139,48 @@ pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
         "postgres" => {
             let name = qualified(place)?;
             let table = PgTable::new(name.schema().as_str(), name.name().as_str())?;
-            Parsed::Postgres(options(spec, table, opts, |t, name, value| match name {
-                "key" => Some(t.with_key_column(value)),
-                "fence" => Some(t.with_fence_column(value)),
-                "state" => Some(t.with_state_column(value)),
-                _ => None,
-            })?)
+            Parsed::Postgres(options(
+                spec,
+                table,
+                opts,
+                "key, fence, state",
+                |t, name, value| match name {
+                    "key" => Some(t.with_key_column(value)),
+                    "fence" => Some(t.with_fence_column(value)),
+                    "state" => Some(t.with_state_column(value)),
+                    _ => None,
+                },
+            )?)
         }
-        "dynamodb" => Parsed::Dynamodb(options(
-            spec,
-            DynamoTable::new(place)?,
-            opts,
-            |t, name, value| match name {
-                "key" => Some(t.with_key_attribute(value)),
-                "fence" => Some(t.with_fence_attribute(value)),
-                "state" => Some(t.with_state_attribute(value)),
-                _ => None,
-            },
-        )?),
+        "dynamodb" => {
+            Parsed::Dynamodb(options(
+                spec,
+                DynamoTable::new(place)?,
+                opts,
+                "key, sort, fence, state",
+                |t, name, value| match name {
+                    "key" => Some(t.with_key_attribute(value).map_err(Failure::from)),
+                    "fence" => Some(t.with_fence_attribute(value).map_err(Failure::from)),
+                    "state" => Some(t.with_state_attribute(value).map_err(Failure::from)),
+                    "sort" => Some(sort_key(spec, value).and_then(|(name, kind)| {
+                        t.with_sort_key(name, kind).map_err(Failure::from)
+                    })),
+                    _ => None,
+                },
+            )?)
+        }
         "s3" => {
-            if opts.is_some() {
-                return Err(Failure::usage(format!(
-                    "{spec:?}: an S3 store takes no options"
-                )));
-            }
             let (bucket, prefix) = place.split_once('/').unwrap_or((place, ""));
-            Parsed::S3(S3Bucket::new(bucket, prefix)?)
+            let codec = options(spec, Codec::Envelope, opts, "codec", |_, name, value| {
+                (name == "codec").then(|| match value {
+                    "json" => Ok(Codec::Json),
+                    "envelope" => Ok(Codec::Envelope),
+                    other => Err(Failure::usage(format!(
+                        "{spec:?}: unknown codec {other:?}: json or envelope"
+                    ))),
+                })
+            })?;
+            Parsed::S3(S3Bucket::new(bucket, prefix)?, codec)
         }
         other => {
             return Err(Failure::usage(format!(
@@ -146,7 +212,7 @@ pub(crate) fn parse_all(specs: &[String]) -> Result<(), Failure> {
 
 /// Connects to the store `spec` names.
 pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Failure> {
-    let mut objects = None;
+    let (mut objects, mut composite) = (None, None);
     let (store, floor): (Arc<dyn FencedStore>, Option<Box<dyn FenceFloor>>) = match parse(spec)? {
         Parsed::Postgres(table) => {
             let pool = settings.pg_pool().await?;
@@ -156,14 +222,19 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
             )
         }
         Parsed::Dynamodb(table) => {
+            composite = table.sort_key().is_some().then(|| table.clone());
             let client = settings.dynamodb()?;
             (
                 Arc::new(DynamoStore::new(client.clone(), table.clone())),
                 Some(Box::new(DynamoFenceFloor::new(client, table))),
             )
         }
-        Parsed::S3(bucket) => {
-            let store = Arc::new(S3Store::new(settings.s3()?, bucket));
+        Parsed::S3(bucket, codec) => {
+            let store = S3Store::new(settings.s3()?, bucket);
+            let store = Arc::new(match codec {
+                Codec::Envelope => store,
+                Codec::Json => store.with_codec(JsonCodec::new()),
+            });
             objects = Some(ObjectStore::S3(store.clone()));
             (store.clone(), Some(Box::new(S3FenceFloor::new(store))))
         }
@@ -184,5 +255,6 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
         store,
         floor,
         objects,
+        composite,
     })
 }

@@ -855,3 +855,147 @@ fn an_object_store_spec_that_is_not_a_url_of_a_known_scheme_is_bad_usage() {
     );
     assert!(out.contains("cannot be read by this command"), "{out}");
 }
+
+/// The store shapes teams have: a DynamoDB table with a sort key (named by `sort=`, the probe
+/// key naming both parts), a prefix of JSON receipts (`codec=json`: probed and seeded from as
+/// JSON, the probe object deleted after, so the prefix holds JSON objects only).
+#[tokio::test]
+async fn probe_and_seed_take_a_sort_key_and_json_receipts() {
+    let table = fencing_dynamodb::DynamoTable::new(unique_name("ledger"))
+        .unwrap()
+        .with_key_attribute("merchant")
+        .unwrap()
+        .with_sort_key("payout_id", fencing_dynamodb::DynamoKeyType::String)
+        .unwrap();
+    table.create(&aws_dynamodb()).await.unwrap();
+    let bucket = unique_name("receipts");
+    aws_s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let receipts = fencing_s3::S3Store::new(
+        aws_s3(),
+        fencing_s3::S3Bucket::new(&bucket, "receipts/").unwrap(),
+    )
+    .with_codec(fencing_s3::JsonCodec::new());
+    receipts
+        .write(
+            &RecordKey::new("m_4471/p_815").unwrap(),
+            token(41),
+            &FencedWrite::claim().set_payload(r#"{"amount_cents":7025}"#),
+        )
+        .await
+        .unwrap();
+
+    // Without `sort=`, the table's key schema does not match: a store failure, not a pass.
+    run(
+        fencing()
+            .arg("probe")
+            .arg(format!("dynamodb:{}:key=merchant", table.name())),
+        3,
+    );
+    let stores = [
+        format!("dynamodb:{}:key=merchant,sort=payout_id", table.name()),
+        format!("s3:{bucket}/receipts/:codec=json"),
+    ];
+    let out = run(fencing().arg("probe").args(&stores), 0);
+    assert_eq!(out.matches("ok ").count(), 2, "{out}");
+    let listed = aws_s3()
+        .list_objects_v2()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(
+        keys,
+        vec!["receipts/m_4471/p_815"],
+        "the probe object is gone"
+    );
+    let bad = run(
+        fencing()
+            .arg("probe")
+            .arg(format!("dynamodb:{}:sort=payout_id/X", table.name())),
+        2,
+    );
+    assert!(bad.contains("not S, N or B"), "{bad}");
+    let bad = run(
+        fencing().arg("probe").arg(format!("s3:{bucket}:codec=xml")),
+        2,
+    );
+    assert!(bad.contains("json or envelope"), "{bad}");
+
+    let schema = Schema::new().await;
+    let tokens = schema.tokens().await;
+    let resource = unique_name("settle:m_4471");
+    let out = run(
+        fencing().args([
+            "seed",
+            &resource,
+            "--tokens",
+            "postgres",
+            "--pg-token-table",
+            &schema.table("tokens"),
+            "--from",
+            &format!("s3:{bucket}/receipts/:codec=json"),
+            "--from",
+            &stores[0],
+        ]),
+        0,
+    );
+    assert!(out.contains("highest fence 41"), "{out}");
+    let r = ResourceName::new(resource.clone()).unwrap();
+    use fencing_core::TokenSource;
+    assert_eq!(tokens.current(&r).await.unwrap(), Some(token(41)));
+    schema.drop().await;
+}
+
+/// `--help` shows which variables each setting reads, never a value (set or not), and a
+/// PostgreSQL counter that holds the epochs of the Redis tokens says so, and refuses to be
+/// raised as if it held tokens.
+#[tokio::test]
+async fn help_names_variables_without_values_and_an_epoch_counter_says_what_it_is() {
+    let help = run(
+        fencing()
+            .arg("--help")
+            .env("AWS_ENDPOINT_URL", "http://secret:1"),
+        0,
+    );
+    assert!(help.contains("[env: AWS_ENDPOINT_URL]"), "{help}");
+    assert!(!help.contains("secret") && !help.contains("="), "{help}");
+
+    let schema = Schema::new().await;
+    let epochs = schema.tokens().await;
+    let resource = unique_name("settle:m_4471");
+    let r = ResourceName::new(resource.clone()).unwrap();
+    use fencing_core::TokenSource;
+    epochs.advance_to(&r, token(3)).await.unwrap();
+    let table = schema.table("tokens");
+    let args = [
+        "--tokens",
+        "postgres",
+        "--pg-token-table",
+        &table,
+        "--redis-epochs",
+        &table,
+    ];
+    let out = run(
+        fencing().args(["token", "current", &resource]).args(args),
+        0,
+    );
+    assert!(
+        out.contains("(postgres epoch counter of the Redis tokens): epoch 3"),
+        "{out}"
+    );
+    let out = run(
+        fencing()
+            .args(["token", "advance", &resource, "--to", "99"])
+            .args(args),
+        2,
+    );
+    assert!(out.contains("--tokens redis --redis-epochs"), "{out}");
+    assert_eq!(epochs.current(&r).await.unwrap(), Some(token(3)));
+    schema.drop().await;
+}

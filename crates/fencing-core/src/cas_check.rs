@@ -100,7 +100,8 @@ async fn check_on<S: VersionedStore + ?Sized>(
             key: key.clone(),
             fence: None,
             state: None,
-            payload: b"fencing probe".to_vec(),
+            // A JSON object: bytes to the envelope, and a body a JSON codec can hold too.
+            payload: br#"{"fencing":"probe"}"#.to_vec(),
         };
         store.put(key, &record, WriteId::random(), expected).await
     };
