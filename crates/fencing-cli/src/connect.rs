@@ -145,7 +145,7 @@ impl Settings {
         let client = redis::Client::open(url).map_err(|e| {
             Failure::usage(format!(
                 "REDIS_URL (or --redis-url) is not a Redis URL ({e}): write it as \
-                 redis://HOST:PORT/"
+                 redis://HOST:PORT/, or rediss://HOST:PORT/ for TLS"
             ))
         })?;
         let tried = client.get_connection_info().addr().to_string();
@@ -155,7 +155,8 @@ impl Settings {
             .map_err(|e| {
                 Failure::service(format!(
                     "cannot reach Redis at {tried} ({e}): check REDIS_URL and that the server \
-                     is up"
+                     is up (for TLS, rediss://, that its certificate is trusted: the system's \
+                     authorities, or the file SSL_CERT_FILE names)"
                 ))
             })
     }

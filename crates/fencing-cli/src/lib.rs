@@ -147,6 +147,9 @@ enum Backend {
 /// with code 2 (`--help` and `--version` print and exit with 0), as any clap program does.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let cli = Cli::parse_from(args);
+    // `rediss://` needs a process-wide TLS provider; one installed already (by the program
+    // embedding this) is kept.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -999,3 +999,24 @@ async fn help_names_variables_without_values_and_an_epoch_counter_says_what_it_i
     assert_eq!(epochs.current(&r).await.unwrap(), Some(token(3)));
     schema.drop().await;
 }
+
+/// Managed Redis with in-transit encryption: `rediss://` to a `redis-server --tls-port` with
+/// a certificate of the test's own authority, trusted through SSL_CERT_FILE; without that
+/// trust the command fails as a service error that says what to check.
+#[tokio::test]
+async fn redis_over_tls_is_reached_with_a_trusted_certificate_only() {
+    let certificates = fencing_test_support::services::TestCertificates::make();
+    let (_server, tls_url) = fencing_test_support::services::RedisServer::start_tls(&certificates);
+    let resource = unique_name("settle:m_4471");
+    let command = || {
+        let mut command = fencing();
+        command.env("REDIS_URL", &tls_url).args([
+            "token", "advance", &resource, "--tokens", "redis", "--to", "7",
+        ]);
+        command
+    };
+    let out = run(command().env("SSL_CERT_FILE", certificates.ca()), 0);
+    assert!(out.contains("raised from none issued to 7"), "{out}");
+    let out = run(&mut command(), 3);
+    assert!(out.contains("SSL_CERT_FILE"), "{out}");
+}

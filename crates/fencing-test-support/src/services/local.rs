@@ -172,6 +172,97 @@ impl Drop for RedisServer {
     }
 }
 
+/// A certificate authority and a certificate for `127.0.0.1` and `localhost` signed by it,
+/// made with the machine's `openssl` in a scratch folder of the test's own: what a TLS test
+/// server presents and what its client trusts. Removed when dropped.
+#[derive(Debug)]
+pub struct TestCertificates {
+    dir: PathBuf,
+}
+
+impl TestCertificates {
+    /// Makes them.
+    ///
+    /// # Panics
+    ///
+    /// When `openssl` fails, with what it said.
+    pub fn make() -> Self {
+        let dir = scratch("fencing-tls").unwrap_or_else(|why| panic!("{why}"));
+        std::fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("write the certificate's extensions");
+        for args in [
+            "req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=fencing-test-ca \
+             -keyout ca.key -out ca.pem",
+            "req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key -out server.csr",
+            "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+             -extfile san.ext -out server.pem",
+        ] {
+            let out = std::process::Command::new("openssl")
+                .args(args.split_whitespace())
+                .current_dir(&dir)
+                .output()
+                .unwrap_or_else(|e| panic!("openssl {args}: {e}"));
+            assert!(
+                out.status.success(),
+                "openssl {args}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        TestCertificates { dir }
+    }
+
+    /// The authority's certificate (PEM): what a client trusts.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// The server's certificate (PEM).
+    pub fn certificate(&self) -> PathBuf {
+        self.dir.join("server.pem")
+    }
+
+    /// The server's private key (PEM).
+    pub fn key(&self) -> PathBuf {
+        self.dir.join("server.key")
+    }
+}
+
+impl Drop for TestCertificates {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl RedisServer {
+    /// Starts one that also answers TLS on a port of its own with `certificates` (clients
+    /// need no certificate of their own). Returns it and its `rediss://` URL.
+    pub fn start_tls(certificates: &TestCertificates) -> (Self, String) {
+        let tls_port = free_port().unwrap_or_else(|why| panic!("{why}"));
+        let paths = [
+            certificates.certificate(),
+            certificates.key(),
+            certificates.ca(),
+        ]
+        .map(|p| p.display().to_string());
+        let server = Self::start(&[
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &paths[0],
+            "--tls-key-file",
+            &paths[1],
+            "--tls-ca-cert-file",
+            &paths[2],
+            "--tls-auth-clients",
+            "no",
+        ]);
+        (server, format!("rediss://127.0.0.1:{tls_port}/"))
+    }
+}
+
 /// The moto server (S3 and DynamoDB emulator, from pip's `moto[server]`) of the test's own,
 /// on a free loopback port, answering one request at a time so that its conditional writes
 /// are atomic as on AWS (`moto/one_request_at_a_time.py`; moto's own `moto_server` lets two
