@@ -432,7 +432,9 @@ impl PgStore {
         .await
     }
 
-    /// [`Self::write_together_on`] on the store's pool.
+    /// [`Self::write_together_on`] on the store's pool. (This was `PgStore::write_many`
+    /// before `write_many` became [`FencedStore::write_many`], which answers per record and
+    /// takes a bare token: code that calls `write_many(&fence, …)` wants this.)
     pub async fn write_together(
         &self,
         fence: &Fence<'_>,
