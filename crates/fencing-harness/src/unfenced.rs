@@ -12,7 +12,10 @@ use fencing_core::{
 };
 
 /// Wraps a real lease: acquisition, extension and release go to it, but the guards it hands
-/// out carry token 1.
+/// out carry token 1, and their holders never learn by themselves that the lease ended (the
+/// local deadline a day away, extensions that never fail), as a job that takes a lease and
+/// nothing more: the library's own deadline checks would otherwise stop a woken holder before
+/// the audit could see what a lease alone lets through.
 #[derive(Debug)]
 pub struct OneTokenLease {
     inner: Arc<dyn Lease>,
@@ -55,20 +58,25 @@ impl Lease for OneTokenLease {
             resource.clone(),
             owner,
             FencingToken::MIN,
-            ttl,
+            Ttl::MAX,
             requested_at,
         )))
     }
 
-    async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {
+    /// Extends the real lease by its own TTL; a refusal or failure is not reported.
+    async fn extend(&self, guard: &mut LeaseGuard, _: Ttl) -> Result<()> {
         let requested_at = Instant::now();
-        let mut real = self.real_guard(guard)?;
-        self.inner.extend(&mut real, ttl).await?;
-        self.real
-            .lock()
-            .expect("never poisoned")
-            .insert(guard.owner().as_str().to_owned(), real);
-        guard.extended(ttl, requested_at);
+        let Ok(mut real) = self.real_guard(guard) else {
+            return Ok(());
+        };
+        let ttl = real.ttl();
+        if self.inner.extend(&mut real, ttl).await.is_ok() {
+            self.real
+                .lock()
+                .expect("never poisoned")
+                .insert(guard.owner().as_str().to_owned(), real);
+        }
+        guard.extended(Ttl::MAX, requested_at);
         Ok(())
     }
 
@@ -107,5 +115,18 @@ mod tests {
         lease.release(first).await.unwrap();
         let second = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
         assert_eq!(second.token(), FencingToken::MIN);
+    }
+
+    #[tokio::test]
+    async fn its_holders_never_learn_that_their_lease_ended() {
+        let lease = OneTokenLease::new(Arc::new(MemoryLease::new()));
+        let resource = ResourceName::new("settle:m_4471").unwrap();
+        let ttl = Ttl::from_millis(50).unwrap();
+        let mut guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!guard.has_ended_locally());
+        let _newer = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+        lease.extend(&mut guard, ttl).await.unwrap();
+        assert!(!guard.has_ended_locally());
     }
 }

@@ -10,6 +10,8 @@ pub(crate) const STORE: &str = "redis";
 /// Error codes the scripts return, as the first word of their error reply.
 pub(crate) const NOT_INTEGER: &str = "FENCE_NOT_INTEGER";
 pub(crate) const EXHAUSTED: &str = "FENCE_EXHAUSTED";
+pub(crate) const NO_HISTORY: &str = "FENCE_NO_HISTORY";
+pub(crate) const NOT_PRIMARY: &str = "FENCE_NOT_PRIMARY";
 
 /// What went wrong inside the adapter, before it is given a meaning for the caller.
 #[derive(Debug)]
@@ -46,6 +48,32 @@ impl RedisFailure {
                 format!(
                     "the counter key of {resource:?} holds something other than a token: {}",
                     err.detail().unwrap_or_default()
+                )
+                .into(),
+            ),
+            Some(NO_HISTORY) => Error::failed_request(
+                STORE,
+                effect,
+                false,
+                format!(
+                    "no token issued for {resource:?}: the server will not tell a script its \
+                     run_id and replication id ({}), so epoch tokens could not tell a failover \
+                     to a lagging replica or a restart from an older snapshot from the history \
+                     they were issued on. Let scripts call INFO (Redis 7.0 or later, the \
+                     command not renamed or disabled), or take tokens from a durable source \
+                     (PgLease)",
+                    err.detail().unwrap_or_default()
+                )
+                .into(),
+            ),
+            Some(NOT_PRIMARY) => Error::failed_request(
+                STORE,
+                effect,
+                false,
+                format!(
+                    "no token issued for {resource:?}: the connection reaches a replica, which \
+                     cannot issue tokens; connect to the primary (through Sentinel or the \
+                     cluster to follow a failover)"
                 )
                 .into(),
             ),

@@ -2,11 +2,12 @@
 
 use fencing_core::{InputKind, InvalidInput, ResourceName};
 
-/// The key layout: `<lock prefix>{<resource>}` and `<counter prefix>{<resource>}`, e.g.
-/// `lock:{settle:m_4471}` and `fence:{settle:m_4471}`.
+/// The key layout: `<lock prefix>{<resource>}`, `<counter prefix>{<resource>}` and the
+/// counter's history `<counter prefix>{<resource>}:history`, e.g. `lock:{settle:m_4471}`,
+/// `fence:{settle:m_4471}` and `fence:{settle:m_4471}:history`.
 ///
-/// The braces are a Redis Cluster hash tag: both keys hash to the same slot, so one script can
-/// touch both on a cluster. A resource name containing `{` or `}` would move or split the tag,
+/// The braces are a Redis Cluster hash tag: the keys hash to the same slot, so one script can
+/// touch them all on a cluster. A resource name containing `{` or `}` would move or split the tag,
 /// so it is refused; so is a prefix containing one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisKeys {
@@ -50,6 +51,14 @@ impl RedisKeys {
     pub fn counter_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
         Ok(format!("{}{{{}}}", self.counter_prefix, tag(resource)?))
     }
+
+    /// The key that binds the counter of `resource` to the server history that last
+    /// established it (`<counter key>:history`, same hash tag): a counter read on another
+    /// history may be behind the tokens issued (a failover to a lagging replica, a restart
+    /// from an older snapshot), and epoch-prefixed tokens then open a new epoch.
+    pub fn history_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
+        Ok(format!("{}:history", self.counter_key(resource)?))
+    }
 }
 
 impl Default for RedisKeys {
@@ -82,6 +91,10 @@ mod tests {
         let r = ResourceName::new("settle:m_4471").unwrap();
         assert_eq!(keys.lock_key(&r).unwrap(), "lock:{settle:m_4471}");
         assert_eq!(keys.counter_key(&r).unwrap(), "fence:{settle:m_4471}");
+        assert_eq!(
+            keys.history_key(&r).unwrap(),
+            "fence:{settle:m_4471}:history"
+        );
     }
 
     #[test]

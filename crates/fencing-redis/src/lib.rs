@@ -11,8 +11,9 @@
 //! * [`RedisKeys`] lays the two keys of a resource under one hash tag, so everything works on
 //!   Redis Cluster; resource names with braces are refused.
 //!
-//! Both work over a multiplexed connection, a `ConnectionManager` (which reconnects) or an
-//! async cluster connection.
+//! Both work over a multiplexed connection, a `ConnectionManager` (which reconnects), an
+//! async cluster connection (which follows the cluster's failovers), or, with the feature
+//! `sentinel`, a [`SentinelConnection`] (which follows Sentinel's).
 //!
 //! A lease alone is not safe, however it is renewed: a paused process cannot renew, and when
 //! it resumes it does not know time passed. Present the guard's token on every protected
@@ -23,8 +24,12 @@ mod error;
 mod keys;
 mod lease;
 mod scripts;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod tokens;
 
 pub use keys::RedisKeys;
 pub use lease::RedisLease;
+#[cfg(feature = "sentinel")]
+pub use sentinel::SentinelConnection;
 pub use tokens::RedisTokenSource;

@@ -30,6 +30,25 @@ local function must_reestablish(v, mode)
   if v == false then return mode ~= '0' end
   return mode == '2' and v ~= MAX and used_up(v)
 end
+-- The history this server's data belongs to: its process (run_id, new at every start, whatever
+-- it loaded) and its replication history (master_replid, new at every promotion, the same on a
+-- primary and the replicas that follow it). A counter bound to another history may be behind
+-- the tokens issued: a failover to a lagging replica, a restart from an older snapshot. Nil
+-- and an error reply when the server will not say, or is not a primary.
+local function history()
+  local ok, info = pcall(redis.call, 'INFO', 'server', 'replication')
+  if not ok then
+    return nil, redis.error_reply('FENCE_NO_HISTORY INFO is not answered in scripts here')
+  end
+  local run, replid = string.match(info, 'run_id:(%x+)'), string.match(info, 'master_replid:(%x+)')
+  if not run or not replid then
+    return nil, redis.error_reply('FENCE_NO_HISTORY INFO names no run_id or master_replid')
+  end
+  if string.match(info, 'role:(%a+)') ~= 'master' then
+    return nil, redis.error_reply('FENCE_NOT_PRIMARY this server is a replica')
+  end
+  return run .. ':' .. replid, nil
+end
 -- Raises the counter at key (now v) to floor, a token-shaped decimal; never lowers it.
 -- Compares decimal strings by length, then text. Returns the counter's value.
 local function raise(key, v, floor)
@@ -39,46 +58,85 @@ local function raise(key, v, floor)
   end
   return v
 end
+-- Checks the counter at counter (now v) against the history it is bound to (at bound), with
+-- mode, floor and the history a floor was opened for as the client sent them. Returns v as it
+-- is to be issued from, or false with the reply to return instead: SEED and the history here
+-- when the counter must be re-established (missing, its epoch used up, or bound to another
+-- history; in mode 2 a floor is taken only for the history it was opened for, and binds the
+-- counter to it).
+local function settle(counter_key, bound, v, mode, floor, opened_for)
+  local here = ''
+  if mode == '2' then
+    local problem
+    here, problem = history()
+    if problem then return false, problem end
+  end
+  if floor ~= '' then
+    if opened_for ~= here then return false, redis.status_reply('SEED ' .. here) end
+    v = raise(counter_key, v, floor)
+    if here ~= '' then redis.call('SET', bound, here) end
+  elseif here ~= '' and v ~= false and redis.call('GET', bound) ~= here then
+    return false, redis.status_reply('SEED ' .. here)
+  end
+  if must_reestablish(v, mode) then return false, redis.status_reply('SEED ' .. here) end
+  return v, nil
+end
 "#;
 
-/// KEYS: lease, counter. ARGV: owner, TTL in ms, the re-establish mode (`0`, `1`, `2`), and
-/// a floor to raise the counter to first (empty for none). Returns nil (held), `SEED` (the
-/// client must re-establish the counter: send again with a floor), or the new token.
+/// KEYS: lease, counter, the counter's history. ARGV: owner, TTL in ms, the re-establish mode
+/// (`0`, `1`, `2`), a floor to raise the counter to first (empty for none), and the history
+/// that floor was opened for (empty unless mode 2). Returns nil (held), `SEED <history>` (the
+/// client must re-establish the counter: send again with a floor for that history), or the new
+/// token.
 const ACQUIRE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local v, problem = counter(KEYS[2])
 if problem then return problem end
-if ARGV[4] ~= '' then v = raise(KEYS[2], v, ARGV[4]) end
-if must_reestablish(v, ARGV[3]) then return redis.status_reply('SEED') end
+v, problem = settle(KEYS[2], KEYS[3], v, ARGV[3], ARGV[4], ARGV[5])
+if problem then return problem end
 if v == MAX then return redis.error_reply('FENCE_EXHAUSTED ' .. KEYS[2]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('INCR', KEYS[2])
 return redis.call('GET', KEYS[2])
 "#;
 
-/// KEYS: counter. ARGV: the re-establish mode (`0`, `1`, `2`), and a floor to raise the
-/// counter to first (empty for none).
+/// KEYS: counter, the counter's history. ARGV: the re-establish mode (`0`, `1`, `2`), a floor
+/// to raise the counter to first (empty for none), and the history that floor was opened for.
 const NEXT: &str = r#"
 local v, problem = counter(KEYS[1])
 if problem then return problem end
-if ARGV[2] ~= '' then v = raise(KEYS[1], v, ARGV[2]) end
-if must_reestablish(v, ARGV[1]) then return redis.status_reply('SEED') end
+v, problem = settle(KEYS[1], KEYS[2], v, ARGV[1], ARGV[2], ARGV[3])
+if problem then return problem end
 if v == MAX then return redis.error_reply('FENCE_EXHAUSTED ' .. KEYS[1]) end
 redis.call('INCR', KEYS[1])
 return redis.call('GET', KEYS[1])
 "#;
 
-/// KEYS: counter.
+/// KEYS: counter. ARGV: the re-establish mode. Returns the counter (nil when missing) and,
+/// in mode 2, the server history here (else empty).
 const CURRENT: &str = r#"
 local v, problem = counter(KEYS[1])
 if problem then return problem end
-return v
+local here = ''
+if ARGV[1] == '2' then
+  here, problem = history()
+  if problem then return problem end
+end
+return {v, here}
 "#;
 
-/// KEYS: counter. ARGV: floor.
+/// KEYS: counter, the counter's history. ARGV: floor, and the history the floor's epoch was
+/// opened for while the counter was missing there (empty for none): on that history, and
+/// with the counter still missing, the raised counter is bound to it.
 const ADVANCE: &str = r#"
 local v, problem = counter(KEYS[1])
 if problem then return problem end
+if ARGV[2] ~= '' and v == false then
+  local here
+  here, problem = history()
+  if problem then return problem end
+  if here == ARGV[2] then redis.call('SET', KEYS[2], here) end
+end
 return raise(KEYS[1], v, ARGV[1])
 "#;
 
@@ -131,5 +189,6 @@ impl Scripts {
     }
 }
 
-/// The reply that asks the caller to re-establish the counter (seed it, or open an epoch).
+/// The reply that asks the caller to re-establish the counter (seed it, or open an epoch),
+/// followed by the server history the new floor is for (empty unless epochs are used).
 pub(crate) const SEED: &str = "SEED";

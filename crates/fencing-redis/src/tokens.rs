@@ -23,9 +23,17 @@ use crate::scripts::SEED;
 /// * [`Self::new`] (the default) holds epoch-prefixed tokens ([`fencing_core::adapter::epoch`]): a
 ///   missing counter takes its next epoch from a durable [`TokenSource`] (e.g. a PostgreSQL
 ///   row counter), so every token issued after a restart is above every token issued before,
-///   even those whose holders never wrote. One durable write per restart; every other token is
-///   one round trip. A counter that is present but behind (old snapshot, lagging replica) is
-///   not detected: for those deployments use a durable source for the tokens themselves.
+///   even those whose holders never wrote. A counter that is present but maybe behind is
+///   caught too: each counter is bound to the server history that established it
+///   ([`RedisKeys::history_key`]: the process's `run_id`, new at every start, and its
+///   `master_replid`, new at every promotion), read inside the issuing script. On any other
+///   history (a failover to a lagging replica, by Sentinel or the Cluster; a restart from an
+///   older RDB or AOF; a slot moved to another node) the next token opens a new epoch first.
+///   One durable write per resource per failover or restart (a restart that lost nothing pays
+///   it too); every other token is one round trip. A server that will not tell a script its
+///   identity (INFO renamed or disabled, Redis before 7.0) or that is a replica issues
+///   nothing: a typed error says what to do. Not seen: a counter lowered by hand on the same
+///   server (an operator's `SET`).
 /// * [`Self::may_reissue_tokens`] counts from 1 again after a restart. The fence still refuses
 ///   a lower token wherever a newer holder wrote, and the core reports it as a regression and
 ///   repairs the counter, but a token whose holder had not written yet can be issued twice.
@@ -122,9 +130,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
     ) -> Result<Option<FencingToken>> {
         let keys = self.client.keys();
         let counter = keys.counter_key(resource)?;
+        let history = keys.history_key(resource)?;
         let lock_key = keys.lock_key(resource)?;
         let mode = self.reestablish_mode();
-        let mut floor = String::new();
+        // A floor, and the server history it was opened for.
+        let (mut floor, mut opened_for) = (String::new(), String::new());
         for _ in 0..REESTABLISH_ROUNDS {
             let scripts = self.client.scripts();
             let reply: Option<String> = match &lock {
@@ -134,8 +144,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
                         .run(
                             &scripts.acquire,
                             resource,
-                            &[&lock_key, &counter],
-                            &[lock.owner.as_str(), &ttl, mode, &floor],
+                            &[&lock_key, &counter, &history],
+                            &[lock.owner.as_str(), &ttl, mode, &floor, &opened_for],
                             RequestEffect::Writes,
                         )
                         .await?
@@ -145,8 +155,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
                         .run(
                             &scripts.next,
                             resource,
-                            &[&counter],
-                            &[mode, &floor],
+                            &[&counter, &history],
+                            &[mode, &floor, &opened_for],
                             RequestEffect::Writes,
                         )
                         .await?
@@ -154,8 +164,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
             };
             match reply {
                 None => return Ok(None),
-                Some(reply) if reply == SEED => floor = self.reestablished_at(resource).await?,
-                Some(reply) => return token_from_reply(&reply, resource).map(Some),
+                Some(reply) => match reply.strip_prefix(SEED) {
+                    Some(here) => {
+                        opened_for = here.trim_start().to_owned();
+                        floor = self.reestablished_at(resource).await?;
+                    }
+                    None => return token_from_reply(&reply, resource).map(Some),
+                },
             }
         }
         Err(
@@ -178,16 +193,24 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
         Ok(target.map_or_else(|| "0".to_owned(), |t| t.to_string()))
     }
 
-    /// Raises the counter to at least `floor`, atomically; never lowers it.
-    async fn raise(&self, resource: &ResourceName, floor: FencingToken) -> Result<FencingToken> {
-        let counter = self.client.keys().counter_key(resource)?;
+    /// Raises the counter to at least `floor`, atomically; never lowers it. A floor that is a
+    /// new epoch, opened while the counter was missing on history `opened_for`, also binds
+    /// the counter to that history if it is still missing there.
+    async fn raise(
+        &self,
+        resource: &ResourceName,
+        floor: FencingToken,
+        opened_for: &str,
+    ) -> Result<FencingToken> {
+        let keys = self.client.keys();
+        let (counter, history) = (keys.counter_key(resource)?, keys.history_key(resource)?);
         let reply: Option<String> = self
             .client
             .run(
                 &self.client.scripts().advance,
                 resource,
-                &[&counter],
-                &[&floor.to_string()],
+                &[&counter, &history],
+                &[&floor.to_string(), opened_for],
                 RequestEffect::Writes,
             )
             .await?;
@@ -196,6 +219,29 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
             None => Err(RedisFailure::Unexpected("advance returned nothing".into())
                 .into_error(resource, RequestEffect::Writes)),
         }
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
+    /// The counter of `resource` (`None` when missing or 0) and, with epochs, the server
+    /// history it is read on.
+    async fn read(&self, resource: &ResourceName) -> Result<(Option<FencingToken>, String)> {
+        let counter = self.client.keys().counter_key(resource)?;
+        let (reply, here): (Option<String>, String) = self
+            .client
+            .run(
+                &self.client.scripts().current,
+                resource,
+                &[&counter],
+                &[self.reestablish_mode()],
+                RequestEffect::ReadOnly,
+            )
+            .await?;
+        let current = match reply.as_deref() {
+            None | Some("0") => None,
+            Some(reply) => Some(token_from_reply(reply, resource)?),
+        };
+        Ok((current, here))
     }
 }
 
@@ -220,21 +266,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> TokenSource for RedisTok
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        let counter = self.client.keys().counter_key(resource)?;
-        let reply: Option<String> = self
-            .client
-            .run(
-                &self.client.scripts().current,
-                resource,
-                &[&counter],
-                &[],
-                RequestEffect::ReadOnly,
-            )
-            .await?;
-        match reply.as_deref() {
-            None | Some("0") => Ok(None),
-            Some(reply) => token_from_reply(reply, resource).map(Some),
-        }
+        Ok(self.read(resource).await?.0)
     }
 
     async fn advance_to(
@@ -242,9 +274,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> TokenSource for RedisTok
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        let missing = self.epochs.is_some() && self.current(resource).await?.is_none();
+        let (current, here) = match self.epochs {
+            Some(_) => self.read(resource).await?,
+            None => (None, String::new()),
+        };
+        let missing = self.epochs.is_some() && current.is_none();
         let target =
             epoch::advance_target(self.epochs.as_deref(), resource, floor, missing).await?;
-        self.raise(resource, target).await
+        let opened_for = if missing { here.as_str() } else { "" };
+        self.raise(resource, target, opened_for).await
     }
 }

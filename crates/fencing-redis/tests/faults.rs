@@ -169,12 +169,12 @@ async fn a_restart_without_persistence_never_reissues_a_token() {
     assert!(c.token() > b.token(), "{} after {}", c.token(), b.token());
 }
 
-/// What epochs do not cover, shown rather than hidden: a Redis restored from an old snapshot
-/// (or failed over to a lagging replica) holds a counter that is present but behind, and the
-/// tokens after it are issued again. Deployments that can restore or fail over Redis keep
-/// their tokens in a durable source (docs/guide.md, "Choosing a token source").
+/// What the history binding does not cover, shown rather than hidden: a counter lowered by
+/// hand on the same server (an operator's `SET`, no restart, no failover) stays bound to that
+/// server's history, and the tokens after it are issued again. A restore from a snapshot and
+/// a failover to a lagging replica are caught (`tests/failover.rs`).
 #[tokio::test]
-async fn a_counter_restored_behind_is_not_detected() {
+async fn a_counter_lowered_by_hand_on_the_same_server_is_not_detected() {
     let server = RedisServer::start(&[]);
     let mut conn = multiplexed(&server).await;
     let lease = RedisLease::new(conn.clone(), epochs());

@@ -172,6 +172,193 @@ impl Drop for RedisServer {
     }
 }
 
+impl RedisServer {
+    /// Kills it (SIGKILL): nothing is saved, its clients' connections break.
+    pub fn kill(&self) {
+        assert!(
+            self.process.signal("KILL"),
+            "redis-server on {} is gone",
+            self.port
+        );
+    }
+
+    /// Stops it (SIGSTOP): it answers nothing until [`Self::resume`], and its connections
+    /// stay open.
+    pub fn pause(&self) {
+        assert!(
+            self.process.signal("STOP"),
+            "redis-server on {} is gone",
+            self.port
+        );
+    }
+
+    /// Lets a server stopped by [`Self::pause`] go on.
+    pub fn resume(&self) {
+        assert!(
+            self.process.signal("CONT"),
+            "redis-server on {} is gone",
+            self.port
+        );
+    }
+}
+
+/// Redis Sentinel as operators run it: `count` sentinels (`redis-server CONF --sentinel`) on
+/// free loopback ports, each monitoring the primary on `primary_port` as service `service`
+/// with a quorum of `quorum`, a primary judged down after one second without answers. Killed
+/// when dropped, and also when the test process dies.
+#[derive(Debug)]
+pub struct RedisSentinels {
+    sentinels: Vec<(Watched, u16)>,
+    dir: PathBuf,
+    service: String,
+}
+
+impl RedisSentinels {
+    /// Starts them, and waits until each knows the primary.
+    ///
+    /// # Panics
+    ///
+    /// When a sentinel cannot start, saying why.
+    pub fn start(primary_port: u16, count: usize, quorum: usize, service: &str) -> Self {
+        let dir = scratch("fencing-sentinel").unwrap_or_else(|why| panic!("{why}"));
+        let mut sentinels = Vec::new();
+        for i in 0..count {
+            let port = free_port().unwrap_or_else(|why| panic!("{why}"));
+            let conf = dir.join(format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                     sentinel monitor {service} 127.0.0.1 {primary_port} {quorum}\n\
+                     sentinel down-after-milliseconds {service} 1000\n\
+                     sentinel failover-timeout {service} 5000\n",
+                    dir = dir.display()
+                ),
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", conf.display()));
+            let process = Watched::spawn(
+                &format!("redis-server '{}' --sentinel", conf.display()),
+                &dir.join(format!("sentinel-{i}.log")),
+            )
+            .unwrap_or_else(|why| panic!("redis-server --sentinel: {why}"));
+            wait_for(port, "redis-server --sentinel", ping).unwrap_or_else(|why| panic!("{why}"));
+            sentinels.push((process, port));
+        }
+        let sentinels = RedisSentinels {
+            sentinels,
+            dir,
+            service: service.to_owned(),
+        };
+        sentinels
+            .wait_for_primary(|port| port == Some(primary_port), Duration::from_secs(10))
+            .unwrap_or_else(|why| panic!("{why}"));
+        sentinels
+    }
+
+    /// Each sentinel's URL, `redis://127.0.0.1:PORT/`.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|(_, port)| format!("redis://127.0.0.1:{port}/"))
+            .collect()
+    }
+
+    /// The service's name.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The primary's port as the first sentinel that answers names it.
+    pub fn primary_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|(_, port)| {
+            let reply = redis_cli(
+                *port,
+                &["SENTINEL", "get-master-addr-by-name", &self.service],
+            )?;
+            reply.lines().nth(1)?.trim().parse().ok()
+        })
+    }
+
+    /// Waits until every sentinel knows `count` replicas of the primary (the candidates it
+    /// can promote).
+    pub fn wait_for_replicas(&self, count: usize, patience: Duration) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        loop {
+            let known: Vec<usize> = self
+                .sentinels
+                .iter()
+                .map(|(_, port)| {
+                    redis_cli(*port, &["SENTINEL", "replicas", &self.service])
+                        .map_or(0, |r| r.lines().filter(|l| l.trim() == "name").count())
+                })
+                .collect();
+            if known.iter().all(|&n| n >= count) {
+                return Ok(());
+            }
+            if started.elapsed() > patience {
+                return Err(format!(
+                    "the sentinels knew {known:?} replicas after {patience:?}, not {count}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until every sentinel names a primary `wanted` accepts.
+    pub fn wait_for_primary(
+        &self,
+        wanted: impl Fn(Option<u16>) -> bool,
+        patience: Duration,
+    ) -> Result<u16, String> {
+        let started = std::time::Instant::now();
+        loop {
+            let named: Vec<Option<u16>> = self
+                .sentinels
+                .iter()
+                .map(|(_, port)| {
+                    redis_cli(
+                        *port,
+                        &["SENTINEL", "get-master-addr-by-name", &self.service],
+                    )
+                    .and_then(|r| r.lines().nth(1)?.trim().parse().ok())
+                })
+                .collect();
+            if let Some(&Some(port)) = named.first()
+                && named.iter().all(|n| *n == Some(port) && wanted(*n))
+            {
+                return Ok(port);
+            }
+            if started.elapsed() > patience {
+                return Err(format!(
+                    "the sentinels named {named:?} after {patience:?}, not the primary wanted"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for RedisSentinels {
+    fn drop(&mut self) {
+        for (process, port) in &mut self.sentinels {
+            process.stop(*port);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `redis-cli -p PORT ARGS…`'s output, `None` when it failed.
+pub fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// A certificate authority and a certificate for `127.0.0.1` and `localhost` signed by it,
 /// made with the machine's `openssl` in a scratch folder of the test's own: what a TLS test
 /// server presents and what its client trusts. Removed when dropped.

@@ -16,7 +16,7 @@ mod local;
 pub use azurite::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, create_azure_container};
 pub use containers::TestContainer;
 pub use etcd::EtcdCluster;
-pub use local::{MotoServer, PgBouncer, RedisServer, TestCertificates};
+pub use local::{MotoServer, PgBouncer, RedisSentinels, RedisServer, TestCertificates, redis_cli};
 
 /// The environment variable that chooses how tests get their servers.
 pub const MODE_VAR: &str = "FENCING_TEST_SERVICES";
