@@ -9,7 +9,9 @@
 //!   (`SET NX PX` then `INCR`), and `rslock`'s acquire (no token); medians of rotating
 //!   rounds, ratios to the two commands;
 //! * throughput at 1 and 50 concurrent clients, next to `redis-benchmark`'s raw `EVALSHA` of
-//!   the same script on the same server.
+//!   the same script on the same server;
+//! * the identity check's cost: the default lease (counters bound to the server history)
+//!   against the same script without the check, on existing counters, paired round by round.
 //!
 //! Nothing here asserts a time: the figures go to docs/benchmarks.md.
 
@@ -25,6 +27,7 @@ use redis::aio::MultiplexedConnection;
 const ACQUISITIONS: usize = 3000;
 const ROUNDS: usize = 7;
 const CONCURRENT_TOTAL: usize = 20_000;
+const IDENTITY_ITEMS: usize = 2000;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -73,6 +76,43 @@ async fn main() {
     })
     .await;
     bench::report(&results, ACQUISITIONS, "acquisition");
+
+    // The identity check's cost: the default lease (epochs, the counter bound to the server
+    // history, INFO read inside the script) against the same script without it, each on
+    // counters that exist and are bound (established untimed first), alternating acquisition
+    // by acquisition, the ratio paired round by round.
+    println!(
+        "\nOn existing counters, alternating acquisition by acquisition ({IDENTITY_ITEMS} per round, {ROUNDS} rounds):\n"
+    );
+    let epochs: std::sync::Arc<dyn fencing_core::TokenSource> =
+        std::sync::Arc::new(fencing_core::MemoryTokenSource::new());
+    let checked = RedisLease::new(conn.clone(), epochs);
+    let identity = [
+        "RedisLease::may_reissue_tokens (no identity check)",
+        "RedisLease::new (identity check)",
+    ];
+    let rounds = bench::compare_per_item(
+        &identity,
+        ROUNDS,
+        IDENTITY_ITEMS,
+        async |variant, round, item| {
+            let r = ResourceName::new(format!("i{round}:{}:{item}", variant.len())).unwrap();
+            let lease: &dyn Lease = if variant == identity[0] {
+                &lease
+            } else {
+                &checked
+            };
+            let first = lease.try_acquire(&r, ttl).await.unwrap().expect("free");
+            lease.release(first).await.unwrap();
+            let start = Instant::now();
+            let guard = lease.try_acquire(&r, ttl).await.unwrap().expect("free");
+            let elapsed = start.elapsed();
+            lease.release(guard).await.unwrap();
+            elapsed
+        },
+    )
+    .await;
+    bench::report_paired_ratios(&rounds);
 
     println!("\n| clients | RedisLease acquisitions/s | redis-benchmark EVALSHA/s (same script) |");
     println!("| ---: | ---: | ---: |");

@@ -81,13 +81,8 @@ async fn a_replica_promoted_behind_the_counter_never_reissues_a_token() {
     // A `String`, which both forms of `build` take (its argument's type depends on the
     // redis crate's TLS features).
     let service: String = sentinels.service().into();
-    let sentinel_client = SentinelClient::build(
-        sentinels.urls(),
-        service,
-        None,
-        SentinelServerType::Master,
-    )
-    .unwrap();
+    let sentinel_client =
+        SentinelClient::build(sentinels.urls(), service, None, SentinelServerType::Master).unwrap();
     let through_sentinel = RedisLease::new(SentinelConnection::new(sentinel_client, 0), epochs);
 
     let mut issued = BTreeSet::new();
