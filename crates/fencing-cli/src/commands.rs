@@ -118,13 +118,21 @@ pub(crate) async fn token_current(
         ),
         None => format!("{resource} ({counter}): none issued (nothing at {read})"),
     };
+    let history = settings.counter_history(backend, &resource).await?;
+    let mut lines = vec![line];
+    lines.extend(history.as_ref().map(history_text));
     Ok(Report::new(
-        vec![line],
+        lines,
         json!({
             "resource": resource.as_str(),
             "tokens": kind,
             "current": token_json(current),
             "read": read,
+            "history": history.map(|h| json!({
+                "bound": h.bound,
+                "serving": h.serving,
+                "moved": h.moved(),
+            })),
         }),
     ))
 }
@@ -160,8 +168,10 @@ pub(crate) async fn token_advance(
             counter_text(settings, backend, Some(after))
         )
     };
+    let mut lines = vec![line];
+    lines.extend(history_line(settings, backend, &resource).await?);
     Ok(Report::new(
-        vec![line],
+        lines,
         json!({
             "resource": resource.as_str(),
             "tokens": kind,
@@ -232,6 +242,7 @@ pub(crate) async fn seed(
             before
         }
     };
+    lines.extend(history_line(settings, backend, &resource).await?);
     Ok(Report::new(
         lines,
         json!({
@@ -272,6 +283,33 @@ fn refuse_weaker_than_epochs(
          as the library does, or --may-reissue-tokens to act on the bare counter anyway",
         epoch::EPOCH_BITS
     )))
+}
+
+/// The line saying where the counter of `resource` stands, for the kinds that bind theirs.
+async fn history_line(
+    settings: &Settings,
+    backend: Backend,
+    resource: &ResourceName,
+) -> Result<Option<String>, Failure> {
+    let history = settings.counter_history(backend, resource).await?;
+    Ok(history.as_ref().map(history_text))
+}
+
+/// Where a counter stands against the server answering, in a report's words.
+fn history_text(history: &fencing_core::CounterHistory) -> String {
+    match &history.bound {
+        None => format!(
+            "  history: not bound yet; the next token binds it to this server's ({})",
+            history.serving
+        ),
+        Some(bound) if history.moved() => format!(
+            "  history: bound to {bound}, but this server's is {}: the counter may be behind \
+             (a failover or a restore since); its next token is raised past anything that \
+             history issued first, so no repair by hand is needed",
+            history.serving
+        ),
+        Some(bound) => format!("  history: bound to this server's ({bound})"),
+    }
 }
 
 /// Refuses to raise the PostgreSQL counters the Redis tokens draw their epochs from as if

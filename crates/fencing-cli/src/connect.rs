@@ -324,22 +324,48 @@ impl Settings {
     }
 
     async fn pg_tokens(&self) -> Result<PgTokenSource, Failure> {
+        if self.pg_counters_are_epochs() {
+            return self.epochs(&self.pg_token_table).await;
+        }
         Ok(PgTokenSource::new(
             self.pg_pool().await?,
             qualified(&self.pg_token_table)?,
         ))
     }
 
+    /// The PostgreSQL counters of the Redis tokens' epochs in `table`, counting as the
+    /// library's Redis deployments do (at most one epoch a second: epochs stay below 2^31).
+    async fn epochs(&self, table: &str) -> Result<PgTokenSource, Failure> {
+        Ok(PgTokenSource::epochs(
+            self.pg_pool().await?,
+            qualified(table)?,
+        ))
+    }
+
     async fn redis_tokens(&self) -> Result<RedisTokenSource<MultiplexedConnection>, Failure> {
         let conn = self.redis().await?;
         Ok(match &self.redis_epochs {
-            Some(table) => {
-                let epochs = PgTokenSource::new(self.pg_pool().await?, qualified(table)?);
-                RedisTokenSource::new(conn, Arc::new(epochs))
-            }
+            Some(table) => RedisTokenSource::new(conn, Arc::new(self.epochs(table).await?)),
             None => RedisTokenSource::may_reissue_tokens(conn),
         }
         .with_keys(self.redis_keys()?))
+    }
+
+    /// Where the counter of `resource` stands against the server answering, for the kinds
+    /// that bind their counters (Redis with its epochs, PostgreSQL); `None` for the others.
+    pub(crate) async fn counter_history(
+        &self,
+        backend: Backend,
+        resource: &fencing_core::ResourceName,
+    ) -> Result<Option<fencing_core::CounterHistory>, Failure> {
+        let history = match backend {
+            Backend::Redis if self.redis_epochs.is_some() => {
+                self.redis_tokens().await?.history(resource).await
+            }
+            Backend::Postgres => self.pg_tokens().await?.history(resource).await,
+            _ => return Ok(None),
+        };
+        history.map(Some).map_err(|e| self.failure(e))
     }
 
     pub(crate) async fn lease(&self, backend: Backend) -> Result<Box<dyn Lease>, Failure> {
@@ -349,7 +375,7 @@ impl Settings {
                 let conn = self.redis().await?;
                 match &self.redis_epochs {
                     Some(table) => {
-                        let epochs = PgTokenSource::new(self.pg_pool().await?, qualified(table)?);
+                        let epochs = self.epochs(table).await?;
                         Box::new(RedisLease::new(conn, Arc::new(epochs)).with_keys(keys))
                     }
                     None => Box::new(RedisLease::may_reissue_tokens(conn).with_keys(keys)),

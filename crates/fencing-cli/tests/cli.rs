@@ -1020,3 +1020,55 @@ async fn redis_over_tls_is_reached_with_a_trusted_certificate_only() {
     let out = run(&mut command(), 3);
     assert!(out.contains("SSL_CERT_FILE"), "{out}");
 }
+
+/// `token current` says where a counter stands against the server answering: bound to its
+/// history, or to another (as after a failover), in which case the next token jumps past
+/// anything that history could have issued.
+#[tokio::test]
+async fn token_current_names_the_history_a_counter_is_bound_to() {
+    let schema = Schema::new().await;
+    let tokens = schema.tokens().await;
+    let resource = unique_name("settle:m_4471");
+    let r = ResourceName::new(resource.clone()).unwrap();
+    use fencing_core::TokenSource;
+    tokens.next(&r).await.unwrap();
+    let table = schema.table("tokens");
+    let args = ["--tokens", "postgres", "--pg-token-table", &table];
+    let out = run(
+        fencing().args(["token", "current", &resource]).args(args),
+        0,
+    );
+    assert!(out.contains("history: bound to this server's"), "{out}");
+    schema
+        .execute(format!(
+            "UPDATE \"{}\".tokens SET history = 'elsewhere' WHERE resource = '{resource}'",
+            schema.name
+        ))
+        .await;
+    let out = run(
+        fencing().args(["token", "current", &resource]).args(args),
+        0,
+    );
+    assert!(
+        out.contains("bound to elsewhere, but this server's is"),
+        "{out}"
+    );
+    let report = json(&run(
+        fencing()
+            .args(["token", "current", &resource, "--json"])
+            .args(args),
+        0,
+    ));
+    assert_eq!(report["history"]["moved"], true);
+    let next = tokens.next(&r).await.unwrap();
+    assert!(
+        next.get() > 1 << 20,
+        "jumped by at least a second's worth: {next}"
+    );
+    let out = run(
+        fencing().args(["token", "current", &resource]).args(args),
+        0,
+    );
+    assert!(out.contains("history: bound to this server's"), "{out}");
+    schema.drop().await;
+}

@@ -91,3 +91,27 @@ pub async fn seed_from_floors(
     }
     Ok(highest)
 }
+
+/// Where a counter stands against the server it is read on, for an operator: the server
+/// history the counter is bound to (the one that last established it) and the history of the
+/// server answering now. Sources that bind their counters (Redis with epochs, PostgreSQL)
+/// report it; a counter on another history is raised past anything that history could have
+/// issued before its next token, so it needs no repair by hand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterHistory {
+    /// The history the counter is bound to; `None` for a counter not bound yet (missing, or
+    /// written by a version that did not bind).
+    pub bound: Option<String>,
+    /// The history of the server answering.
+    pub serving: String,
+}
+
+impl CounterHistory {
+    /// True when the counter is bound to another history than the one serving it: its next
+    /// token will be raised first.
+    pub fn moved(&self) -> bool {
+        self.bound
+            .as_ref()
+            .is_some_and(|bound| *bound != self.serving)
+    }
+}

@@ -408,7 +408,10 @@ pub fn lease(
     let counters = || PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
     Ok(match (kind, server) {
         (LeaseKind::Redis, Some(LeaseServer::Redis(redis))) => {
-            let epochs: Arc<dyn TokenSource> = Arc::new(counters());
+            let epochs: Arc<dyn TokenSource> = Arc::new(PgTokenSource::epochs(
+                clients.pool.clone(),
+                names.qualified("tokens"),
+            ));
             Arc::new(RedisLease::new(redis, epochs))
         }
         (LeaseKind::Etcd, Some(LeaseServer::Etcd(client))) => {

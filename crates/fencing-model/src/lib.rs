@@ -4,7 +4,8 @@
 //! (`pending|sending → sending`), look the effect up if the record was in flight, perform the
 //! effect with the record key as idempotency key, and confirm (`sending → sent`) — while the
 //! world does everything a real deployment can: leases expire under paused workers, a write's
-//! answer or its request is lost, and the token counter loses its state. A pipelined worker
+//! answer or its request is lost, the token counter loses its state, and its store fails over
+//! to a replica that did not receive the last acquisition. A pipelined worker
 //! has several records in flight at once (one lane each), and its first refusal stops every
 //! lane that has not yet performed its effect, while a lane whose effect is done still sends
 //! its confirm, as `Pipeline` does. Every decision the
@@ -12,7 +13,8 @@
 //! [`FencedWrite::apply`] in the store, the [`Lifecycle`] writes, the retry rules
 //! [`FencedWrite::refusal_may_be_own`] and [`FencedWrite::is_reflected_in`] of `Fence::write`,
 //! the regression rule [`is_regression`], and the epoch rules [`must_open_epoch`],
-//! [`open_epoch`] and [`advance_target`] for the counter.
+//! [`open_epoch`] and [`advance_target`] for the counter, which also opens an epoch when it is
+//! bound to another server history than the one serving it.
 //!
 //! `docs/protocol.md` states the properties; [`Protocol::properties`] checks them, and each
 //! [`Mutation`] breaks one rule to show the checker finds the damage.
@@ -45,6 +47,9 @@ pub enum Mutation {
     /// A pipelined worker's refusal stops only the lane it struck: the worker's other lanes
     /// go on claiming and performing.
     RefusalDoesNotStopQueued,
+    /// The counter issues from whatever it holds, without comparing the server history it is
+    /// bound to with the history serving it: a failover to a lagging replica goes unseen.
+    IgnoreServerHistory,
 }
 
 /// The most records one worker has in flight at once.
@@ -67,6 +72,9 @@ pub struct Protocol {
     pub lost_requests: u8,
     /// Restarts of the counter's store that lose the counter and the lease.
     pub counter_losses: u8,
+    /// Failovers of the counter's store to a replica that lags: the counter and the lease go
+    /// back to what they were before the last acquisition, on a new server history.
+    pub failovers: u8,
     /// Records each worker has in flight at once (1: one by one; at most [`MAX_LANES`]).
     /// Lane `l` settles records `l`, `l + lanes`, ….
     pub lanes: u8,
@@ -85,6 +93,7 @@ impl Protocol {
             lost_answers: 1,
             lost_requests: 1,
             counter_losses: 1,
+            failovers: 1,
             lanes: 1,
             mutation,
         }
@@ -97,6 +106,7 @@ impl Protocol {
             lanes: 2,
             lost_requests: 0,
             counter_losses: 0,
+            failovers: 0,
             ..Protocol::small(mutation)
         }
     }
@@ -192,6 +202,9 @@ pub enum Action {
     Expire,
     /// The counter's store restarts, losing the counter and the lease.
     LoseCounter,
+    /// The counter's store fails over to a replica that did not receive the last
+    /// acquisition: counter, its binding and lease as they were before it, on a new history.
+    FailOver,
 }
 
 /// What the properties watch for.
@@ -209,6 +222,16 @@ pub struct Violations {
     /// A worker sent a claim or performed an effect after one of its writes under the same
     /// token was refused.
     pub worked_after_refusal: bool,
+    /// An acquisition was issued a token not above every token issued before it.
+    pub token_reissued: bool,
+}
+
+/// What a replica that lags one acquisition behind holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Replica {
+    counter: Option<u64>,
+    bound: Option<u8>,
+    lease: Option<(u8, bool)>,
 }
 
 /// The world: the store, the lease, the counter, the gateway and the workers.
@@ -220,11 +243,20 @@ pub struct World {
     lease: Option<(u8, bool)>,
     counter: Option<u64>,
     epochs: u64,
+    /// The server history serving the counter (a new one at every failover) and the history
+    /// the counter is bound to.
+    history: u8,
+    bound: Option<u8>,
+    /// What the lagging replica holds: as things were just before the last acquisition.
+    replica: Option<Replica>,
+    /// The highest token issued so far.
+    highest_issued: u64,
     workers: Vec<Worker>,
     expiries: u8,
     lost_answers: u8,
     lost_requests: u8,
     counter_losses: u8,
+    failovers: u8,
     clock: u8,
     /// What went wrong so far.
     pub violations: Violations,
@@ -302,22 +334,31 @@ impl Protocol {
         }
     }
 
-    /// Issues the next token as the counter does: opening an epoch when the counter is missing
-    /// (or, mutated, starting again at 1).
+    /// Issues the next token as the counter does: opening an epoch when the counter is
+    /// missing or bound to another server history than the one serving it (or, mutated,
+    /// starting again at 1, or issuing from a counter on another history as it is).
     fn issue(&self, world: &mut World) -> FencingToken {
         let current = world.counter.and_then(|c| FencingToken::new(c).ok());
+        let moved = world.counter.is_some()
+            && world.bound != Some(world.history)
+            && self.mutation != Mutation::IgnoreServerHistory;
         let counter = match world.counter {
             None if self.mutation == Mutation::UnseededCounterReset => 0,
-            _ if must_open_epoch(current) => {
+            _ if moved || must_open_epoch(current) => {
                 let epochs = world.epoch_source();
                 let start = settled(open_epoch(&epochs, &resource(), None)).expect("an epoch");
                 world.remember_epochs(&epochs);
-                start.get()
+                start.get().max(world.counter.unwrap_or(0))
             }
             counter => counter.unwrap_or(0),
         };
+        world.bound = Some(world.history);
         let token = FencingToken::new(counter + 1).expect("small tokens");
         world.counter = Some(token.get());
+        if token.get() <= world.highest_issued {
+            world.violations.token_reissued = true;
+        }
+        world.highest_issued = world.highest_issued.max(token.get());
         token
     }
 
@@ -493,11 +534,16 @@ impl Model for Protocol {
             lease: None,
             counter: None,
             epochs: 0,
+            history: 0,
+            bound: None,
+            replica: None,
+            highest_issued: 0,
             workers: vec![worker; usize::from(self.workers)],
             expiries: self.expiries,
             lost_answers: self.lost_answers,
             lost_requests: self.lost_requests,
             counter_losses: self.counter_losses,
+            failovers: self.failovers,
             clock: 0,
             violations: Violations::default(),
         }]
@@ -540,12 +586,22 @@ impl Model for Protocol {
         if world.counter_losses > 0 && world.counter.is_some() {
             actions.push(Action::LoseCounter);
         }
+        if world.failovers > 0 && world.replica.is_some() {
+            actions.push(Action::FailOver);
+        }
     }
 
     fn next_state(&self, world: &World, action: Action) -> Option<World> {
         let mut next = world.clone();
         match action {
             Action::Acquire(w) => {
+                if next.failovers > 0 {
+                    next.replica = Some(Replica {
+                        counter: next.counter,
+                        bound: next.bound,
+                        lease: next.lease,
+                    });
+                }
                 let token = self.issue(&mut next);
                 next.lease = Some((w, true));
                 let worker = &mut next.workers[usize::from(w)];
@@ -616,6 +672,14 @@ impl Model for Protocol {
                 next.counter = None;
                 next.lease = None;
             }
+            Action::FailOver => {
+                let replica = next.replica.take()?;
+                next.failovers -= 1;
+                next.counter = replica.counter;
+                next.bound = replica.bound;
+                next.lease = replica.lease;
+                next.history += 1;
+            }
         }
         Some(next)
     }
@@ -640,6 +704,10 @@ impl Model for Protocol {
             Property::always(
                 "no claim and no effect after a refusal under the same token",
                 |_, w: &World| !w.violations.worked_after_refusal,
+            ),
+            Property::always(
+                "every token issued is above every token issued before it",
+                |_, w: &World| !w.violations.token_reissued,
             ),
             Property::eventually("every record ends done", |_, w: &World| w.all_done()),
         ]

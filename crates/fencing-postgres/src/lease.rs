@@ -34,21 +34,21 @@ pub struct PgLease {
 impl PgLease {
     /// Leases in `table`, tokens from `tokens` (create both with [`Self::create_if_missing`]).
     pub fn new(table: PgQualifiedName, tokens: PgTokenSource) -> Self {
-        let counters = tokens.table();
+        let issue = tokens.increment(&format!(
+            "SELECT $1, 1, h.history, h.at FROM free, {}",
+            PgTokenSource::here()
+        ));
         let acquire = format!(
             "WITH free AS (SELECT 1 WHERE NOT EXISTS \
                  (SELECT 1 FROM {table} WHERE resource = $1 AND expires_at > now())), \
-             tok AS (INSERT INTO {counters} AS t (resource, value) SELECT $1, 1 FROM free \
-                 ON CONFLICT (resource) DO UPDATE SET value = t.value + 1 \
-                 WHERE t.value < {max} RETURNING value), \
+             tok AS ({issue}), \
              granted AS (INSERT INTO {table} AS l (resource, owner, token, expires_at) \
                  SELECT $1, $2, value, now() + $3 * interval '1 millisecond' FROM tok \
                  ON CONFLICT (resource) DO UPDATE SET owner = EXCLUDED.owner, \
                  token = EXCLUDED.token, expires_at = EXCLUDED.expires_at \
                  WHERE l.expires_at <= now() RETURNING token) \
              SELECT EXISTS (SELECT 1 FROM free), EXISTS (SELECT 1 FROM tok), \
-                 (SELECT token FROM granted)",
-            max = i64::MAX
+                 (SELECT token FROM granted)"
         );
         PgLease {
             extend: format!(

@@ -2,7 +2,9 @@
 
 use async_trait::async_trait;
 use fencing_core::adapter::RequestEffect;
-use fencing_core::{Error, FencingToken, ResourceName, Result, TokenSource};
+use fencing_core::{
+    CounterHistory, Error, FencingToken, InputKind, InvalidInput, ResourceName, Result, TokenSource,
+};
 use sqlx::{PgPool, Row};
 
 use crate::ddl::run_ddl;
@@ -10,42 +12,142 @@ use crate::error::PgFailure;
 use crate::ident::PgQualifiedName;
 use crate::session::Session;
 
-/// Tokens from a table of counters, `(resource TEXT PRIMARY KEY, value BIGINT)`: each `next` is
-/// one `INSERT … ON CONFLICT DO UPDATE SET value = value + 1 RETURNING value`. Unlike a Redis
-/// counter without persistence, it cannot go backwards.
+/// Tokens from a table of counters, `(resource TEXT PRIMARY KEY, value BIGINT, history TEXT,
+/// written_at TIMESTAMPTZ)`: each `next` is one `INSERT … ON CONFLICT DO UPDATE SET value =
+/// value + 1 … RETURNING value`.
+///
+/// **Failovers and restores.** A row is bound to the server history that last wrote it: the
+/// timeline (new at every promotion of a standby and at the end of every archive recovery) and
+/// the postmaster's start time (new at every start, a restored backup's included), read in the
+/// same statement. A counter read on another history may be behind the tokens issued (an
+/// asynchronous standby promoted before it received the last increments, a base backup
+/// restored), so the statement raises it first by [`Self::with_max_rate`] tokens for every
+/// second since the row was last written (one second more for clocks a little apart): every
+/// increment lost happened after that write, at most that many a second. One statement
+/// still; a failover or restart that lost nothing costs a jump in the numbers, never safety.
+/// The bound assumes the clocks of the servers the database moves between agree to within
+/// the seconds a failover takes, and that no counter is incremented faster than the rate (a
+/// row's increments serialise on its lock: tens of thousands a second at most).
 #[derive(Clone, Debug)]
 pub struct PgTokenSource {
     pool: PgPool,
     table: PgQualifiedName,
     store: String,
+    max_rate: u64,
     next: String,
     current: String,
     advance: String,
     session: Session,
 }
 
+/// The server history a statement runs on and the time it reads, as one row `h(history, at)`:
+/// the timeline of the WAL being written (which fails on a standby: a standby issues nothing)
+/// and the postmaster's start time.
+const HERE: &str = "(SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) || '/' || \
+                    pg_postmaster_start_time()::text AS history, clock_timestamp() AS at) h";
+
 impl PgTokenSource {
+    /// The rate bound unless told otherwise: 2^20 tokens a second per resource.
+    pub const DEFAULT_MAX_RATE: u64 = 1 << 20;
+
     /// Counters in `table` (create it with [`Self::create_if_missing`]).
     pub fn new(pool: PgPool, table: PgQualifiedName) -> Self {
-        let next = format!(
-            "INSERT INTO {table} AS t (resource, value) VALUES ($1, 1) \
-             ON CONFLICT (resource) DO UPDATE SET value = t.value + 1 \
-             WHERE t.value < {max} RETURNING value",
-            max = i64::MAX
-        );
         PgTokenSource {
             store: table.store_name(),
             current: format!("SELECT value FROM {table} WHERE resource = $1"),
             advance: format!(
-                "INSERT INTO {table} AS t (resource, value) VALUES ($1, $2) \
+                "INSERT INTO {table} AS t (resource, value, history, written_at) \
+                 SELECT $1, $2, h.history, h.at FROM {HERE} \
                  ON CONFLICT (resource) DO UPDATE SET value = GREATEST(t.value, EXCLUDED.value) \
                  RETURNING value"
             ),
-            next,
+            next: String::new(),
+            max_rate: Self::DEFAULT_MAX_RATE,
             table,
             pool,
             session: Session::default(),
         }
+        .with_statements()
+    }
+
+    /// Counters of epochs in `table`, for the tokens of a Redis lease
+    /// (`RedisLease::new(conn, Arc::new(PgTokenSource::epochs(pool, table)))`): each number
+    /// is an epoch, opened when a Redis counter was lost or moved, at most once a second or so
+    /// per resource, so a failover of this database raises them by one a second
+    /// ([`Self::with_max_rate`]), and they stay below the 2^31 epochs a Redis token holds.
+    pub fn epochs(pool: PgPool, table: PgQualifiedName) -> Self {
+        PgTokenSource {
+            max_rate: 1,
+            ..Self::new(pool, table)
+        }
+        .with_statements()
+    }
+
+    /// The same source, raising a counter found on another server history by `per_second`
+    /// for every second since its row was last written (1 ..= 2^32). The epochs of a Redis
+    /// lease count 1 ([`Self::epochs`]).
+    pub fn with_max_rate(self, per_second: u64) -> Result<Self, InvalidInput> {
+        if !(1..=1 << 32).contains(&per_second) {
+            return Err(InvalidInput::new(
+                InputKind::Token,
+                format!("a counter's rate bound of {per_second} a second is not in 1 ..= 2^32"),
+            ));
+        }
+        Ok(PgTokenSource {
+            max_rate: per_second,
+            ..self
+        }
+        .with_statements())
+    }
+
+    fn with_statements(mut self) -> Self {
+        self.next = self.increment(&format!("SELECT $1, 1, h.history, h.at FROM {HERE}"));
+        self
+    }
+
+    /// The upsert that issues the next token of the resource whose row `rows` gives
+    /// (`resource, 1, history, at`), raised first where the row is on another history, and
+    /// returns it (no row at `i64::MAX`).
+    pub(crate) fn increment(&self, rows: &str) -> String {
+        format!(
+            "INSERT INTO {table} AS t (resource, value, history, written_at) {rows} \
+             ON CONFLICT (resource) DO UPDATE SET \
+             value = LEAST(t.value::numeric + 1 + CASE \
+                 WHEN t.history IS NULL OR t.history = EXCLUDED.history THEN 0 \
+                 ELSE {rate}::numeric * (ceil(GREATEST(extract(epoch FROM \
+                     EXCLUDED.written_at - t.written_at), 0)) + 1) END, {max})::int8, \
+             history = EXCLUDED.history, written_at = EXCLUDED.written_at \
+             WHERE t.value < {max} RETURNING value",
+            table = self.table,
+            rate = self.max_rate,
+            max = i64::MAX
+        )
+    }
+
+    /// The server history the counter of `resource` is bound to, and the history of the
+    /// server answering: where they differ, the next token is raised first. On a standby, an
+    /// error (it issues nothing).
+    pub async fn history(&self, resource: &ResourceName) -> Result<CounterHistory> {
+        let sql = format!(
+            "SELECT (SELECT history FROM {table} WHERE resource = $1), h.history FROM {HERE}",
+            table = self.table
+        );
+        let query = self.session.query(sql).bind(resource.as_str());
+        self.session
+            .on_pool(&self.pool, RequestEffect::ReadOnly, async |conn| {
+                let row = query.fetch_one(conn).await?;
+                Ok(CounterHistory {
+                    bound: row.try_get(0)?,
+                    serving: row.try_get(1)?,
+                })
+            })
+            .await
+            .map_err(|(failure, effect)| failure.into_error(&self.store, effect))
+    }
+
+    /// HERE, for statements of the lease that join it.
+    pub(crate) fn here() -> &'static str {
+        HERE
     }
 
     /// The same source for a pooler in transaction mode (PgBouncer's `pool_mode =
@@ -69,12 +171,16 @@ impl PgTokenSource {
         &self.pool
     }
 
-    /// Creates the schema and the counter table, if missing.
+    /// Creates the schema and the counter table, if missing; adds the columns that bind a
+    /// row to its server history to a table made by an earlier version (its rows are bound at
+    /// their next increment).
     pub async fn create_if_missing(&self) -> Result<()> {
         let ddl = format!(
             "CREATE SCHEMA IF NOT EXISTS {schema}; \
              CREATE TABLE IF NOT EXISTS {table} (resource TEXT PRIMARY KEY, \
-             value BIGINT NOT NULL CHECK (value > 0))",
+             value BIGINT NOT NULL CHECK (value > 0), history TEXT, written_at TIMESTAMPTZ); \
+             ALTER TABLE {table} ADD COLUMN IF NOT EXISTS history TEXT, \
+             ADD COLUMN IF NOT EXISTS written_at TIMESTAMPTZ",
             schema = self.table.schema(),
             table = self.table,
         );

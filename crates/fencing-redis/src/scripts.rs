@@ -135,6 +135,14 @@ end
 return {v, here}
 "#;
 
+/// KEYS: the counter's history. The history it is bound to (nil for none) and the history of
+/// this server.
+const HISTORY: &str = r#"
+local here, problem = history()
+if problem then return problem end
+return {redis.call('GET', KEYS[1]), here}
+"#;
+
 /// KEYS: counter, the counter's history. ARGV: floor, and the history the floor's epoch was
 /// opened for while the counter was missing there (empty for none): on that history, and
 /// with the counter still missing, the raised counter is bound to it.
@@ -179,6 +187,7 @@ pub(crate) struct Scripts {
     pub(crate) next: Script,
     pub(crate) current: Script,
     pub(crate) advance: Script,
+    pub(crate) history: Script,
     pub(crate) extend: Script,
     pub(crate) release: Script,
     pub(crate) status: Script,
@@ -192,6 +201,7 @@ impl Scripts {
             next: with_counter(NEXT),
             current: with_counter(CURRENT),
             advance: with_counter(ADVANCE),
+            history: with_counter(HISTORY),
             extend: Script::new(EXTEND),
             release: Script::new(RELEASE),
             status: Script::new(STATUS),

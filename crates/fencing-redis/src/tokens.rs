@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::adapter::{RequestEffect, epoch};
-use fencing_core::{FenceFloor, FencingToken, OwnerId, ResourceName, Result, TokenSource, Ttl};
+use fencing_core::{
+    CounterHistory, FenceFloor, FencingToken, OwnerId, ResourceName, Result, TokenSource, Ttl,
+};
 use redis::aio::ConnectionLike;
 
 use crate::client::RedisClient;
@@ -98,6 +100,24 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
     pub fn seeded_from(mut self, floors: Vec<Arc<dyn FenceFloor>>) -> Self {
         self.floors = floors;
         self
+    }
+
+    /// The server history the counter of `resource` is bound to, and the history of the
+    /// server answering (one script, `INFO` inside): where they differ, the next token opens
+    /// a new epoch first. A replica, or a server that hides `INFO`, is an error saying so.
+    pub async fn history(&self, resource: &ResourceName) -> Result<CounterHistory> {
+        let key = self.client.keys().history_key(resource)?;
+        let (bound, serving): (Option<String>, String) = self
+            .client
+            .run(
+                &self.client.scripts().history,
+                resource,
+                &[&key],
+                &[],
+                RequestEffect::ReadOnly,
+            )
+            .await?;
+        Ok(CounterHistory { bound, serving })
     }
 
     /// The key layout.

@@ -116,7 +116,26 @@ async fn a_replica_promoted_behind_the_counter_never_reissues_a_token() {
         .wait_for_primary(|p| p == Some(replica.port()), Duration::from_secs(60))
         .unwrap();
 
+    // An operator sees the counter bound to the lost history before anyone acquires. (The
+    // first request meets the dead primary's connection and fails; the next follows the
+    // sentinels.)
+    let mut history = through_sentinel.tokens().history(&resource()).await;
+    for _ in 0..50 {
+        if history.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        history = through_sentinel.tokens().history(&resource()).await;
+    }
+    let history = history.unwrap();
+    assert!(history.moved(), "{history:?}");
     let b = acquire_through(&through_sentinel).await;
+    let history = through_sentinel
+        .tokens()
+        .history(&resource())
+        .await
+        .unwrap();
+    assert!(!history.moved(), "rebound by the acquisition: {history:?}");
     assert!(
         b.token() > *issued.last().unwrap(),
         "token {} after the failover is not above every token issued before, {issued:?}",

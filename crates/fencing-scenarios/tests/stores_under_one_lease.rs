@@ -155,7 +155,7 @@ async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store()
         schema,
         store: refunds,
     } = Refunds::in_a_fresh_schema().await;
-    let epochs = PgTokenSource::new(
+    let epochs = PgTokenSource::epochs(
         pool.clone(),
         PgQualifiedName::new(&schema, "epochs").unwrap(),
     );

@@ -24,7 +24,7 @@ use sqlx::AssertSqlSafe;
 const PAYOUTS: i64 = 30;
 
 async fn redis_lease(pool: &sqlx::PgPool, schema: &str) -> Arc<dyn Lease> {
-    let epochs = PgTokenSource::new(
+    let epochs = PgTokenSource::epochs(
         pool.clone(),
         PgQualifiedName::new(schema, "epochs").unwrap(),
     );

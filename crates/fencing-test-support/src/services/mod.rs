@@ -12,11 +12,13 @@ mod azurite;
 mod containers;
 mod etcd;
 mod local;
+mod postgres;
 
 pub use azurite::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, create_azure_container};
 pub use containers::TestContainer;
 pub use etcd::EtcdCluster;
 pub use local::{MotoServer, PgBouncer, RedisSentinels, RedisServer, TestCertificates, redis_cli};
+pub use postgres::LocalPostgres;
 
 /// The environment variable that chooses how tests get their servers.
 pub const MODE_VAR: &str = "FENCING_TEST_SERVICES";

@@ -1,0 +1,225 @@
+//! PostgreSQL servers of a test's own, from the machine's PostgreSQL 15 binaries: a primary,
+//! an asynchronous streaming standby made with `pg_basebackup`, and a base backup to restore,
+//! each on a free loopback port, run as the `postgres` user (`initdb` refuses root) and killed
+//! when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::local::{Watched, free_port, scratch};
+
+/// Where Debian puts the PostgreSQL 15 binaries.
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// One PostgreSQL server of the test's own.
+#[derive(Debug)]
+pub struct LocalPostgres {
+    process: Option<Watched>,
+    port: u16,
+    data: PathBuf,
+    dir: PathBuf,
+}
+
+/// Runs `binary args…` as the `postgres` user, panicking with its output on failure.
+fn as_postgres(binary: &str, args: &[&str]) {
+    let out = Command::new("setpriv")
+        .args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
+        .arg(format!("{BIN}/{binary}"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{binary}: {e}"));
+    assert!(
+        out.status.success(),
+        "{binary} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A scratch folder the `postgres` user owns.
+fn owned_scratch(prefix: &str) -> PathBuf {
+    let dir = scratch(prefix).unwrap_or_else(|why| panic!("{why}"));
+    let status = Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .arg(&dir)
+        .status()
+        .expect("chown");
+    assert!(status.success(), "chown {}", dir.display());
+    dir
+}
+
+impl LocalPostgres {
+    /// A new primary, ready for streaming replicas (`wal_level = replica`, replication
+    /// connections trusted on loopback), with a database `test`.
+    pub fn primary() -> Self {
+        let dir = owned_scratch("fencing-pg");
+        let data = dir.join("data");
+        as_postgres(
+            "initdb",
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-N",
+            ],
+        );
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhost all all 127.0.0.1/32 trust\n\
+             host replication all 127.0.0.1/32 trust\n",
+        )
+        .expect("write pg_hba.conf");
+        let mut server = LocalPostgres {
+            process: None,
+            port: free_port().unwrap_or_else(|why| panic!("{why}")),
+            data,
+            dir,
+        };
+        server.start();
+        server.psql("postgres", "CREATE DATABASE test");
+        server
+    }
+
+    /// An asynchronous streaming standby of `primary` (`pg_basebackup -R`), started.
+    pub fn standby_of(primary: &LocalPostgres) -> Self {
+        let mut standby = Self::copy_of(primary, true);
+        standby.start();
+        standby
+    }
+
+    /// A base backup of `primary` taken now, not started: [`Self::start`] brings it up as a
+    /// primary of its own on the backup's data, as a restore would.
+    pub fn backup_of(primary: &LocalPostgres) -> Self {
+        Self::copy_of(primary, false)
+    }
+
+    fn copy_of(primary: &LocalPostgres, standby: bool) -> Self {
+        let dir = owned_scratch("fencing-pg");
+        let data = dir.join("data");
+        let port = primary.port.to_string();
+        let data_arg = data.display().to_string();
+        let mut args = vec![
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "postgres",
+            "-D",
+            &data_arg,
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+        ];
+        if standby {
+            args.push("-R");
+        }
+        as_postgres("pg_basebackup", &args);
+        LocalPostgres {
+            process: None,
+            port: free_port().unwrap_or_else(|why| panic!("{why}")),
+            data,
+            dir,
+        }
+    }
+
+    /// Starts it (again), and waits until it answers.
+    pub fn start(&mut self) {
+        let command = format!(
+            "setpriv --reuid=postgres --regid=postgres --init-groups {BIN}/postgres -D '{data}' \
+             -p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{data}' \
+             -c wal_level=replica -c max_wal_senders=4 -c hot_standby=on -c fsync=off",
+            data = self.data.display(),
+            port = self.port,
+        );
+        self.process = Some(
+            Watched::spawn(
+                &command,
+                &self.dir.join(format!("postgres-{}.log", self.port)),
+            )
+            .unwrap_or_else(|why| panic!("postgres: {why}")),
+        );
+        for _ in 0..300 {
+            let ready = Command::new(format!("{BIN}/pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "postgres on {} did not come up: see {}",
+            self.port,
+            self.dir.display()
+        );
+    }
+
+    /// Stops it at once, as a crash does (SIGKILL to its postmaster, whose children follow).
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.signal("KILL");
+            process.stop(self.port);
+        }
+        // The children of a killed postmaster leave on their own; wait for the port.
+        for _ in 0..100 {
+            if !super::listening(([127, 0, 0, 1], self.port).into()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(self.data.join("postmaster.pid"));
+    }
+
+    /// Promotes a standby (`pg_ctl promote`) and waits until it takes writes.
+    pub fn promote(&self) {
+        as_postgres(
+            "pg_ctl",
+            &["promote", "-w", "-D", &self.data.display().to_string()],
+        );
+    }
+
+    /// Its URL for database `database`.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Runs `sql` with `psql` on `database` and returns its unaligned output.
+    pub fn psql(&self, database: &str, sql: &str) -> String {
+        let out = Command::new(format!("{BIN}/psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args(["-d", database, "-Atc", sql])
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Its data folder.
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+}
+
+impl Drop for LocalPostgres {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
