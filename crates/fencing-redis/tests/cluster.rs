@@ -20,7 +20,12 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Self {
-        let nodes: Vec<_> = (0..3)
+        Self::with_replicas(0)
+    }
+
+    /// Three masters, each with `replicas` replicas.
+    fn with_replicas(replicas: usize) -> Self {
+        let nodes: Vec<_> = (0..3 * (1 + replicas))
             .map(|_| {
                 RedisServer::start(&[
                     "--cluster-enabled",
@@ -40,7 +45,7 @@ impl Cluster {
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli runs");
         assert!(
@@ -77,6 +82,53 @@ impl Cluster {
 
     fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The node with `port`.
+    fn node(&self, port: u16) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .expect("a node")
+    }
+
+    /// The ports of the master serving `key` and of its replica, once every node sees the
+    /// replica (it joins a moment after the cluster is ok).
+    fn master_and_replica_of(&self, key: &str) -> (u16, u16) {
+        for _ in 0..250 {
+            if let Some(found) = self.find_master_and_replica(key) {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        panic!("no replica of the master serving {key}");
+    }
+
+    fn find_master_and_replica(&self, key: &str) -> Option<(u16, u16)> {
+        let node = &self.nodes[0];
+        let slot: u16 = self
+            .cli(node, &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .unwrap();
+        let nodes = self.cli(node, &["CLUSTER", "NODES"]);
+        let port = |line: &str| -> u16 {
+            let address = line.split(' ').nth(1).unwrap();
+            address.split(['@', ':']).nth(1).unwrap().parse().unwrap()
+        };
+        let master = nodes.lines().find(|line| {
+            line.contains("master")
+                && line.split(' ').skip(8).any(|range| {
+                    let (from, to) = range.split_once('-').unwrap_or((range, range));
+                    let (from, to): (u16, u16) = (from.parse().unwrap(), to.parse().unwrap());
+                    (from..=to).contains(&slot)
+                })
+        })?;
+        let master_id = master.split(' ').next().unwrap();
+        let replica = nodes
+            .lines()
+            .find(|line| line.split(' ').nth(3) == Some(master_id))?;
+        Some((port(master), port(replica)))
     }
 }
 
@@ -135,4 +187,63 @@ async fn leases_spread_over_every_master() {
     for guard in guards {
         lease.release(guard).await.unwrap();
     }
+}
+
+/// A master whose replica lags (stopped, its link dropped), tokens issued on the master only,
+/// the master killed and the replica promoted (`CLUSTER FAILOVER TAKEOVER`): through the
+/// cluster connection, which follows the slot to its new master, the next token is above every
+/// token issued before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_promoted_by_the_cluster_behind_the_counter_never_reissues_a_token() {
+    let cluster = Cluster::with_replicas(1);
+    let lease = RedisLease::new(connect(&cluster).await, epochs());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_millis(500).unwrap();
+    let counter = fencing_redis::RedisKeys::default()
+        .counter_key(&resource)
+        .unwrap();
+    let (master, replica) = cluster.master_and_replica_of(&counter);
+    for _ in 0..500 {
+        let link = cluster.cli(cluster.node(replica), &["INFO", "replication"]);
+        if link.contains("master_link_status:up") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let mut issued = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        let guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+        issued.insert(guard.token());
+        lease.release(guard).await.unwrap();
+    }
+    let acked = cluster.cli(cluster.node(master), &["WAIT", "1", "5000"]);
+    assert_eq!(acked.trim(), "1", "the replica has the first tokens");
+    cluster.node(replica).pause();
+    cluster.cli(cluster.node(master), &["CLIENT", "KILL", "TYPE", "replica"]);
+    for _ in 0..2 {
+        let guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+        issued.insert(guard.token());
+        lease.release(guard).await.unwrap();
+    }
+    cluster.node(master).kill();
+    cluster.node(replica).resume();
+    let took = cluster.cli(cluster.node(replica), &["CLUSTER", "FAILOVER", "TAKEOVER"]);
+    assert_eq!(took.trim(), "OK", "{took}");
+    let started = std::time::Instant::now();
+    let next = loop {
+        match lease.try_acquire(&resource, ttl).await {
+            Ok(Some(guard)) => break guard.token(),
+            other => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "no acquisition after the failover: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert!(
+        next > *issued.last().unwrap(),
+        "token {next} after the failover is not above {issued:?}"
+    );
 }
