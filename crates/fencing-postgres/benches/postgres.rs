@@ -7,6 +7,7 @@
 //! Each round times every variant once, in rotating order, over the same 1,200 rows on one
 //! connection; the medians of the rounds are reported with their ratio to the unfenced
 //! baseline. Nothing here asserts a time: the figures go to docs/benchmarks.md. With
+//! `PgTokenSource::next` is measured against the plain counter upsert, token by token. With
 //! `--features fencing-core/metrics` the instrumented variants also record counters (to no
 //! recorder, as in an application that installed none).
 
@@ -85,6 +86,8 @@ async fn main() {
         bench::report(&pipelined, ROWS, "refund");
         println!();
     }
+    tokens(&pool, &schema).await;
+    println!();
     let observed = bench
         .compare(&[
             "Fence::write (claim), no subscriber",
@@ -138,6 +141,49 @@ impl SideEffect for Gateway {
         }
         Ok(())
     }
+}
+
+/// `PgTokenSource::next` (its row bound to the server history, read in the same statement)
+/// against the plain counter upsert it was before, alternating token by token, the ratio
+/// paired by round.
+async fn tokens(pool: &sqlx::PgPool, schema: &str) {
+    let table = fencing_postgres::PgQualifiedName::new(schema, "tokens").unwrap();
+    let source = fencing_postgres::PgTokenSource::new(pool.clone(), table);
+    source.create_if_missing().await.unwrap();
+    let plain = format!(
+        "CREATE TABLE \"{schema}\".plain_tokens (resource TEXT PRIMARY KEY, value BIGINT NOT NULL)"
+    );
+    sqlx::raw_sql(AssertSqlSafe(plain))
+        .execute(pool)
+        .await
+        .unwrap();
+    let upsert = format!(
+        "INSERT INTO \"{schema}\".plain_tokens AS t (resource, value) VALUES ($1, 1) \
+         ON CONFLICT (resource) DO UPDATE SET value = t.value + 1 \
+         WHERE t.value < {max} RETURNING value",
+        max = i64::MAX
+    );
+    let variants = [
+        "the plain counter upsert",
+        "PgTokenSource::next (history bound)",
+    ];
+    println!("Tokens, alternating token by token ({ROWS} per round, {ROUNDS} rounds):\n");
+    let rounds = bench::compare_per_item(&variants, ROUNDS, ROWS, async |variant, round, _| {
+        let resource = ResourceName::new(format!("t{round}")).unwrap();
+        let start = Instant::now();
+        if variant == variants[0] {
+            let _: i64 = sqlx::query_scalar(AssertSqlSafe(upsert.as_str()))
+                .bind(resource.as_str())
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        } else {
+            source.next(&resource).await.unwrap();
+        }
+        start.elapsed()
+    })
+    .await;
+    bench::report_paired_ratios(&rounds);
 }
 
 impl Bench {
