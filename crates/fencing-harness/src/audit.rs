@@ -49,11 +49,15 @@ pub enum Check {
     /// worker whose batch finished it (or, had that worker died before deleting, by the next
     /// one to receive the message, which found the job finished).
     JobDeletedOnce,
+    /// No token was issued twice: every acquisition a worker reported carries a token no
+    /// other acquisition of the run carried (runs with fences on; with fences off every
+    /// acquisition presents one token by design).
+    TokenIssuedOnce,
 }
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::CreatedOnce,
         Check::Totals,
         Check::ConfirmedByClaimer,
@@ -62,6 +66,7 @@ impl Check {
         Check::LedgerEntry,
         Check::Receipt,
         Check::JobDeletedOnce,
+        Check::TokenIssuedOnce,
     ];
 
     /// What it checks, in a few words.
@@ -75,6 +80,7 @@ impl Check {
             Check::LedgerEntry => "ledger entry",
             Check::Receipt => "receipt",
             Check::JobDeletedOnce => "job message deleted once, by its finisher",
+            Check::TokenIssuedOnce => "no token issued twice",
         }
     }
 }
@@ -115,15 +121,52 @@ impl AuditReport {
     }
 }
 
-/// Audits run `names` of `plan` from its stores, the gateway's journal at `journal` and the
-/// job queue; `deletions` are the workers' reports of deleting the job's message (each the
-/// `by` of a `deleted <message> by <by>` line).
+/// What the workers of a run reported on their standard output that the audit checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerReports {
+    /// Who deleted the job's message: the `by` of each `deleted <message> by <by>` line.
+    pub deletions: Vec<String>,
+    /// Each acquisition, `(holder, token)`, from each `acquired <holder> token <token>` line.
+    pub acquisitions: Vec<(String, String)>,
+}
+
+impl WorkerReports {
+    /// Takes in one line of a worker's output; lines of other kinds are left alone.
+    pub fn record(&mut self, line: &str) {
+        if let Some((_, by)) = line
+            .strip_prefix("deleted ")
+            .and_then(|rest| rest.split_once(" by "))
+        {
+            self.deletions.push(by.to_owned());
+        }
+        if let Some((holder, token)) = line
+            .strip_prefix("acquired ")
+            .and_then(|rest| rest.split_once(" token "))
+        {
+            self.acquisitions
+                .push((holder.to_owned(), token.to_owned()));
+        }
+    }
+
+    /// Each token carried by more than one acquisition, with the holders that carried it.
+    pub fn tokens_issued_twice(&self) -> BTreeMap<&str, Vec<&str>> {
+        let mut holders: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (holder, token) in &self.acquisitions {
+            holders.entry(token).or_default().push(holder);
+        }
+        holders.retain(|_, holders| holders.len() > 1);
+        holders
+    }
+}
+
+/// Audits run `names` of `plan` from its stores, the gateway's journal at `journal`, the job
+/// queue and what its workers `reported`.
 pub async fn audit(
     names: &RunNames,
     plan: &RunPlan,
     clients: &Clients,
     journal: &Path,
-    deletions: &[String],
+    reported: &WorkerReports,
 ) -> Result<AuditReport, AuditError> {
     let mut auditor = Auditor {
         report: AuditReport::default(),
@@ -137,12 +180,18 @@ pub async fn audit(
     auditor.refunds().await?;
     auditor.ledger().await?;
     auditor.receipts().await?;
-    auditor.job(deletions).await?;
+    auditor.job(&reported.deletions).await?;
     let Auditor {
         mut report,
         expected,
         ..
     } = auditor;
+    if plan.fences {
+        for (token, holders) in reported.tokens_issued_twice() {
+            let detail = format!("token {token} issued to {}", holders.join(" and "));
+            report.violation(Check::TokenIssuedOnce, None, detail);
+        }
+    }
     let total = plan.total_cents();
     if report.sent != expected.len() {
         let detail = format!("{} of {} refunds sent", report.sent, expected.len());
@@ -525,5 +574,27 @@ mod tests {
         );
         assert_eq!(envelope(&body), Some((34, &b"refund r_0815"[..])));
         assert_eq!(envelope(b"not an envelope at all, not at all, no"), None);
+    }
+
+    #[test]
+    fn the_workers_lines_give_deletions_and_tokens_and_a_token_twice_is_found() {
+        let mut reported = WorkerReports::default();
+        for line in [
+            "received 7f1 (receive 1)",
+            "acquired A#1 token 33",
+            "filed r_0001 by A#1",
+            "acquired B#1 token 34",
+            "deleted 7f1 by B#1",
+            "acquired C#1 token 35",
+        ] {
+            reported.record(line);
+        }
+        assert_eq!(reported.deletions, ["B#1"]);
+        assert_eq!(reported.acquisitions.len(), 3);
+        assert!(reported.tokens_issued_twice().is_empty());
+        reported.record("acquired C#2 token 34");
+        let twice = reported.tokens_issued_twice();
+        assert_eq!(twice.len(), 1);
+        assert_eq!(twice["34"], ["B#1", "C#2"]);
     }
 }

@@ -55,17 +55,22 @@ pub enum FaultKind {
     ContainerPause,
     /// SIGKILL the etcd cluster's leader, restart it on its data once the pause has passed.
     EtcdLeaderKill,
+    /// Redis behind Sentinel: the replica is made to lag, the holder is killed so that the
+    /// lease changes hands on the primary alone, then the primary is killed and the sentinels
+    /// promote the replica, whose counter is behind the tokens already issued.
+    RedisFailover,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
         FaultKind::PgTerminate,
         FaultKind::ContainerPause,
         FaultKind::EtcdLeaderKill,
+        FaultKind::RedisFailover,
     ];
 
     /// Its name in reports.
@@ -77,6 +82,7 @@ impl FaultKind {
             FaultKind::PgTerminate => "pg_terminate_backend",
             FaultKind::ContainerPause => "store container paused past the TTL",
             FaultKind::EtcdLeaderKill => "etcd leader SIGKILL",
+            FaultKind::RedisFailover => "Redis failover to a lagging replica",
         }
     }
 }
@@ -130,6 +136,9 @@ pub struct RunPlan {
     pub seed: u64,
     /// Whether writes carry the lease's token (`false`: every write presents one token).
     pub fences: bool,
+    /// Whether the Redis lease binds its counter to the server's history (`false`:
+    /// `RedisLease::may_reissue_tokens`, the control of [`FaultKind::RedisFailover`]).
+    pub history_check: bool,
     /// The lease the workers use: seeds rotate through [`LeaseKind::ALL`].
     pub lease: LeaseKind,
     /// Sizes.
@@ -142,24 +151,42 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
-    /// The plan of `seed`. Every eligible fault kind strikes with probability one half, at
-    /// least one always; a Redis restart strikes in every run on the Redis lease (the only one
-    /// that uses Redis), an etcd leader kill in every run on the etcd lease, and a container
-    /// pause only where `containers` says the stores run in containers. Runs without fences always include a stall: it is the fault a fence is for.
+    /// The plan of `seed` on the lease the seed rotates to ([`LeaseKind::ALL`]): see
+    /// [`Self::on_lease`].
     pub fn from_seed(seed: u64, fences: bool, sizing: Sizing, containers: bool) -> Self {
-        let mut rng = StdRng::seed_from_u64(seed);
         let lease = LeaseKind::ALL[(seed % LeaseKind::ALL.len() as u64) as usize];
+        Self::on_lease(seed, lease, fences, sizing, containers)
+    }
+
+    /// The plan of `seed` on `lease`. Every eligible fault kind strikes with probability one
+    /// half, at least one always. A run on the Redis lease runs either on one server, restarted
+    /// in the run, or behind Sentinel, failed over in the run (one half each); a run on the
+    /// etcd lease always has its leader killed; a container pause strikes only where
+    /// `containers` says the stores run in containers. Runs without fences always include a
+    /// stall: it is the fault a fence is for.
+    pub fn on_lease(
+        seed: u64,
+        lease: LeaseKind,
+        fences: bool,
+        sizing: Sizing,
+        containers: bool,
+    ) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let behind_sentinel = lease == LeaseKind::Redis && rng.random_bool(0.5);
         let n = sizing.refunds.max(10);
         let mut faults = Vec::new();
         for kind in FaultKind::ALL {
             let eligible = match kind {
-                FaultKind::RedisRestart => lease == LeaseKind::Redis,
+                FaultKind::RedisRestart => lease == LeaseKind::Redis && !behind_sentinel,
+                FaultKind::RedisFailover => behind_sentinel,
                 FaultKind::EtcdLeaderKill => lease == LeaseKind::Etcd,
                 FaultKind::ContainerPause => containers,
                 _ => true,
             };
-            let always = matches!(kind, FaultKind::RedisRestart | FaultKind::EtcdLeaderKill)
-                || (kind == FaultKind::Stall && !fences);
+            let always = matches!(
+                kind,
+                FaultKind::RedisRestart | FaultKind::RedisFailover | FaultKind::EtcdLeaderKill
+            ) || (kind == FaultKind::Stall && !fences);
             let drawn = rng.random_bool(0.5);
             if eligible && (always || drawn) {
                 let ttl_ms = sizing.ttl.as_millis() as u64;
@@ -188,11 +215,44 @@ impl RunPlan {
         RunPlan {
             seed,
             fences,
+            history_check: true,
             lease,
             sizing,
             faults,
             concurrency: 1,
         }
+    }
+
+    /// The control of the failover: the first plan from `seed` on the Redis lease behind
+    /// Sentinel, with fences on and the counter not bound to the server's history, so the
+    /// promoted replica issues again a token issued before. The campaign must find it.
+    pub fn unchecked_failover(seed: u64, sizing: Sizing) -> Self {
+        let plan = (seed..)
+            .map(|seed| Self::on_lease(seed, LeaseKind::Redis, true, sizing, false))
+            .find(|plan| plan.fails_over())
+            .expect("one Redis plan in two fails over");
+        RunPlan {
+            history_check: false,
+            ..plan
+        }
+    }
+
+    /// How the run is protected, in one word for file names: `on` (fences and the history
+    /// check), `off` (fences off: the control), `unchecked` (the history check off: the
+    /// failover's control).
+    pub fn protection(&self) -> &'static str {
+        match (self.fences, self.history_check) {
+            (false, _) => "off",
+            (true, false) => "unchecked",
+            (true, true) => "on",
+        }
+    }
+
+    /// Whether the run's Redis is behind Sentinel and fails over.
+    pub fn fails_over(&self) -> bool {
+        self.faults
+            .iter()
+            .any(|f| f.kind == FaultKind::RedisFailover)
     }
 
     /// This plan with each worker keeping `concurrency` refunds in flight.
@@ -245,6 +305,9 @@ impl fmt::Display for RunPlan {
         if self.concurrency > 1 {
             write!(f, " [pipelined, {} in flight]", self.concurrency)?;
         }
+        if !self.history_check {
+            f.write_str(" [history check off]")?;
+        }
         f.write_str(":")?;
         for fault in &self.faults {
             match fault.kind {
@@ -292,11 +355,17 @@ mod tests {
             assert!(!plan.faults.is_empty());
             assert!(plan.faults.iter().all(|f| (10..=50).contains(&f.at)));
             assert!(plan.faults.iter().all(|f| f.pause > sizing().ttl));
+            let restarts = plan
+                .faults
+                .iter()
+                .any(|f| f.kind == FaultKind::RedisRestart);
             assert_eq!(
-                plan.faults
-                    .iter()
-                    .any(|f| f.kind == FaultKind::RedisRestart),
+                restarts || plan.fails_over(),
                 plan.lease == LeaseKind::Redis
+            );
+            assert!(
+                !(restarts && plan.fails_over()),
+                "one Redis deployment a run"
             );
             assert_eq!(
                 plan.faults
@@ -310,6 +379,25 @@ mod tests {
                     .all(|f| f.kind != FaultKind::ContainerPause)
             );
         }
+    }
+
+    #[test]
+    fn half_the_redis_runs_fail_over_and_the_control_checks_no_history() {
+        let redis: Vec<RunPlan> = (0..200)
+            .map(|seed| RunPlan::on_lease(seed, LeaseKind::Redis, true, sizing(), false))
+            .collect();
+        let failing_over = redis.iter().filter(|p| p.fails_over()).count();
+        assert!((70..=130).contains(&failing_over), "{failing_over} of 200");
+        assert!(redis.iter().all(|p| p.history_check));
+        let control = RunPlan::unchecked_failover(0, sizing());
+        assert!(control.fails_over() && control.fences && !control.history_check);
+        assert_eq!(control.lease, LeaseKind::Redis);
+        assert_eq!(
+            RunPlan::unchecked_failover(control.seed, sizing()),
+            control,
+            "replayed from its own seed"
+        );
+        assert!(control.to_string().contains("history check off"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use fencing_core::{Lease, Result, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
 use fencing_etcd::{EtcdKeys, EtcdLease};
 use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
-use fencing_redis::RedisLease;
+use fencing_redis::{RedisLease, SentinelConnection};
 use fencing_s3::{S3Bucket, S3Store};
 use fencing_test_support::aws;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -387,14 +387,17 @@ impl RunStores {
 /// The server of a lease kind that keeps its lease outside the run's stores.
 #[derive(Clone)]
 pub enum LeaseServer {
-    /// Redis, for [`LeaseKind::Redis`].
+    /// One Redis, for [`LeaseKind::Redis`].
     Redis(redis::aio::ConnectionManager),
+    /// Redis behind Sentinel, for [`LeaseKind::Redis`]: the primary the sentinels name.
+    RedisSentinel(SentinelConnection),
     /// An etcd cluster, for [`LeaseKind::Etcd`] (boxed: a client is a few hundred bytes).
     Etcd(Box<etcd_client::Client>),
 }
 
 /// The lease of `kind` for run `names`. The Redis lease takes its epochs from PostgreSQL, so
-/// a Redis restart never reissues a token.
+/// a Redis restart never reissues a token; without `history_check` its counter is not bound
+/// to the server's history (`RedisLease::may_reissue_tokens`: the failover's control).
 ///
 /// # Panics
 ///
@@ -404,15 +407,15 @@ pub fn lease(
     names: &RunNames,
     clients: &Clients,
     server: Option<LeaseServer>,
+    history_check: bool,
 ) -> Result<Arc<dyn Lease>> {
     let counters = || PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
     Ok(match (kind, server) {
-        (LeaseKind::Redis, Some(LeaseServer::Redis(redis))) => {
-            let epochs: Arc<dyn TokenSource> = Arc::new(PgTokenSource::epochs(
-                clients.pool.clone(),
-                names.qualified("tokens"),
-            ));
-            Arc::new(RedisLease::new(redis, epochs))
+        (LeaseKind::Redis, Some(LeaseServer::Redis(conn))) => {
+            redis_lease(conn, names, clients, history_check)
+        }
+        (LeaseKind::Redis, Some(LeaseServer::RedisSentinel(conn))) => {
+            redis_lease(conn, names, clients, history_check)
         }
         (LeaseKind::Etcd, Some(LeaseServer::Etcd(client))) => {
             Arc::new(EtcdLease::new(*client).with_keys(names.etcd_keys()))
@@ -426,4 +429,24 @@ pub fn lease(
             panic!("the {} lease needs its server", kind.name())
         }
     })
+}
+
+fn redis_lease<C>(
+    conn: C,
+    names: &RunNames,
+    clients: &Clients,
+    history_check: bool,
+) -> Arc<dyn Lease>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    if history_check {
+        let epochs: Arc<dyn TokenSource> = Arc::new(PgTokenSource::epochs(
+            clients.pool.clone(),
+            names.qualified("tokens"),
+        ));
+        Arc::new(RedisLease::new(conn, epochs))
+    } else {
+        Arc::new(RedisLease::may_reissue_tokens(conn))
+    }
 }

@@ -44,7 +44,7 @@ fn seed_covering_every_fault(runs: u64, sizing: Sizing, containers: bool) -> u64
 
 #[test]
 fn a_short_campaign_injects_every_fault_and_finds_violations_only_without_fences() {
-    short_campaign(120, 1);
+    short_campaign(120, 1, 1);
 }
 
 /// The same with 8 refunds in flight per worker. More refunds per run than one at a time: a
@@ -52,30 +52,32 @@ fn a_short_campaign_injects_every_fault_and_finds_violations_only_without_fences
 /// the job done, and side by side writing is what the control must show.
 #[test]
 fn a_short_pipelined_campaign_injects_every_fault_and_finds_violations_only_without_fences() {
-    short_campaign(240, 8);
+    short_campaign(240, 8, 0);
 }
 
-/// Four fenced runs that inject every fault kind between them and three control runs, each
-/// of `refunds` with `concurrency` in flight per worker; every fenced run must pass its audit
-/// and the control must find violations.
-fn short_campaign(refunds: usize, concurrency: usize) {
+/// Five fenced runs that inject every fault kind between them (two on the Redis lease: one
+/// restarts Redis, the other fails it over), three control runs with fences off and
+/// `unchecked` controls of the failover, each of `refunds` with `concurrency` in flight per
+/// worker; every fenced run must pass its audit and each control must find violations.
+fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize) {
     let containers = ServiceMode::from_env() == ServiceMode::Containers;
     let sizing = Sizing {
         refunds,
         ttl: Duration::from_millis(800),
     };
-    let first = seed_covering_every_fault(4, sizing, containers);
+    let first = seed_covering_every_fault(5, sizing, containers);
     let logs = logs_dir("short-campaign");
     let output = Command::new(HARNESS)
         .args([
             "campaign",
             "--fenced",
-            "4",
+            "5",
             "--unfenced",
             "3",
             "--full",
             "0",
         ])
+        .args(["--unchecked", &unchecked.to_string()])
         .args(["--refunds", &refunds.to_string(), "--ttl-ms", "800"])
         .args(["--concurrency", &concurrency.to_string()])
         .args(["--first-seed", &first.to_string()])
@@ -116,6 +118,32 @@ fn short_campaign(refunds: usize, concurrency: usize) {
         control[5], "0",
         "no control run showed a violation: {control:?}"
     );
+    let reissued = out
+        .lines()
+        .find(|line| line.starts_with("| no token issued twice |"))
+        .expect("a row for the token check");
+    assert!(
+        reissued.starts_with("| no token issued twice | 0 |"),
+        "{reissued}"
+    );
+    if unchecked > 0 {
+        let control: Vec<&str> = out
+            .lines()
+            .find(|line| line.starts_with("| on, history check off (control) |"))
+            .expect("a row for the failover's control")
+            .split('|')
+            .map(str::trim)
+            .collect();
+        assert_eq!(control[2], unchecked.to_string(), "{control:?}");
+        assert_ne!(
+            control[5], "0",
+            "the failover's control issued no token twice: {control:?}\n{out}"
+        );
+        assert!(
+            out.contains("no token issued twice: token "),
+            "the reissued token named: {out}"
+        );
+    }
     let _ = std::fs::remove_dir_all(logs);
 }
 
@@ -346,10 +374,13 @@ fn the_audit_reports_a_job_message_left_deleted_twice_or_deleted_by_another() {
         false,
     );
     let job_findings = |deletions: &[&str]| -> Vec<String> {
-        let deletions: Vec<String> = deletions.iter().map(|d| d.to_string()).collect();
+        let reported = fencing_harness::audit::WorkerReports {
+            deletions: deletions.iter().map(|d| d.to_string()).collect(),
+            acquisitions: Vec::new(),
+        };
         let report = runtime
             .block_on(fencing_harness::audit::audit(
-                &names, &plan, &clients, &journal, &deletions,
+                &names, &plan, &clients, &journal, &reported,
             ))
             .unwrap();
         report

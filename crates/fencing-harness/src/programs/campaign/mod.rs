@@ -5,6 +5,7 @@
 //! fences off, at least one of them showed violations; 1 otherwise; 2 when the services
 //! could not be set up; 130 when interrupted.
 
+mod failover;
 mod picture;
 mod report;
 mod run;
@@ -15,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fencing_harness::plan::{RunPlan, Sizing};
+use fencing_harness::plan::{LeaseKind, RunPlan, Sizing};
 use fencing_test_support::services::{
     self, EtcdCluster, MotoServer, RedisServer, ServiceMode, TestContainer,
 };
@@ -32,6 +33,13 @@ pub(crate) struct Args {
     /// Runs with fences off (the control).
     #[arg(long, default_value_t = 10)]
     unfenced: u64,
+    /// Runs on the Redis lease behind Sentinel, failed over, with the counter not bound to
+    /// the server's history (the failover's control: it must find a token issued twice).
+    #[arg(long, default_value_t = 2)]
+    unchecked: u64,
+    /// Every run on this lease, instead of rotating through them with the seed.
+    #[arg(long, value_enum)]
+    lease: Option<LeaseKind>,
     /// Refunds per run.
     #[arg(long, default_value_t = 200)]
     refunds: usize,
@@ -51,6 +59,9 @@ pub(crate) struct Args {
     /// With --replay: whether the run has fences.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     fences: String,
+    /// With --replay: `off` replays one of the failover's controls (--unchecked).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    history_check: String,
     /// With --replay: the run is one of the worked example's (--full).
     #[arg(long)]
     worked_example: bool,
@@ -86,27 +97,35 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     }
     let containers = ServiceMode::from_env() == ServiceMode::Containers;
     let concurrency = args.concurrency.into();
-    let soak_seeds = (args.first_seed..).map(|seed| {
-        RunPlan::from_seed(seed, true, sizing, containers).with_concurrency(concurrency)
-    });
+    let plan_of = |seed, fences| match args.lease {
+        Some(lease) => RunPlan::on_lease(seed, lease, fences, sizing, containers),
+        None => RunPlan::from_seed(seed, fences, sizing, containers),
+    };
+    let soak_seeds =
+        (args.first_seed..).map(|seed| plan_of(seed, true).with_concurrency(concurrency));
     let plans: Vec<RunPlan> = match args.replay {
-        Some(seed) => vec![RunPlan::from_seed(
-            seed,
-            args.fences != "off",
-            sizing,
-            containers,
-        )],
+        Some(seed) if args.history_check == "off" => {
+            vec![RunPlan::unchecked_failover(seed, sizing)]
+        }
+        Some(seed) => vec![plan_of(seed, args.fences != "off")],
         None if args.soak_minutes.is_some() => Vec::new(),
-        None => (0..args.fenced)
-            .map(|i| RunPlan::from_seed(args.first_seed + i, true, sizing, containers))
-            .chain((0..args.unfenced).map(|i| {
-                RunPlan::from_seed(args.first_seed + args.fenced + i, false, sizing, containers)
-            }))
-            .chain((0..args.full).map(|i| {
-                let seed = args.first_seed + args.fenced + args.unfenced + i;
-                RunPlan::worked_example(seed, containers)
-            }))
-            .collect(),
+        None => {
+            let mut seeds = args.first_seed..;
+            let mut plans: Vec<RunPlan> = Vec::new();
+            plans.extend((0..args.fenced).map(|_| plan_of(seeds.next().unwrap_or_default(), true)));
+            plans.extend(
+                (0..args.unfenced).map(|_| plan_of(seeds.next().unwrap_or_default(), false)),
+            );
+            // Each control of the failover from the next seed after the last one's.
+            let mut next = seeds.next().unwrap_or_default();
+            for _ in 0..args.unchecked {
+                let plan = RunPlan::unchecked_failover(next, sizing);
+                next = plan.seed + 1;
+                plans.push(plan);
+            }
+            plans.extend((0..args.full).map(|i| RunPlan::worked_example(next + i, containers)));
+            plans
+        }
     };
     let plans: Vec<RunPlan> = plans
         .into_iter()
@@ -220,12 +239,16 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     }
     let fenced_clean = results
         .iter()
-        .filter(|r| r.plan.fences)
+        .filter(|r| r.plan.fences && r.plan.history_check)
         .all(|r| r.audit.violations.is_empty() && r.incidents.is_empty());
-    let unfenced: Vec<_> = results.iter().filter(|r| !r.plan.fences).collect();
-    let control_caught = unfenced.is_empty()
-        || args.replay.is_some()
-        || unfenced.iter().any(|r| !r.audit.violations.is_empty());
+    // Each kind of control must catch something, or it proves nothing.
+    let caught = |control: &dyn Fn(&RunPlan) -> bool| {
+        let runs: Vec<_> = results.iter().filter(|r| control(&r.plan)).collect();
+        runs.is_empty()
+            || args.replay.is_some()
+            || runs.iter().any(|r| !r.audit.violations.is_empty())
+    };
+    let control_caught = caught(&|plan| !plan.fences) && caught(&|plan| !plan.history_check);
     let steady = steady.is_none_or(|(_, steady)| steady);
     if fenced_clean && control_caught && all_ran && !results.is_empty() && steady {
         ExitCode::SUCCESS
@@ -276,11 +299,9 @@ async fn run_all(
         *current.lock().expect("never poisoned") = format!("run {} of {of} ({plan})", i + 1);
         say(&bar, format!("run {}: {plan}", i + 1));
         bar.set_message(format!("seed {}", plan.seed));
-        let dir = args.logs.join(format!(
-            "seed-{}-{}",
-            plan.seed,
-            if plan.fences { "on" } else { "off" }
-        ));
+        let dir = args
+            .logs
+            .join(format!("seed-{}-{}", plan.seed, plan.protection()));
         match run::run(&plan, services, &dir).await {
             Ok(result) => {
                 say(&bar, format!("  {}", report::run_line(&result)));

@@ -35,12 +35,17 @@ fn lane(worker: &str) -> String {
 impl RunPicture {
     pub(crate) fn new(plan: &RunPlan) -> Self {
         let title = format!(
-            "Harness run, seed {}: {} refunds, {} lease (TTL {} ms), fences {}{}",
+            "Harness run, seed {}: {} refunds, {} lease (TTL {} ms), fences {}{}{}",
             plan.seed,
             plan.sizing.refunds,
             plan.lease.name(),
             plan.sizing.ttl.as_millis(),
             if plan.fences { "on" } else { "OFF" },
+            if plan.history_check {
+                ""
+            } else {
+                ", history check OFF"
+            },
             if plan.concurrency > 1 {
                 format!(", {} refunds in flight", plan.concurrency)
             } else {
@@ -174,7 +179,8 @@ impl RunPicture {
 #[derive(Debug)]
 pub(crate) struct Drawn {
     pub(crate) seed: u64,
-    pub(crate) fences: bool,
+    /// [`RunPlan::protection`].
+    pub(crate) protection: &'static str,
     pub(crate) passed: bool,
     /// The link to it from the report (relative to the report's folder).
     pub(crate) link: String,
@@ -193,7 +199,7 @@ fn sample(results: &[RunResult]) -> Option<&RunResult> {
 }
 
 /// Draws the sample run and every run that failed into `folder` (emptied first), as
-/// `seed-<seed>-<on|off>.svg`, linked as `<link_base>/<file>`.
+/// `seed-<seed>-<on|off|unchecked>.svg`, linked as `<link_base>/<file>`.
 pub(crate) fn draw_campaign(
     results: &[RunResult],
     folder: &Path,
@@ -210,17 +216,13 @@ pub(crate) fn draw_campaign(
         if result.passed() && !sample.is_some_and(|s| std::ptr::eq(s, result)) {
             continue;
         }
-        let file = format!(
-            "seed-{}-{}.svg",
-            result.plan.seed,
-            if result.plan.fences { "on" } else { "off" }
-        );
+        let file = format!("seed-{}-{}.svg", result.plan.seed, result.plan.protection());
         result
             .draw(&folder.join(&file))
             .map_err(|e| format!("cannot draw seed {}: {e}", result.plan.seed))?;
         drawn.push(Drawn {
             seed: result.plan.seed,
-            fences: result.plan.fences,
+            protection: result.plan.protection(),
             passed: result.passed(),
             link: format!("{link_base}/{file}"),
         });

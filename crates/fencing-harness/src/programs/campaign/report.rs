@@ -54,10 +54,26 @@ fn minutes(d: Duration) -> String {
     format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
 }
 
-/// The table printed at the end and written to the report.
+/// How a run of `protection` ([`fencing_harness::plan::RunPlan::protection`]) is named in
+/// the report.
+fn label(protection: &str) -> &'static str {
+    match protection {
+        "on" => "fences on",
+        "off" => "fences off",
+        _ => "history check off",
+    }
+}
+
+/// The table printed at the end and written to the report: the runs with fences on, the
+/// control with fences off, and the failover's control (shown only when it ran).
 pub(crate) fn summary(results: &[RunResult]) -> String {
-    let on = totals(results.iter().filter(|r| r.plan.fences));
-    let off = totals(results.iter().filter(|r| !r.plan.fences));
+    let group =
+        |protection: &str| totals(results.iter().filter(|r| r.plan.protection() == protection));
+    let (on, off, unchecked) = (group("on"), group("off"), group("unchecked"));
+    let mut groups = vec![("on", &on), ("off (control)", &off)];
+    if unchecked.runs > 0 {
+        groups.push(("on, history check off (control)", &unchecked));
+    }
     let mut out = String::new();
     let kinds: Vec<&str> = LeaseKind::ALL.iter().map(|k| k.name()).collect();
     let _ = writeln!(
@@ -66,7 +82,7 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
         kinds.join("/")
     );
     let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
-    for (label, t) in [("on", &on), ("off (control)", &off)] {
+    for (label, t) in &groups {
         if t.runs == 0 {
             continue;
         }
@@ -89,36 +105,37 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
         );
     }
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "| fault | fences on: runs (injections) | fences off: runs (injections) |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|");
+    let columns = |what: &str| -> String {
+        ["on", "off", "unchecked"][..groups.len()]
+            .iter()
+            .map(|p| format!(" {}: {what} |", label(p)))
+            .collect()
+    };
+    let rule = "---:|".repeat(groups.len());
+    let _ = writeln!(out, "| fault |{}", columns("runs (injections)"));
+    let _ = writeln!(out, "|---|{rule}");
     for kind in FaultKind::ALL {
-        let cell = |t: &Totals| {
-            format!(
-                "{} ({})",
-                t.runs_with_fault.get(&kind).copied().unwrap_or(0),
-                t.faults.get(&kind).copied().unwrap_or(0)
-            )
-        };
-        let _ = writeln!(out, "| {} | {} | {} |", kind.name(), cell(&on), cell(&off));
+        let cells: String = groups
+            .iter()
+            .map(|(_, t)| {
+                format!(
+                    " {} ({}) |",
+                    t.runs_with_fault.get(&kind).copied().unwrap_or(0),
+                    t.faults.get(&kind).copied().unwrap_or(0)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "| {} |{cells}", kind.name());
     }
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "| audit check | violations, fences on | violations, fences off |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|");
+    let _ = writeln!(out, "| audit check |{}", columns("violations"));
+    let _ = writeln!(out, "|---|{rule}");
     for check in Check::ALL {
-        let count = |t: &Totals| t.violations.get(&check).copied().unwrap_or(0);
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} |",
-            check.name(),
-            count(&on),
-            count(&off)
-        );
+        let cells: String = groups
+            .iter()
+            .map(|(_, t)| format!(" {} |", t.violations.get(&check).copied().unwrap_or(0)))
+            .collect();
+        let _ = writeln!(out, "| {} |{cells}", check.name());
     }
     out
 }
@@ -141,10 +158,10 @@ pub(crate) fn run_line(result: &RunResult) -> String {
         format!("; incidents: {}", result.incidents.join("; "))
     };
     format!(
-        "seed {:>5} {:<8} fences {:<3} {:>5} sent, {} paid, {} recorded, job received {}x, {verdict} [{}] {:.1} s{incidents}",
+        "seed {:>5} {:<8} {:<17} {:>5} sent, {} paid, {} recorded, job received {}x, {verdict} [{}] {:.1} s{incidents}",
         result.plan.seed,
         result.plan.lease.name(),
-        if result.plan.fences { "on" } else { "off" },
+        label(result.plan.protection()),
         result.audit.sent,
         euros(result.audit.paid_cents),
         euros(result.audit.recorded_cents),
@@ -172,9 +189,9 @@ fn pictures(drawn: &[Drawn]) -> String {
     for d in drawn.iter().filter(|d| d.passed) {
         let _ = writeln!(
             out,
-            "A sample run (seed {}, fences {}):\n\n![seed {}]({})\n",
+            "A sample run (seed {}, {}):\n\n![seed {}]({})\n",
             d.seed,
-            if d.fences { "on" } else { "off" },
+            label(d.protection),
             d.seed,
             d.link
         );
@@ -182,14 +199,7 @@ fn pictures(drawn: &[Drawn]) -> String {
     let failed: Vec<String> = drawn
         .iter()
         .filter(|d| !d.passed)
-        .map(|d| {
-            format!(
-                "[seed {}, fences {}]({})",
-                d.seed,
-                if d.fences { "on" } else { "off" },
-                d.link
-            )
-        })
+        .map(|d| format!("[seed {}, {}]({})", d.seed, label(d.protection), d.link))
         .collect();
     if !failed.is_empty() {
         let _ = writeln!(out, "Every run whose audit failed: {}.", failed.join(", "));
@@ -240,7 +250,8 @@ EUR settlement) with separate processes:
 
 The seed of a run decides its lease, its faults and when they strike; the campaign prints each
 run's plan, and `campaign --replay SEED` runs one again (with the campaign's `--refunds` and
-`--ttl-ms`; `--fences off` for a control run; `--worked-example` for the full-figures run).
+`--ttl-ms`; `--fences off` for a control run, `--history-check off` for a failover's control;
+`--worked-example` for the full-figures run; `--lease KIND` puts every run on one lease).
 The plan is replayed exactly; where in a refund's steps a signal lands is the operating
 system's business, so the interleavings, unlike the plan, can differ.
 
@@ -252,8 +263,16 @@ system's business, so the interleavings, unlike the plan, can differ.
 * **SIGKILL between call and confirm**: the worker stops itself right after the gateway
   answered for a chosen refund and is killed there; a new worker starts in its place, and the
   next holder finds the refund in flight and asks the gateway before sending anything.
-* **Redis restart, nothing persisted** (runs on the Redis lease): the lease and the counter
-  vanish; the epochs behind Redis tokens live in PostgreSQL, so tokens still rise.
+* **Redis restart, nothing persisted** (half the runs on the Redis lease): the lease and the
+  counter vanish; the epochs behind Redis tokens live in PostgreSQL, so tokens still rise.
+* **Redis failover to a lagging replica** (the other half: the run's Redis is a primary, a
+  replica and three sentinels of its own, and the workers reach the primary through the
+  sentinels): the replica is made to lag (it has every write so far, then it is stopped and
+  the primary drops its link), the holder is killed so that the lease changes hands on the
+  primary alone, then the primary is killed and the sentinels promote the replica, whose
+  counter is behind the token just issued. The counter is bound to the server's history
+  (`run_id` and `master_replid`), so the promoted replica's first acquisition opens a new
+  epoch rather than issue that token again.
 * **pg_terminate_backend** on every connection of the run's workers.
 * **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
   restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader
@@ -275,13 +294,18 @@ last written under one token, the filer's (the ledger keeps no history of its ow
 what the audit can say of it); that every sent refund has its ledger entry and its
 receipt; and that the job was finished by one holder and its message deleted once, by that
 holder (or, had it died before deleting, by the next worker to receive the message, which
-found the job finished), with the queue empty by its own counts. Claims and confirms are recorded as the acquisition that wrote them (worker name
+found the job finished), with the queue empty by its own counts; and, with fences on, that
+no token was issued twice (every `acquired <holder> token <token>` line the workers print
+carries a token no other acquisition of the run carried). Claims and confirms are recorded as the acquisition that wrote them (worker name
 and acquisition number, in columns of the refunds table), so that check means the same with
 fences off, where every token is the same.
 
 The control runs the same job with fences off: every write presents one token, so the stores
 admit everything and only the lease's TTL separates the workers. Each control run includes a
-stall. The audit must find violations there, or it proves nothing.
+stall. The audit must find violations there, or it proves nothing. The failover's control
+(`--unchecked`) runs with fences on, behind Sentinel, failed over, with the Redis counter not
+bound to the server's history (`RedisLease::may_reissue_tokens`): the promoted replica issues
+again the token the last holder got, and the audit must find it.
 
 Runs are sized to fit a 2-core machine: 200 refunds and a 1.5 s TTL each (faults strike
 between the 10th and the 50th percent of the refunds), and one run of the worked example at

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use fencing_harness::audit::{self, AuditReport};
+use fencing_harness::audit::{self, AuditReport, WorkerReports};
 use fencing_harness::plan::{FaultKind, PausedStore, RunPlan};
 use fencing_harness::stores::{self, Clients, RunNames};
 use fencing_test_support::services::{EtcdCluster, MotoServer, RedisServer, TestContainer};
@@ -13,6 +13,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+use super::failover::{LONGEST_LAG, SentinelRedis};
 use super::picture::RunPicture;
 
 /// Where the services of a campaign are.
@@ -67,6 +68,8 @@ impl RunResult {
 enum Event {
     Line(String, String),
     Exited(String, Option<i32>),
+    /// The replica has lagged as long as it may: the failover is due.
+    LagEnded,
 }
 
 struct Worker {
@@ -96,6 +99,16 @@ pub(crate) async fn run(
     let journal = dir.join("journal.jsonl");
     let (gateway, gateway_addr) = start_gateway(&services.program, &journal).await?;
     let (events, mut inbox) = mpsc::unbounded_channel();
+    // The Redis of a run that fails over is behind Sentinel, and the run's own.
+    let sentinel_redis = if plan.fails_over() {
+        Some(tokio::task::block_in_place(SentinelRedis::start)?)
+    } else {
+        None
+    };
+    let redis_args = match &sentinel_redis {
+        Some(redis) => redis.worker_args().to_vec(),
+        None => vec!["--redis-url".to_owned(), services.redis.url()],
+    };
     let kill_target = plan
         .faults
         .iter()
@@ -108,6 +121,7 @@ pub(crate) async fn run(
         gateway: gateway_addr,
         dir,
         events,
+        redis_args,
         next: 0,
     };
     let mut workers: HashMap<String, Worker> = HashMap::new();
@@ -125,15 +139,20 @@ pub(crate) async fn run(
         .cloned()
         .collect();
     let mut filed = 0usize;
-    let (mut deliveries, mut deletions) = (0usize, Vec::new());
+    let mut deliveries = 0usize;
+    let mut reported = WorkerReports::default();
     let mut last_writer: Option<String> = None;
+    // Since when the replica lags, until the failover; whether the lease changed hands then.
+    let mut lagging: Option<(Instant, bool)> = None;
     let mut log = std::fs::File::create(dir.join("events.log"))?;
     let mut picture = RunPicture::new(plan);
     let deadline = started + run_budget(plan);
     while !workers.is_empty() {
-        let event = match tokio::time::timeout_at(deadline.into(), inbox.recv()).await {
+        let wake = lagging.map_or(deadline, |(since, _)| (since + LONGEST_LAG).min(deadline));
+        let event = match tokio::time::timeout_at(wake.into(), inbox.recv()).await {
             Ok(Some(event)) => event,
             Ok(None) => break,
+            Err(_) if Instant::now() < deadline => Event::LagEnded,
             Err(_) => {
                 incidents.push(format!(
                     "past its deadline of {} s with {filed} filed: workers killed",
@@ -156,11 +175,11 @@ pub(crate) async fn run(
                 if line.starts_with("received ") {
                     deliveries += 1;
                 }
-                if let Some((_, by)) = line
-                    .strip_prefix("deleted ")
-                    .and_then(|rest| rest.split_once(" by "))
+                reported.record(&line);
+                if let Some((_, handed_over)) = &mut lagging
+                    && line.starts_with("acquired ")
                 {
-                    deletions.push(by.to_owned());
+                    *handed_over = true;
                 }
                 // The holder, as far as the campaign can tell: the last to acquire or file.
                 if line.starts_with("filed ") || line.starts_with("acquired ") {
@@ -168,20 +187,18 @@ pub(crate) async fn run(
                 }
                 if let Some(key) = line.strip_prefix("called ")
                     && Some(key) == kill_target.as_deref()
-                    && let Some(worker) = workers.get_mut(&name)
+                    && let Some(worker) = workers.get(&name)
                     && !worker.killed
                 {
                     // The worker stops itself right after this line; kill it there.
                     wait_until_stopped(worker.pid).await;
-                    signal("KILL", worker.pid);
-                    picture.killed(started.elapsed(), &name);
-                    worker.killed = true;
-                    if last_writer.as_ref() == Some(&name) {
-                        last_writer = None;
-                    }
+                    let mut crew = Crew {
+                        workers: &mut workers,
+                        spawner: &mut spawner,
+                        last_writer: &mut last_writer,
+                    };
+                    crew.kill_and_replace(&name, started.elapsed(), &mut picture)?;
                     *injected.entry(FaultKind::KillAfterCall).or_default() += 1;
-                    let (name, worker) = spawner.spawn(None)?;
-                    workers.insert(name, worker);
                 }
             }
             Event::Exited(name, code) => {
@@ -193,6 +210,26 @@ pub(crate) async fn run(
                     incidents.push(format!("worker {name} exited with {code:?}"));
                 }
             }
+            Event::LagEnded => {}
+        }
+        if let (Some((since, handed_over)), Some(redis)) = (lagging, &sentinel_redis)
+            && (handed_over || since.elapsed() >= LONGEST_LAG)
+        {
+            lagging = None;
+            let took = tokio::task::block_in_place(|| redis.fail_over())?;
+            picture.service_fault(
+                started.elapsed(),
+                &format!(
+                    "Redis primary killed{}; the sentinels promoted the lagging replica in {} ms",
+                    if handed_over {
+                        " after a hand-over"
+                    } else {
+                        ""
+                    },
+                    took.as_millis()
+                ),
+            );
+            *injected.entry(FaultKind::RedisFailover).or_default() += 1;
         }
         while let Some(fault) = pending.first().filter(|f| filed >= f.at).cloned() {
             let holder = last_writer
@@ -200,9 +237,10 @@ pub(crate) async fn run(
                 .and_then(|name| Some((name, workers.get(name)?)))
                 .filter(|(_, w)| !w.killed)
                 .map(|(name, w)| (name.clone(), w.pid));
-            // Stalling a worker that only waits for the lease proves nothing: a stall waits
-            // until the campaign knows the holder again.
-            if fault.kind == FaultKind::Stall && holder.is_none() {
+            // Stalling (or killing) a worker that only waits for the lease proves nothing: the
+            // fault waits until the campaign knows the holder again.
+            if matches!(fault.kind, FaultKind::Stall | FaultKind::RedisFailover) && holder.is_none()
+            {
                 break;
             }
             pending.remove(0);
@@ -261,6 +299,25 @@ pub(crate) async fn run(
                     }
                     None => false,
                 },
+                // The holder is killed while the replica lags, so that the lease changes hands on
+                // the primary alone; the failover follows that hand-over (counted then).
+                FaultKind::RedisFailover => match (&sentinel_redis, holder) {
+                    (Some(redis), Some((name, _))) => {
+                        // Killed first: its lease lasts a TTL more, time enough to make the
+                        // replica lag before anyone else can acquire.
+                        let mut crew = Crew {
+                            workers: &mut workers,
+                            spawner: &mut spawner,
+                            last_writer: &mut last_writer,
+                        };
+                        crew.kill_and_replace(&name, at, &mut picture)?;
+                        tokio::task::block_in_place(|| redis.lag_replica())?;
+                        picture.service_fault(at, "Redis replica made to lag");
+                        lagging = Some((Instant::now(), false));
+                        false
+                    }
+                    _ => false,
+                },
                 FaultKind::KillAfterCall => false,
             };
             if applied {
@@ -269,7 +326,8 @@ pub(crate) async fn run(
         }
     }
     drop(gateway);
-    let audit = audit::audit(&names, plan, &clients, &journal, &deletions).await?;
+    drop(sentinel_redis);
+    let audit = audit::audit(&names, plan, &clients, &journal, &reported).await?;
     let result = RunResult {
         plan: plan.clone(),
         id: names.id().to_owned(),
@@ -308,6 +366,8 @@ struct Spawner<'a> {
     gateway: String,
     dir: &'a Path,
     events: mpsc::UnboundedSender<Event>,
+    /// How a worker reaches the run's Redis.
+    redis_args: Vec<String>,
     next: u8,
 }
 
@@ -324,7 +384,11 @@ impl Spawner<'_> {
             .args(["--ttl-ms", &self.plan.sizing.ttl.as_millis().to_string()])
             .args(["--fences", if self.plan.fences { "on" } else { "off" }])
             .args(["--database-url", &self.services.database_url])
-            .args(["--redis-url", &self.services.redis.url()])
+            .args(&self.redis_args)
+            .args([
+                "--history-check",
+                if self.plan.history_check { "on" } else { "off" },
+            ])
             .args([
                 "--etcd-endpoints",
                 &self.services.etcd.endpoints().join(","),
@@ -355,6 +419,35 @@ impl Spawner<'_> {
             let _ = events.send(Event::Exited(worker_name, code));
         });
         Ok((name, Worker { pid, killed: false }))
+    }
+}
+
+/// The run's workers, as the campaign strikes them.
+struct Crew<'a, 'b> {
+    workers: &'a mut HashMap<String, Worker>,
+    spawner: &'a mut Spawner<'b>,
+    last_writer: &'a mut Option<String>,
+}
+
+impl Crew<'_, '_> {
+    /// SIGKILLs worker `name` and starts a new one in its place.
+    fn kill_and_replace(
+        &mut self,
+        name: &str,
+        at: Duration,
+        picture: &mut RunPicture,
+    ) -> Result<(), RunError> {
+        if let Some(worker) = self.workers.get_mut(name) {
+            signal("KILL", worker.pid);
+            worker.killed = true;
+        }
+        picture.killed(at, name);
+        if self.last_writer.as_deref() == Some(name) {
+            *self.last_writer = None;
+        }
+        let (name, worker) = self.spawner.spawn(None)?;
+        self.workers.insert(name, worker);
+        Ok(())
     }
 }
 
@@ -394,6 +487,7 @@ async fn kill_etcd_leader(etcd: &mut EtcdCluster, down: Duration) -> Result<(), 
 fn signal(name: &str, pid: u32) {
     let _ = std::process::Command::new("kill")
         .args([&format!("-{name}"), &pid.to_string()])
+        .stderr(Stdio::null())
         .status();
 }
 

@@ -9,9 +9,10 @@
 //! when the queue is empty and the job finished. With `--concurrency N` it keeps N refunds in
 //! flight through the batch's pipeline.
 //!
-//! It reports on standard output, one line per step (`received <message>`, `acquired`,
-//! `claimed <id>`, `called <id>`, `filed <id>`, `ended`, `deleted <message> by <holder>`,
-//! `done`), which is what the campaign watches to time its faults and count deletions, plus a
+//! It reports on standard output, one line per step (`received <message>`, `acquired <holder>
+//! token <token>`, `claimed <id>`, `called <id>`, `filed <id>`, `ended`, `deleted <message> by
+//! <holder>`, `done`), which is what the campaign watches to time its faults, count deletions
+//! and check that no token was issued twice, plus a
 //! line for each of the library's refusals, take-overs and look-ups (`library_events`), which
 //! the campaign draws in the run's picture. It
 //! does not consult its lease renewal before writing: that check narrows the window without
@@ -29,6 +30,8 @@ use fencing_harness::plan::LeaseKind;
 use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
 use fencing_harness::unfenced::OneTokenLease;
+use fencing_redis::SentinelConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
 
 /// Settles merchant m_4471's refunds of one harness run.
 #[derive(Debug, clap::Args)]
@@ -47,13 +50,23 @@ pub(crate) struct Args {
     ttl_ms: u64,
     /// `off`: every write presents one token (the control; never in production).
     #[arg(long, value_enum, default_value = "on")]
-    fences: Fences,
+    fences: Switch,
     /// PostgreSQL.
     #[arg(long)]
     database_url: String,
-    /// Redis (the Redis lease only).
-    #[arg(long)]
+    /// Redis (the Redis lease on one server).
+    #[arg(long, conflicts_with = "redis_sentinels")]
     redis_url: Option<String>,
+    /// The sentinels' URLs, comma-separated (the Redis lease behind Sentinel).
+    #[arg(long, value_delimiter = ',', requires = "redis_service")]
+    redis_sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under.
+    #[arg(long)]
+    redis_service: Option<String>,
+    /// `off`: the Redis lease's counter is not bound to the server's history, so a replica
+    /// promoted behind it issues tokens again (the failover's control; never in production).
+    #[arg(long, value_enum, default_value = "on")]
+    history_check: Switch,
     /// The etcd cluster's client endpoints, comma-separated (the etcd lease only).
     #[arg(long, value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
@@ -74,7 +87,7 @@ pub(crate) struct Args {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Fences {
+enum Switch {
     On,
     Off,
 }
@@ -104,6 +117,12 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         Err(err) => return unfit(err.to_string()),
     };
     let server = match args.lease {
+        LeaseKind::Redis if !args.redis_sentinels.is_empty() => {
+            match sentinel_connection(&args.redis_sentinels, args.redis_service.as_deref()) {
+                Ok(redis) => Some(LeaseServer::RedisSentinel(redis)),
+                Err(why) => return unfit(why),
+            }
+        }
         LeaseKind::Redis => match redis_connection(args.redis_url.as_deref()).await {
             Ok(redis) => Some(LeaseServer::Redis(redis)),
             Err(why) => return unfit(why),
@@ -117,13 +136,14 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     if let Err(why) = preflight(&run_stores).await {
         return unfit(why);
     }
-    let lease = match stores::lease(args.lease, &names, &clients, server) {
+    let history_check = args.history_check == Switch::On;
+    let lease = match stores::lease(args.lease, &names, &clients, server, history_check) {
         Ok(lease) => lease,
         Err(err) => return unfit(err.to_string()),
     };
     let lease: Arc<dyn Lease> = match args.fences {
-        Fences::On => lease,
-        Fences::Off => Arc::new(OneTokenLease::new(lease)),
+        Switch::On => lease,
+        Switch::Off => Arc::new(OneTokenLease::new(lease)),
     };
     let ttl = match Ttl::from_millis(args.ttl_ms) {
         Ok(ttl) => ttl,
@@ -280,6 +300,22 @@ async fn redis_connection(url: Option<&str>) -> Result<redis::aio::ConnectionMan
              another lease"
         )),
     }
+}
+
+/// A connection to the primary the sentinels name, found again after a failover.
+fn sentinel_connection(
+    sentinels: &[String],
+    service: Option<&str>,
+) -> Result<SentinelConnection, String> {
+    let service = service.ok_or("the Redis lease behind Sentinel needs --redis-service")?;
+    let client = SentinelClient::build(
+        sentinels.to_vec(),
+        service.to_owned(),
+        None,
+        SentinelServerType::Master,
+    )
+    .map_err(|e| format!("sentinels {}: {e}", sentinels.join(",")))?;
+    Ok(SentinelConnection::new(client, 0))
 }
 
 /// A client of every member, whose requests give up after two seconds rather than wait for a
