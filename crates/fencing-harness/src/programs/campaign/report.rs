@@ -137,7 +137,40 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
             .collect();
         let _ = writeln!(out, "| {} |{cells}", check.name());
     }
+    out.push_str(&failover_timings(results));
     out
+}
+
+/// The failovers' timings, where there were any: the promotion, and the first token on the
+/// promoted primary.
+fn failover_timings(results: &[RunResult]) -> String {
+    let timings: Vec<_> = results.iter().flat_map(|r| &r.failovers).collect();
+    if timings.is_empty() {
+        return String::new();
+    }
+    let spread = |mut ms: Vec<u128>| -> String {
+        ms.sort_unstable();
+        match (ms.first(), ms.get(ms.len() / 2), ms.last()) {
+            (Some(min), Some(median), Some(max)) => {
+                format!("median {median} ms (from {min} to {max} ms)")
+            }
+            _ => "none".to_owned(),
+        }
+    };
+    let promoted = spread(timings.iter().map(|t| t.promoted.as_millis()).collect());
+    let first: Vec<u128> = timings
+        .iter()
+        .filter_map(|t| t.first_token.map(|d| d.as_millis()))
+        .collect();
+    let tokens = first.len();
+    format!(
+        "\nRedis failovers: {}; the sentinels named the promoted replica {promoted} after the \
+         primary was killed; the first token on it was reported {} after the kill ({tokens} of \
+         the {} failovers saw one before the run ended).\n",
+        timings.len(),
+        spread(first),
+        timings.len()
+    )
 }
 
 /// One line per run.
@@ -217,10 +250,16 @@ pub(crate) fn document(
     drawn: &[Drawn],
 ) -> String {
     let concurrency = results.first().map_or(1, |r| r.plan.concurrency);
+    let one_lease = match results.first() {
+        Some(first) if results.iter().all(|r| r.plan.lease == first.plan.lease) => {
+            format!(", every run on the {} lease", first.plan.lease.name())
+        }
+        _ => String::new(),
+    };
     let mut out = String::new();
     let _ = write!(
         out,
-        "# Reliability: the settlement under real faults{}{}
+        "# Reliability: the settlement under real faults{}{}{one_lease}
 
 This page is written by the harness (`crates/fencing-harness`); every figure below was
 measured by the command at the end, on a 2-core machine, against PostgreSQL, Redis, etcd and

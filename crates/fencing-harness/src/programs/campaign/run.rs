@@ -47,6 +47,8 @@ pub(crate) struct RunResult {
     pub(crate) ended: Instant,
     /// Problems of the run itself (a worker that failed, a run past its deadline).
     pub(crate) incidents: Vec<String>,
+    /// Each Redis failover the run made, timed.
+    pub(crate) failovers: Vec<FailoverTiming>,
     pub(crate) dir: PathBuf,
     /// What the campaign saw of the run, to be drawn.
     pub(crate) picture: RunPicture,
@@ -63,6 +65,16 @@ impl RunResult {
     pub(crate) fn passed(&self) -> bool {
         self.audit.violations.is_empty() && self.incidents.is_empty()
     }
+}
+
+/// A Redis failover as the campaign saw it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FailoverTiming {
+    /// From the primary's kill until every sentinel named the replica.
+    pub(crate) promoted: Duration,
+    /// From the primary's kill until a worker reported the first token issued after it (the
+    /// promotion, the killed holder's lease running out on the replica, the new epoch).
+    pub(crate) first_token: Option<Duration>,
 }
 
 enum Event {
@@ -144,6 +156,9 @@ pub(crate) async fn run(
     let mut last_writer: Option<String> = None;
     // Since when the replica lags, until the failover; whether the lease changed hands then.
     let mut lagging: Option<(Instant, bool)> = None;
+    let mut failovers: Vec<FailoverTiming> = Vec::new();
+    // When the primary was killed, until the first token after it.
+    let mut awaiting_token: Option<Instant> = None;
     let mut log = std::fs::File::create(dir.join("events.log"))?;
     let mut picture = RunPicture::new(plan);
     let deadline = started + run_budget(plan);
@@ -176,6 +191,12 @@ pub(crate) async fn run(
                     deliveries += 1;
                 }
                 reported.record(&line);
+                if line.starts_with("acquired ")
+                    && let Some(killed_at) = awaiting_token.take()
+                    && let Some(failover) = failovers.last_mut()
+                {
+                    failover.first_token = Some(killed_at.elapsed());
+                }
                 if let Some((_, handed_over)) = &mut lagging
                     && line.starts_with("acquired ")
                 {
@@ -216,7 +237,13 @@ pub(crate) async fn run(
             && (handed_over || since.elapsed() >= LONGEST_LAG)
         {
             lagging = None;
+            let killed_at = Instant::now();
             let took = tokio::task::block_in_place(|| redis.fail_over())?;
+            failovers.push(FailoverTiming {
+                promoted: took,
+                first_token: None,
+            });
+            awaiting_token = Some(killed_at);
             picture.service_fault(
                 started.elapsed(),
                 &format!(
@@ -337,6 +364,7 @@ pub(crate) async fn run(
         wall: started.elapsed(),
         ended: Instant::now(),
         incidents,
+        failovers,
         dir: dir.to_owned(),
         picture,
     };
