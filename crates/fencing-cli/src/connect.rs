@@ -342,6 +342,13 @@ impl Settings {
         ))
     }
 
+    fn dynamo_tokens(&self) -> Result<DynamoTokenSource, Failure> {
+        Ok(DynamoTokenSource::new(
+            self.dynamodb()?,
+            self.dynamodb_table.clone(),
+        )?)
+    }
+
     async fn redis_tokens(&self) -> Result<RedisTokenSource<MultiplexedConnection>, Failure> {
         let conn = self.redis().await?;
         Ok(match &self.redis_epochs {
@@ -352,7 +359,8 @@ impl Settings {
     }
 
     /// Where the counter of `resource` stands against the server answering, for the kinds
-    /// that bind their counters (Redis with its epochs, PostgreSQL); `None` for the others.
+    /// that bind their counters (Redis with its epochs, PostgreSQL, DynamoDB); `None` for the
+    /// others.
     pub(crate) async fn counter_history(
         &self,
         backend: Backend,
@@ -363,6 +371,7 @@ impl Settings {
                 self.redis_tokens().await?.history(resource).await
             }
             Backend::Postgres => self.pg_tokens().await?.history(resource).await,
+            Backend::Dynamodb => self.dynamo_tokens()?.history(resource).await,
             _ => return Ok(None),
         };
         history.map(Some).map_err(|e| self.failure(e))
@@ -399,10 +408,7 @@ impl Settings {
         Ok(match backend {
             Backend::Redis => Box::new(self.redis_tokens().await?),
             Backend::Postgres => Box::new(self.pg_tokens().await?),
-            Backend::Dynamodb => Box::new(DynamoTokenSource::new(
-                self.dynamodb()?,
-                self.dynamodb_table.clone(),
-            )?),
+            Backend::Dynamodb => Box::new(self.dynamo_tokens()?),
             Backend::Etcd => {
                 Box::new(EtcdTokenSource::new(self.etcd().await?).with_keys(self.etcd_keys()?))
             }

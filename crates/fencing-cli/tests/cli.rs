@@ -1072,3 +1072,49 @@ async fn token_current_names_the_history_a_counter_is_bound_to() {
     assert!(out.contains("history: bound to this server's"), "{out}");
     schema.drop().await;
 }
+
+/// `token current` on DynamoDB counters says which table a counter is bound to: this one, or
+/// the one a restore brought it from (whose tokens the next one is raised past).
+#[tokio::test]
+async fn token_current_names_the_table_a_dynamodb_counter_is_bound_to() {
+    use fencing_core::TokenSource;
+    let client = aws_dynamodb();
+    let table = unique_name("counters");
+    let tokens = fencing_dynamodb::DynamoTokenSource::new(client.clone(), &table).unwrap();
+    tokens.create_table().await.unwrap();
+    let resource = unique_name("settle:m_4471");
+    tokens
+        .next(&ResourceName::new(resource.clone()).unwrap())
+        .await
+        .unwrap();
+    let args = ["--tokens", "dynamodb", "--dynamodb-table", &table];
+    let out = run(
+        fencing().args(["token", "current", &resource]).args(args),
+        0,
+    );
+    assert!(out.contains("history: bound to this server's"), "{out}");
+    // As a counter restored from another table holds it.
+    client
+        .update_item()
+        .table_name(&table)
+        .key(
+            "resource",
+            aws_sdk_dynamodb::types::AttributeValue::S(resource.clone()),
+        )
+        .update_expression("SET history = :elsewhere")
+        .expression_attribute_values(
+            ":elsewhere",
+            aws_sdk_dynamodb::types::AttributeValue::S("elsewhere@1".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let report = json(&run(
+        fencing()
+            .args(["token", "current", &resource, "--json"])
+            .args(args),
+        0,
+    ));
+    assert_eq!(report["history"]["moved"], true, "{report}");
+    assert_eq!(report["history"]["bound"], "elsewhere@1", "{report}");
+}

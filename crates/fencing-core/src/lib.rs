@@ -79,5 +79,5 @@ pub use renewal::LeaseRenewal;
 pub use retry::{RetryPolicy, acquire};
 pub use store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
 pub use token::FencingToken;
-pub use token_source::{CounterHistory, FenceFloor, TokenSource, seed_from_floors};
+pub use token_source::{CounterHistory, FenceFloor, RateBound, TokenSource, seed_from_floors};
 pub use ttl::Ttl;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::input::{InputKind, InvalidInput};
 use crate::name::ResourceName;
 use crate::token::FencingToken;
 
@@ -113,5 +114,105 @@ impl CounterHistory {
         self.bound
             .as_ref()
             .is_some_and(|bound| *bound != self.serving)
+    }
+}
+
+/// The most tokens a counter is taken to issue per second for one resource: what a source
+/// that binds its counters to a server history raises a counter found on another history by,
+/// for every second since the counter was last written (plus one for clocks a little apart),
+/// so that the next token passes every token the lost history could have issued after that
+/// write.
+///
+/// It rests on the clocks of the servers (or writers) that stamp the counter agreeing to within
+/// the seconds a failover or restore takes, and on no counter outrunning the bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RateBound(u64);
+
+impl RateBound {
+    /// 2^20 tokens a second: far above what one resource's counter can be raised by (each
+    /// raise is a write that serialises on the counter).
+    pub const DEFAULT: RateBound = RateBound(1 << 20);
+
+    /// One a second: for counters of epochs, each opened at most once a second or so.
+    pub const EPOCHS: RateBound = RateBound(1);
+
+    /// The bound of `per_second` tokens a second (1 ..= 2^32).
+    pub fn new(per_second: u64) -> std::result::Result<Self, InvalidInput> {
+        if !(1..=1 << 32).contains(&per_second) {
+            return Err(InvalidInput::new(
+                InputKind::Token,
+                format!("a counter's rate bound of {per_second} a second is not in 1 ..= 2^32"),
+            ));
+        }
+        Ok(RateBound(per_second))
+    }
+
+    /// Tokens a second.
+    pub const fn per_second(self) -> u64 {
+        self.0
+    }
+
+    /// Where a counter at `counter`, last written at `written_ms` and found on another history
+    /// at `now_ms` (milliseconds since the Unix epoch), goes on from: raised by the bound for
+    /// every second since, rounded up, and one second more. `None` past `i64::MAX`.
+    pub fn raise(
+        self,
+        counter: FencingToken,
+        written_ms: u64,
+        now_ms: u64,
+    ) -> Option<FencingToken> {
+        let seconds = now_ms.saturating_sub(written_ms).div_ceil(1000) + 1;
+        let raised = u128::from(counter.get()) + u128::from(self.0) * u128::from(seconds);
+        u64::try_from(raised)
+            .ok()
+            .and_then(|raised| FencingToken::new(raised).ok())
+    }
+}
+
+impl Default for RateBound {
+    fn default() -> Self {
+        RateBound::DEFAULT
+    }
+}
+
+#[cfg(test)]
+mod rate_bound_tests {
+    use super::*;
+
+    fn token(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap()
+    }
+
+    #[test]
+    fn a_counter_on_another_history_is_raised_by_the_bound_for_every_second_begun_and_one_more() {
+        let bound = RateBound::new(10).unwrap();
+        assert_eq!(bound.raise(token(5), 1_000, 1_000), Some(token(15)));
+        assert_eq!(bound.raise(token(5), 1_000, 1_001), Some(token(25)));
+        assert_eq!(bound.raise(token(5), 1_000, 3_000), Some(token(35)));
+        // A writer's clock ahead of this one's: still one second.
+        assert_eq!(bound.raise(token(5), 9_000, 1_000), Some(token(15)));
+        assert_eq!(RateBound::EPOCHS.raise(token(7), 0, 2_500), Some(token(11)));
+        assert_eq!(RateBound::default(), RateBound::DEFAULT);
+    }
+
+    #[test]
+    fn a_raise_past_the_largest_token_is_none_and_bounds_outside_the_range_are_refused() {
+        let top = FencingToken::new(i64::MAX as u64 - 3).unwrap();
+        assert_eq!(
+            RateBound::EPOCHS.raise(top, 0, 0),
+            Some(token(i64::MAX as u64 - 2))
+        );
+        assert_eq!(RateBound::DEFAULT.raise(top, 0, 0), None);
+        assert_eq!(
+            RateBound::new(1 << 32)
+                .unwrap()
+                .raise(token(1), 0, u64::MAX),
+            None
+        );
+        for bad in [0, (1 << 32) + 1, u64::MAX] {
+            let err = RateBound::new(bad).unwrap_err();
+            assert_eq!(err.kind(), InputKind::Token);
+            assert!(err.detail().contains("rate bound"), "{err}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! A lease item whose acquisition and fencing token take one `UpdateItem`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -14,7 +14,7 @@ use crate::error::DynamoFailure;
 use crate::expression::number;
 use crate::item::{Item, Number};
 use crate::tokens::{
-    AMBIGUOUS_RETRIES, COUNTER_ROUNDS, DynamoTokenSource, EXPIRES, Failed, OWNER, above,
+    AMBIGUOUS_RETRIES, COUNTER_ROUNDS, DynamoTokenSource, EXPIRES, Failed, OWNER, bound, now_ms,
 };
 
 /// Leases in a table of items `{resource, owner, expires_at_ms, token}`, one per resource.
@@ -131,21 +131,16 @@ impl DynamoLease {
     }
 }
 
-/// Now on this writer's clock, in milliseconds since the Unix epoch.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 #[async_trait]
 impl Lease for DynamoLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
         let owner = OwnerId::random();
         let requested_at = TokioClock.now();
         let mut expected = self.tokens.last_seen(resource);
-        let granted = |token| {
-            self.tokens.saw(resource, Some(token));
+        let mut serving = self.tokens.serving(false).await?;
+        let mut lowered = false;
+        let granted = |token, serving: &str, now| {
+            self.tokens.saw(resource, bound(token, serving, now));
             Some(LeaseGuard::new(
                 resource.clone(),
                 owner.clone(),
@@ -157,7 +152,10 @@ impl Lease for DynamoLease {
         let mut lost = 0;
         for _ in 0..COUNTER_ROUNDS {
             let now = now_ms();
-            let to = match above(resource, expected) {
+            let to = match self
+                .tokens
+                .token_after(resource, &expected, &serving, lowered, now)
+            {
                 Ok(to) => to,
                 // Exhausted only if the lease is free: a holder's lease is busy first.
                 Err(exhausted) => {
@@ -172,8 +170,10 @@ impl Lease for DynamoLease {
                 .tokens
                 .swap(
                     resource,
-                    expected,
+                    &expected,
                     to,
+                    &serving,
+                    now,
                     Some("#owner = :owner, #expires = :expires"),
                     Some(
                         "attribute_not_exists(#owner) OR (attribute_type(#expires, :type_n) \
@@ -189,7 +189,7 @@ impl Lease for DynamoLease {
                 .send()
                 .await;
             let err = match sent {
-                Ok(_) => return Ok(granted(to)),
+                Ok(_) => return Ok(granted(to, &serving, now)),
                 Err(err) => err,
             };
             let found = match self.tokens.failed(err) {
@@ -204,19 +204,23 @@ impl Lease for DynamoLease {
             };
             match self.holder(found.as_ref(), now)? {
                 // An earlier attempt whose answer was lost applied, with this same `to`.
-                Some((holder, _)) if holder == owner.to_string() => return Ok(granted(to)),
+                Some((holder, _)) if holder == owner.to_string() => {
+                    return Ok(granted(to, &serving, now));
+                }
                 Some(_) => return Ok(None),
                 None => {}
             }
-            let counter = self.tokens.counter_in(found.as_ref())?;
-            if counter == expected {
+            let previous = expected;
+            (expected, lowered, serving) = self
+                .tokens
+                .refused_with(resource, &previous, found.as_ref(), serving)
+                .await?;
+            if expected == previous {
                 return Err(DynamoFailure::Inconsistent(
                     "the lease item refused an acquisition its own state admits",
                 )
                 .into_error(self.tokens.name(), RequestEffect::Writes));
             }
-            expected = counter;
-            self.tokens.saw(resource, expected);
         }
         Err(self.tokens.kept_changing())
     }

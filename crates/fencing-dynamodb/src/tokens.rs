@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -13,7 +14,8 @@ use aws_sdk_dynamodb::types::{
 };
 use fencing_core::adapter::RequestEffect;
 use fencing_core::{
-    Error, FencingToken, InputKind, InvalidInput, ResourceName, Result, TokenSource,
+    CounterHistory, Error, FencingToken, InputKind, InvalidInput, RateBound, ResourceName, Result,
+    TokenSource,
 };
 
 use crate::error::{DynamoFailure, classify, without_retries};
@@ -29,6 +31,14 @@ pub(crate) const TOKEN: &str = "token";
 pub(crate) const OWNER: &str = "owner";
 /// A lease item's expiry attribute, in milliseconds since the epoch on the writer's clock.
 pub(crate) const EXPIRES: &str = "expires_at_ms";
+/// The table that last wrote the counter: its id and creation time, as `DescribeTable` gives
+/// them (a table restored from a backup or to a point in time is a new table).
+pub(crate) const HISTORY: &str = "history";
+/// When the counter was last written, in milliseconds since the epoch on the writer's clock.
+pub(crate) const WRITTEN: &str = "written_at_ms";
+
+/// How long the table's identity, once read, is trusted before it is read again.
+const IDENTITY_REFRESH: Duration = Duration::from_secs(60);
 
 /// How many times a counter update is sent again with the value the service's refusal
 /// returned; each round means another writer raised the counter in between.
@@ -46,7 +56,16 @@ pub(crate) const AMBIGUOUS_RETRIES: u32 = 2;
 /// over such a value: it is refused, and reported as corrupt with nothing written. The value
 /// last seen is remembered per resource, so a process that issues tokens in a row needs one
 /// round trip each; a stale memory costs one more (the refusal returns the current value).
-/// Unlike a Redis counter without persistence, it cannot go backwards.
+/// Unlike a Redis counter without persistence, it cannot go backwards while its table lives.
+///
+/// **Restores.** A table restored from a backup or to a point in time is a new table whose
+/// counters may be behind the tokens issued since. Each counter is bound to the table that last
+/// wrote it (its `TableId` and creation time, read once with `DescribeTable` and again after a
+/// minute, [`Self::with_identity_refresh`]) and stamped with the writer's clock; a counter
+/// found bound to another table, or lower than this process last saw it, is raised first by
+/// [`Self::with_max_rate`] for every second since it was last written, so the next token
+/// passes every token the lost table could have issued. That rests on the writers' clocks
+/// agreeing to within the seconds a restore takes, and on no counter outrunning the bound.
 ///
 /// The SDK's own retries are off (a copy of the caller's client): an answer that was lost is
 /// settled here, by sending the same swap again, which the service refuses if the first one
@@ -60,7 +79,29 @@ pub struct DynamoTokenSource {
     table: String,
     key_attribute: String,
     name: String,
-    seen: Arc<Mutex<HashMap<ResourceName, Option<FencingToken>>>>,
+    seen: Arc<Mutex<HashMap<ResourceName, Counter>>>,
+    max_rate: RateBound,
+    identity: Arc<Mutex<Option<(String, Instant)>>>,
+    identity_refresh: Duration,
+}
+
+/// A counter as an item held it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counter {
+    /// The highest token issued; `None`: no counter yet.
+    pub(crate) token: Option<FencingToken>,
+    /// The table that last wrote it; `None`: not bound (no counter yet, or written by a
+    /// version that did not bind counters).
+    pub(crate) history: Option<String>,
+    /// When it was last written, on the writer's clock.
+    pub(crate) written_ms: u64,
+}
+
+impl Counter {
+    /// Bound to a table other than `serving`.
+    pub(crate) fn moved_from(&self, serving: &str) -> bool {
+        self.history.as_deref().is_some_and(|h| h != serving)
+    }
 }
 
 /// What a refused or failed counter update stands for.
@@ -82,7 +123,30 @@ impl DynamoTokenSource {
             table,
             key_attribute: RESOURCE.to_owned(),
             seen: Arc::default(),
+            max_rate: RateBound::DEFAULT,
+            identity: Arc::default(),
+            identity_refresh: IDENTITY_REFRESH,
         })
+    }
+
+    /// The same source, raising a counter found bound to another table by `per_second` for
+    /// every second since it was last written (1 ..= 2^32; 2^20 unless set).
+    pub fn with_max_rate(self, per_second: u64) -> Result<Self, InvalidInput> {
+        Ok(DynamoTokenSource {
+            max_rate: RateBound::new(per_second)?,
+            ..self
+        })
+    }
+
+    /// The same source, reading the table's identity again once `every` has passed since it
+    /// was last read (a minute unless set). A table deleted and restored under its name is
+    /// seen at the first request after that, or at once by a process that had seen one of its
+    /// counters higher; restores take minutes.
+    pub fn with_identity_refresh(self, every: Duration) -> Self {
+        DynamoTokenSource {
+            identity_refresh: every,
+            ..self
+        }
     }
 
     /// The same counters in a table whose String partition key is `name` (`resource` unless
@@ -92,7 +156,7 @@ impl DynamoTokenSource {
     pub fn with_key_attribute(mut self, name: impl Into<String>) -> Result<Self, InvalidInput> {
         let name = name.into();
         check_attribute(&name)?;
-        if [TOKEN, OWNER, EXPIRES].contains(&name.as_str()) {
+        if [TOKEN, OWNER, EXPIRES, HISTORY, WRITTEN].contains(&name.as_str()) {
             return Err(InvalidInput::new(
                 InputKind::Identifier,
                 format!("{name:?} is an attribute the counter or lease item itself holds"),
@@ -131,15 +195,14 @@ impl DynamoTokenSource {
         &self.name
     }
 
-    /// The counter value last seen for `resource` (`None`: none seen, so "no counter yet" is
-    /// tried first).
-    pub(crate) fn last_seen(&self, resource: &ResourceName) -> Option<FencingToken> {
+    /// The counter last seen for `resource` (none seen: "no counter yet" is tried first).
+    pub(crate) fn last_seen(&self, resource: &ResourceName) -> Counter {
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        seen.get(resource).copied().flatten()
+        seen.get(resource).cloned().unwrap_or_default()
     }
 
-    /// Remembers the counter value of `resource` a request found or set.
-    pub(crate) fn saw(&self, resource: &ResourceName, value: Option<FencingToken>) {
+    /// Remembers the counter of `resource` a request found or set.
+    pub(crate) fn saw(&self, resource: &ResourceName, value: Counter) {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         // One entry per resource this process touched; bounded for a process that touches
         // an endless stream of them (forgetting only costs a round trip).
@@ -159,35 +222,130 @@ impl DynamoTokenSource {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
     }
 
-    /// An `UpdateItem` that sets the counter of `resource` to `to` on condition that it holds
-    /// exactly `expected` (`None`: no counter, or 0); `also_set` is done in the same update,
-    /// `also_require` checked in the same condition.
+    /// The identity of the table serving now, as counters are bound to it: read with
+    /// `DescribeTable` when `fresh` or when the one read before is older than the refresh.
+    pub(crate) async fn serving(&self, fresh: bool) -> Result<String> {
+        {
+            let known = self.identity.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((identity, read_at)) = &*known
+                && !fresh
+                && read_at.elapsed() < self.identity_refresh
+            {
+                return Ok(identity.clone());
+            }
+        }
+        let out = self
+            .client
+            .describe_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .map_err(|e| classify(e, &self.name, RequestEffect::ReadOnly))?;
+        let table = out.table();
+        let created = table
+            .and_then(|t| t.creation_date_time())
+            .and_then(|at| at.to_millis().ok());
+        let Some(created) = created else {
+            return Err(DynamoFailure::Inconsistent(
+                "DescribeTable gave the table no creation time to bind its counters to",
+            )
+            .into_error(&self.name, RequestEffect::ReadOnly));
+        };
+        let id = table.and_then(|t| t.table_id()).unwrap_or("-");
+        let identity = format!("{id}@{created}");
+        *self.identity.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((identity.clone(), Instant::now()));
+        Ok(identity)
+    }
+
+    /// The token to issue after `counter`, which the table `serving` holds: one above it, or
+    /// above it raised by the rate bound where it is bound to another table or `lowered` (this
+    /// process had seen it higher). [`Error::TokenExhausted`] past `i64::MAX`.
+    pub(crate) fn token_after(
+        &self,
+        resource: &ResourceName,
+        counter: &Counter,
+        serving: &str,
+        lowered: bool,
+        now_ms: u64,
+    ) -> Result<FencingToken> {
+        let moved = lowered || counter.moved_from(serving);
+        let from = match counter.token {
+            Some(token) if moved => Some(
+                self.max_rate
+                    .raise(token, counter.written_ms, now_ms)
+                    .ok_or_else(|| Error::TokenExhausted {
+                        resource: resource.clone(),
+                    })?,
+            ),
+            token => token,
+        };
+        above(resource, from)
+    }
+
+    /// An `UpdateItem` that sets the counter of `resource` to `to`, bound to the table
+    /// `serving` and stamped `now_ms`, on condition that the item holds exactly `expected`
+    /// (its counter, `None` meaning none or 0, and the table it is bound to); `also_set` is
+    /// done in the same update, `also_require` checked in the same condition.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn swap(
         &self,
         resource: &ResourceName,
-        expected: Option<FencingToken>,
+        expected: &Counter,
         to: FencingToken,
+        serving: &str,
+        now_ms: u64,
         also_set: Option<&str>,
         also_require: Option<&str>,
     ) -> UpdateItemFluentBuilder {
+        let set = "SET #token = :to, #history = :serving, #written = :now";
         let update = match also_set {
-            Some(set) => format!("SET #token = :to, {set}"),
-            None => "SET #token = :to".to_owned(),
+            Some(also) => format!("{set}, {also}"),
+            None => set.to_owned(),
         };
-        let pin = match expected {
+        let pin_token = match expected.token {
             Some(_) => "#token = :expected",
             None => "(attribute_not_exists(#token) OR #token = :expected)",
         };
-        let condition = match also_require {
-            Some(required) => format!("({required}) AND {pin}"),
-            None => pin.to_owned(),
+        let pin_history = match expected.history {
+            Some(_) => "#history = :bound",
+            None => "attribute_not_exists(#history)",
         };
-        self.update(resource)
+        let condition = match also_require {
+            Some(required) => format!("({required}) AND {pin_token} AND {pin_history}"),
+            None => format!("{pin_token} AND {pin_history}"),
+        };
+        let request = self
+            .update(resource)
             .update_expression(update)
             .condition_expression(condition)
             .expression_attribute_names("#token", TOKEN)
+            .expression_attribute_names("#history", HISTORY)
+            .expression_attribute_names("#written", WRITTEN)
             .expression_attribute_values(":to", number(to))
-            .expression_attribute_values(":expected", number(expected.map_or(0, FencingToken::get)))
+            .expression_attribute_values(":serving", AttributeValue::S(serving.to_owned()))
+            .expression_attribute_values(":now", number(now_ms))
+            .expression_attribute_values(
+                ":expected",
+                number(expected.token.map_or(0, FencingToken::get)),
+            );
+        match &expected.history {
+            Some(bound) => {
+                request.expression_attribute_values(":bound", AttributeValue::S(bound.clone()))
+            }
+            None => request,
+        }
+    }
+
+    /// Where the counter of `resource` stands: the table it is bound to and the table
+    /// serving now. Where they differ, its next token is raised first.
+    pub async fn history(&self, resource: &ResourceName) -> Result<CounterHistory> {
+        let serving = self.serving(true).await?;
+        let counter = self.counter_of(self.item(resource).await?.as_ref())?;
+        Ok(CounterHistory {
+            bound: counter.history,
+            serving,
+        })
     }
 
     /// The item of `resource` (its counter, and its lease where a lease shares the table), read
@@ -214,6 +372,64 @@ impl DynamoTokenSource {
             Fractions::Refuse,
         )
         .map_err(|e| e.into_error(&self.name, RequestEffect::ReadOnly))
+    }
+
+    /// The counter of an item with what it is bound to: a binding without a readable time
+    /// it was written is corrupt (it could not be raised by the bound).
+    pub(crate) fn counter_of(&self, item: Option<&Item>) -> Result<Counter> {
+        let token = self.counter_in(item)?;
+        let corrupt = |what: String| {
+            DynamoFailure::Corrupt(what).into_error(&self.name, RequestEffect::ReadOnly)
+        };
+        let history = match item.and_then(|item| item.get(HISTORY)) {
+            None => None,
+            Some(AttributeValue::S(history)) => Some(history.clone()),
+            Some(other) => {
+                return Err(corrupt(format!(
+                    "counter history {other:?} is not a String"
+                )));
+            }
+        };
+        let written = item
+            .and_then(|item| item.get(WRITTEN))
+            .and_then(|w| w.as_n().ok())
+            .and_then(|text| text.parse::<u64>().ok());
+        let written_ms = match (&history, written) {
+            (_, Some(written)) => written,
+            (None, None) => 0,
+            (Some(_), None) => {
+                return Err(corrupt(
+                    "a counter bound to a table has no time it was written".to_owned(),
+                ));
+            }
+        };
+        Ok(Counter {
+            token,
+            history,
+            written_ms,
+        })
+    }
+
+    /// Settles what a refused counter update found against what it expected: remembers it,
+    /// and reads the table's identity again where the counter went back (a restore this
+    /// process has not seen yet); returns the counter, whether it went back, and the table
+    /// serving.
+    pub(crate) async fn refused_with(
+        &self,
+        resource: &ResourceName,
+        expected: &Counter,
+        found: Option<&Item>,
+        serving: String,
+    ) -> Result<(Counter, bool, String)> {
+        let found = self.counter_of(found)?;
+        self.saw(resource, found.clone());
+        let lowered = found.token < expected.token;
+        let serving = if lowered {
+            self.serving(true).await?
+        } else {
+            serving
+        };
+        Ok((found, lowered, serving))
     }
 
     /// What a failed request stands for: a refused condition with the item as it stood, or
@@ -258,34 +474,50 @@ enum Raise {
     Already(FencingToken),
 }
 
+/// Now on this writer's clock, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 impl DynamoTokenSource {
-    /// Swaps the counter of `resource` from the value it holds to what `target` says,
-    /// starting from `expected` and following the values the service's refusals return. An
-    /// answer that was lost is settled by sending the same swap again: refused if the first one
-    /// applied, and then the refusal's value is followed.
+    /// Swaps the counter of `resource` from the value it holds to what `target` says (given
+    /// the counter, the table serving, whether the counter went back, and now), starting from
+    /// `expected` and following the counters the service's refusals return. An answer that
+    /// was lost is settled by sending the same swap again: refused if the first one applied,
+    /// and then the refusal's counter is followed.
     async fn raise(
         &self,
         resource: &ResourceName,
-        mut expected: Option<FencingToken>,
-        target: impl Fn(Option<FencingToken>) -> Result<Raise>,
+        mut expected: Counter,
+        target: impl Fn(&Counter, &str, bool, u64) -> Result<Raise>,
     ) -> Result<FencingToken> {
+        let mut serving = self.serving(false).await?;
+        let mut lowered = false;
         let mut lost = 0;
         for _ in 0..COUNTER_ROUNDS {
-            let to = match target(expected)? {
+            let now = now_ms();
+            let to = match target(&expected, &serving, lowered, now)? {
                 Raise::To(to) => to,
                 Raise::Already(at) => return Ok(at),
             };
-            let err = match self.swap(resource, expected, to, None, None).send().await {
+            let sent = self
+                .swap(resource, &expected, to, &serving, now, None, None)
+                .send()
+                .await;
+            let err = match sent {
                 Ok(_) => {
-                    self.saw(resource, Some(to));
+                    self.saw(resource, bound(to, &serving, now));
                     return Ok(to);
                 }
                 Err(err) => err,
             };
             match self.failed(err) {
                 Failed::Refused(found) => {
-                    expected = self.counter_in(found.as_ref())?;
-                    self.saw(resource, expected);
+                    (expected, lowered, serving) = self
+                        .refused_with(resource, &expected, found.as_ref(), serving)
+                        .await?;
                 }
                 Failed::Error(err) if err.is_ambiguous() && lost < AMBIGUOUS_RETRIES => lost += 1,
                 Failed::Error(err) => return Err(err),
@@ -295,19 +527,33 @@ impl DynamoTokenSource {
     }
 }
 
+/// The counter a swap to `to` on table `serving` at `now_ms` leaves.
+pub(crate) fn bound(to: FencingToken, serving: &str, now_ms: u64) -> Counter {
+    Counter {
+        token: Some(to),
+        history: Some(serving.to_owned()),
+        written_ms: now_ms,
+    }
+}
+
 #[async_trait]
 impl TokenSource for DynamoTokenSource {
     async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
-        self.raise(resource, self.last_seen(resource), |counter| {
-            above(resource, counter).map(Raise::To)
-        })
+        self.raise(
+            resource,
+            self.last_seen(resource),
+            |counter, serving, lowered, now| {
+                self.token_after(resource, counter, serving, lowered, now)
+                    .map(Raise::To)
+            },
+        )
         .await
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        let current = self.counter_in(self.item(resource).await?.as_ref())?;
-        self.saw(resource, current);
-        Ok(current)
+        let current = self.counter_of(self.item(resource).await?.as_ref())?;
+        self.saw(resource, current.clone());
+        Ok(current.token)
     }
 
     async fn advance_to(
@@ -317,9 +563,16 @@ impl TokenSource for DynamoTokenSource {
     ) -> Result<FencingToken> {
         // Read, not remembered: a counter restored from an old backup is lower than what this
         // process saw, and must be raised.
-        let current = self.current(resource).await?;
-        self.raise(resource, current, |counter| {
-            Ok(match counter.filter(|at| *at >= floor) {
+        let current = self.counter_of(self.item(resource).await?.as_ref())?;
+        self.saw(resource, current.clone());
+        self.raise(resource, current, |counter, serving, lowered, now| {
+            // A counter that moved keeps its raise: binding it to this table at the floor
+            // alone would forget what the lost table may have issued above it.
+            if lowered || counter.moved_from(serving) {
+                let raised = self.token_after(resource, counter, serving, lowered, now)?;
+                return Ok(Raise::To(raised.max(floor)));
+            }
+            Ok(match counter.token.filter(|at| *at >= floor) {
                 Some(at) => Raise::Already(at),
                 None => Raise::To(floor),
             })

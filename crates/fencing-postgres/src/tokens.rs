@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use fencing_core::adapter::RequestEffect;
 use fencing_core::{
-    CounterHistory, Error, FencingToken, InputKind, InvalidInput, ResourceName, Result, TokenSource,
+    CounterHistory, Error, FencingToken, InvalidInput, RateBound, ResourceName, Result, TokenSource,
 };
 use sqlx::{PgPool, Row};
 
@@ -33,7 +33,7 @@ pub struct PgTokenSource {
     pool: PgPool,
     table: PgQualifiedName,
     store: String,
-    max_rate: u64,
+    max_rate: RateBound,
     next: String,
     current: String,
     advance: String,
@@ -48,7 +48,7 @@ const HERE: &str = "(SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) 
 
 impl PgTokenSource {
     /// The rate bound unless told otherwise: 2^20 tokens a second per resource.
-    pub const DEFAULT_MAX_RATE: u64 = 1 << 20;
+    pub const DEFAULT_MAX_RATE: u64 = RateBound::DEFAULT.per_second();
 
     /// Counters in `table` (create it with [`Self::create_if_missing`]).
     pub fn new(pool: PgPool, table: PgQualifiedName) -> Self {
@@ -62,7 +62,7 @@ impl PgTokenSource {
                  RETURNING value"
             ),
             next: String::new(),
-            max_rate: Self::DEFAULT_MAX_RATE,
+            max_rate: RateBound::DEFAULT,
             table,
             pool,
             session: Session::default(),
@@ -77,7 +77,7 @@ impl PgTokenSource {
     /// ([`Self::with_max_rate`]), and they stay below the 2^31 epochs a Redis token holds.
     pub fn epochs(pool: PgPool, table: PgQualifiedName) -> Self {
         PgTokenSource {
-            max_rate: 1,
+            max_rate: RateBound::EPOCHS,
             ..Self::new(pool, table)
         }
         .with_statements()
@@ -87,14 +87,8 @@ impl PgTokenSource {
     /// for every second since its row was last written (1 ..= 2^32). The epochs of a Redis
     /// lease count 1 ([`Self::epochs`]).
     pub fn with_max_rate(self, per_second: u64) -> Result<Self, InvalidInput> {
-        if !(1..=1 << 32).contains(&per_second) {
-            return Err(InvalidInput::new(
-                InputKind::Token,
-                format!("a counter's rate bound of {per_second} a second is not in 1 ..= 2^32"),
-            ));
-        }
         Ok(PgTokenSource {
-            max_rate: per_second,
+            max_rate: RateBound::new(per_second)?,
             ..self
         }
         .with_statements())
@@ -119,7 +113,7 @@ impl PgTokenSource {
              history = EXCLUDED.history, written_at = EXCLUDED.written_at \
              WHERE t.value < {max} RETURNING value",
             table = self.table,
-            rate = self.max_rate,
+            rate = self.max_rate.per_second(),
             max = i64::MAX
         )
     }

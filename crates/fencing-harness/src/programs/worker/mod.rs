@@ -307,10 +307,14 @@ fn sentinel_connection(
     sentinels: &[String],
     service: Option<&str>,
 ) -> Result<SentinelConnection, String> {
-    let service = service.ok_or("the Redis lease behind Sentinel needs --redis-service")?;
+    // A `String`, which both forms of `build` take (its argument's type depends on the
+    // redis crate's TLS features).
+    let service: String = service
+        .ok_or("the Redis lease behind Sentinel needs --redis-service")?
+        .into();
     let client = SentinelClient::build(
         sentinels.to_vec(),
-        service.to_owned(),
+        service,
         None,
         SentinelServerType::Master,
     )
