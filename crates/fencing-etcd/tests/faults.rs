@@ -325,6 +325,54 @@ async fn a_restore_without_raised_revisions_is_caught_as_a_regression_and_repair
     let _ = std::fs::remove_file(&snapshot);
 }
 
+/// Why an etcd token source cannot tell such a restore: restored with the cluster token it
+/// had, the cluster answers with the cluster id, member ids and raft term it had, the token
+/// keys come back with the revisions, and the revision itself is behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restored_as_before_answers_as_it_did_with_its_revision_behind() {
+    let mut cluster = EtcdCluster::start(3);
+    let mut raw = client(&cluster).await;
+    raw.put("before", "", None).await.unwrap();
+    let snapshot = std::env::temp_dir().join(format!("{}.db", unique_name("etcd-snapshot")));
+    cluster.save_snapshot(&snapshot);
+    let source = EtcdTokenSource::new(raw.clone()).with_keys(keys());
+    let mut issued = Vec::new();
+    for _ in 0..3 {
+        issued.push(source.next(&resource()).await.unwrap());
+    }
+    let identity = async |client: &mut Client| {
+        let status = client.status().await.unwrap();
+        let header = status.header().unwrap();
+        let mut members: Vec<u64> = client
+            .member_list()
+            .await
+            .unwrap()
+            .members()
+            .iter()
+            .map(|m| m.id())
+            .collect();
+        members.sort_unstable();
+        (header.cluster_id(), members, header.revision())
+    };
+    let (cluster_id, members, revision) = identity(&mut raw).await;
+    cluster.restore_as_before(&snapshot);
+    let _ = std::fs::remove_file(&snapshot);
+    let mut raw = client(&cluster).await;
+    let (restored_id, restored_members, restored_revision) = identity(&mut raw).await;
+    assert_eq!(restored_id, cluster_id);
+    assert_eq!(restored_members, members);
+    assert!(
+        restored_revision < revision,
+        "{restored_revision} after {revision}"
+    );
+    let source = EtcdTokenSource::new(raw).with_keys(source.keys().clone());
+    let again = through_failures(async || source.next(&resource()).await).await;
+    assert!(
+        issued.contains(&again),
+        "the restored cluster issues {again} again (issued {issued:?})"
+    );
+}
+
 /// The same restore followed by what `--bump-revision` does (etcd 3.5's `etcdutl`; 3.4 has no
 /// such flag, so the revisions are raised here by writes, past the highest revision used
 /// before the restore): no token is issued again, and the next holder's claim is accepted.

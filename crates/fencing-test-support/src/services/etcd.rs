@@ -187,12 +187,19 @@ impl EtcdCluster {
     /// Kills every member and starts the cluster again from the snapshot at `path`, as an
     /// operator restores a cluster after losing it: with etcd 3.4's `etcdctl snapshot
     /// restore`, which keeps the snapshot's revisions (it has no flag to raise them), so the
-    /// revisions written since the snapshot are issued again.
+    /// revisions written since the snapshot are issued again. The restored cluster has a new
+    /// cluster token (so new cluster and member ids).
     pub fn restore(&mut self, path: &std::path::Path) {
+        self.token = fencing_testkit::unique_name("etcd-restored");
+        self.restore_as_before(path);
+    }
+
+    /// The same restore with the cluster token the cluster had, as etcd's recovery guide
+    /// shows it: the restored cluster answers with the cluster and member ids it had.
+    pub fn restore_as_before(&mut self, path: &std::path::Path) {
         for i in 0..self.size() {
             self.kill(i);
         }
-        self.token = fencing_testkit::unique_name("etcd-restored");
         let initial: Vec<String> = self
             .members
             .iter()
