@@ -59,11 +59,17 @@ pub enum FaultKind {
     /// lease changes hands on the primary alone, then the primary is killed and the sentinels
     /// promote the replica, whose counter is behind the tokens already issued.
     RedisFailover,
+    /// The PostgreSQL lease on a primary and an asynchronous standby of the run's own,
+    /// reached through a relay (as a virtual address): the standby is stopped once it has
+    /// every write, the holder is killed so that the lease changes hands on the primary
+    /// alone, then the primary is killed, the standby started and promoted, and the relay
+    /// moved to it. Its counters are behind the tokens already issued.
+    PgFailover,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
@@ -71,6 +77,7 @@ impl FaultKind {
         FaultKind::ContainerPause,
         FaultKind::EtcdLeaderKill,
         FaultKind::RedisFailover,
+        FaultKind::PgFailover,
     ];
 
     /// Its name in reports.
@@ -83,6 +90,7 @@ impl FaultKind {
             FaultKind::ContainerPause => "store container paused past the TTL",
             FaultKind::EtcdLeaderKill => "etcd leader SIGKILL",
             FaultKind::RedisFailover => "Redis failover to a lagging replica",
+            FaultKind::PgFailover => "PostgreSQL failover to a lagging standby",
         }
     }
 }
@@ -160,8 +168,9 @@ impl RunPlan {
 
     /// The plan of `seed` on `lease`. Every eligible fault kind strikes with probability one
     /// half, at least one always. A run on the Redis lease runs either on one server, restarted
-    /// in the run, or behind Sentinel, failed over in the run (one half each); a run on the
-    /// etcd lease always has its leader killed; a container pause strikes only where
+    /// in the run, or behind Sentinel, failed over in the run (one half each); half the runs on
+    /// the PostgreSQL lease keep it on a primary with a standby, failed over in the run; a run
+    /// on the etcd lease always has its leader killed; a container pause strikes only where
     /// `containers` says the stores run in containers. Runs without fences always include a
     /// stall: it is the fault a fence is for.
     pub fn on_lease(
@@ -173,19 +182,24 @@ impl RunPlan {
     ) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let behind_sentinel = lease == LeaseKind::Redis && rng.random_bool(0.5);
+        let with_standby = lease == LeaseKind::Postgres && rng.random_bool(0.5);
         let n = sizing.refunds.max(10);
         let mut faults = Vec::new();
         for kind in FaultKind::ALL {
             let eligible = match kind {
                 FaultKind::RedisRestart => lease == LeaseKind::Redis && !behind_sentinel,
                 FaultKind::RedisFailover => behind_sentinel,
+                FaultKind::PgFailover => with_standby,
                 FaultKind::EtcdLeaderKill => lease == LeaseKind::Etcd,
                 FaultKind::ContainerPause => containers,
                 _ => true,
             };
             let always = matches!(
                 kind,
-                FaultKind::RedisRestart | FaultKind::RedisFailover | FaultKind::EtcdLeaderKill
+                FaultKind::RedisRestart
+                    | FaultKind::RedisFailover
+                    | FaultKind::PgFailover
+                    | FaultKind::EtcdLeaderKill
             ) || (kind == FaultKind::Stall && !fences);
             let drawn = rng.random_bool(0.5);
             if eligible && (always || drawn) {
@@ -229,7 +243,7 @@ impl RunPlan {
     pub fn unchecked_failover(seed: u64, sizing: Sizing) -> Self {
         let plan = (seed..)
             .map(|seed| Self::on_lease(seed, LeaseKind::Redis, true, sizing, false))
-            .find(|plan| plan.fails_over())
+            .find(|plan| plan.has(FaultKind::RedisFailover))
             .expect("one Redis plan in two fails over");
         RunPlan {
             history_check: false,
@@ -248,11 +262,9 @@ impl RunPlan {
         }
     }
 
-    /// Whether the run's Redis is behind Sentinel and fails over.
-    pub fn fails_over(&self) -> bool {
-        self.faults
-            .iter()
-            .any(|f| f.kind == FaultKind::RedisFailover)
+    /// Whether a fault of `kind` is planned.
+    pub fn has(&self, kind: FaultKind) -> bool {
+        self.faults.iter().any(|f| f.kind == kind)
     }
 
     /// This plan with each worker keeping `concurrency` refunds in flight.
@@ -360,13 +372,14 @@ mod tests {
                 .iter()
                 .any(|f| f.kind == FaultKind::RedisRestart);
             assert_eq!(
-                restarts || plan.fails_over(),
+                restarts || plan.has(FaultKind::RedisFailover),
                 plan.lease == LeaseKind::Redis
             );
             assert!(
-                !(restarts && plan.fails_over()),
+                !(restarts && plan.has(FaultKind::RedisFailover)),
                 "one Redis deployment a run"
             );
+            assert!(!plan.has(FaultKind::PgFailover) || plan.lease == LeaseKind::Postgres);
             assert_eq!(
                 plan.faults
                     .iter()
@@ -386,11 +399,22 @@ mod tests {
         let redis: Vec<RunPlan> = (0..200)
             .map(|seed| RunPlan::on_lease(seed, LeaseKind::Redis, true, sizing(), false))
             .collect();
-        let failing_over = redis.iter().filter(|p| p.fails_over()).count();
+        let failing_over = redis
+            .iter()
+            .filter(|p| p.has(FaultKind::RedisFailover))
+            .count();
         assert!((70..=130).contains(&failing_over), "{failing_over} of 200");
+        let postgres_failing_over = (0..200)
+            .map(|seed| RunPlan::on_lease(seed, LeaseKind::Postgres, true, sizing(), false))
+            .filter(|p| p.has(FaultKind::PgFailover))
+            .count();
+        assert!(
+            (70..=130).contains(&postgres_failing_over),
+            "{postgres_failing_over} of 200"
+        );
         assert!(redis.iter().all(|p| p.history_check));
         let control = RunPlan::unchecked_failover(0, sizing());
-        assert!(control.fails_over() && control.fences && !control.history_check);
+        assert!(control.has(FaultKind::RedisFailover) && control.fences && !control.history_check);
         assert_eq!(control.lease, LeaseKind::Redis);
         assert_eq!(
             RunPlan::unchecked_failover(control.seed, sizing()),

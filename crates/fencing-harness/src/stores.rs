@@ -249,15 +249,13 @@ pub async fn create(
         .send()
         .await?;
     // Counters in PostgreSQL: the Redis lease's epochs, or the PostgreSQL lease's tokens.
-    let counters = || PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
     match plan.lease {
-        LeaseKind::Redis => counters().create_if_missing().await?,
-        LeaseKind::Postgres => {
-            counters().create_if_missing().await?;
-            PgLease::new(names.qualified("leases"), counters())
+        LeaseKind::Redis => {
+            PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"))
                 .create_if_missing()
                 .await?
         }
+        LeaseKind::Postgres => create_pg_lease(names, &clients.pool).await?,
         LeaseKind::Dynamodb => {
             DynamoLease::new(clients.dynamodb.clone(), names.dynamo_lease_table())?
                 .create_table()
@@ -267,6 +265,16 @@ pub async fn create(
         LeaseKind::Etcd => {}
     }
     JobQueue::create(clients.sqs.clone(), &names.job_queue(), names.id()).await
+}
+
+/// Creates the PostgreSQL lease's tables of run `names` (its leases and their counters) in
+/// the database of `pool`.
+pub async fn create_pg_lease(names: &RunNames, pool: &PgPool) -> Result<()> {
+    let counters = PgTokenSource::new(pool.clone(), names.qualified("tokens"));
+    counters.create_if_missing().await?;
+    PgLease::new(names.qualified("leases"), counters)
+        .create_if_missing()
+        .await
 }
 
 /// Drops a run's PostgreSQL schema (the emulator's tables and buckets go with the emulator).
@@ -391,6 +399,9 @@ pub enum LeaseServer {
     Redis(redis::aio::ConnectionManager),
     /// Redis behind Sentinel, for [`LeaseKind::Redis`]: the primary the sentinels name.
     RedisSentinel(SentinelConnection),
+    /// A PostgreSQL of the lease's own, for [`LeaseKind::Postgres`] (unless given, the lease
+    /// lives in the run's database).
+    Postgres(PgPool),
     /// An etcd cluster, for [`LeaseKind::Etcd`] (boxed: a client is a few hundred bytes).
     Etcd(Box<etcd_client::Client>),
 }
@@ -409,7 +420,6 @@ pub fn lease(
     server: Option<LeaseServer>,
     history_check: bool,
 ) -> Result<Arc<dyn Lease>> {
-    let counters = || PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"));
     Ok(match (kind, server) {
         (LeaseKind::Redis, Some(LeaseServer::Redis(conn))) => {
             redis_lease(conn, names, clients, history_check)
@@ -420,7 +430,14 @@ pub fn lease(
         (LeaseKind::Etcd, Some(LeaseServer::Etcd(client))) => {
             Arc::new(EtcdLease::new(*client).with_keys(names.etcd_keys()))
         }
-        (LeaseKind::Postgres, _) => Arc::new(PgLease::new(names.qualified("leases"), counters())),
+        (LeaseKind::Postgres, server) => {
+            let pool = match server {
+                Some(LeaseServer::Postgres(pool)) => pool,
+                _ => clients.pool.clone(),
+            };
+            let counters = PgTokenSource::new(pool, names.qualified("tokens"));
+            Arc::new(PgLease::new(names.qualified("leases"), counters))
+        }
         (LeaseKind::Dynamodb, _) => Arc::new(DynamoLease::new(
             clients.dynamodb.clone(),
             names.dynamo_lease_table(),

@@ -295,6 +295,8 @@ fn an_interrupted_campaign_says_which_run_and_leaves_no_process_behind() {
             "3",
             "--unfenced",
             "0",
+            "--unchecked",
+            "0",
             "--full",
             "0",
         ])

@@ -184,6 +184,28 @@ impl LocalPostgres {
         );
     }
 
+    /// Waits until this standby has replayed everything `primary` has written so far.
+    pub fn catch_up_with(&self, primary: &LocalPostgres, patience: Duration) -> Result<(), String> {
+        let written = primary.psql("postgres", "SELECT pg_current_wal_lsn()");
+        let started = std::time::Instant::now();
+        let caught_up = format!("SELECT pg_last_wal_replay_lsn() >= '{written}'::pg_lsn");
+        while started.elapsed() < patience {
+            if self.psql("postgres", &caught_up) == "t" {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!(
+            "the standby on {} had not replayed the primary's WAL up to {written} after {patience:?}",
+            self.port
+        ))
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Its URL for database `database`.
     pub fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)

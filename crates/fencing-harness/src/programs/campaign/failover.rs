@@ -1,10 +1,14 @@
-//! The Redis a failover strikes: a primary, one replica and three sentinels of the run's own,
-//! deployed as operators deploy them, and the failover that leaves the promoted replica behind
-//! the counter.
+//! The deployments a failover strikes, each the run's own and deployed as operators deploy
+//! them: Redis as a primary, one replica and three sentinels; PostgreSQL as a primary and an
+//! asynchronous standby behind a relay. The failover leaves the promoted server behind the
+//! counters.
 
 use std::time::{Duration, Instant};
 
-use fencing_test_support::services::{RedisSentinels, RedisServer, redis_cli};
+use fencing_harness::plan::FaultKind;
+use fencing_test_support::services::{LocalPostgres, RedisSentinels, RedisServer, redis_cli};
+
+use super::relay::Relay;
 
 /// The name the sentinels monitor the primary under.
 const SERVICE: &str = "settlement";
@@ -12,6 +16,126 @@ const SERVICE: &str = "settlement";
 /// How long the replica may lag before the primary is killed anyway: Sentinel promotes no
 /// replica whose link has been down longer than ten times `down-after-milliseconds` (1 s).
 pub(crate) const LONGEST_LAG: Duration = Duration::from_secs(7);
+
+/// A deployment a failover strikes.
+pub(crate) enum Failover {
+    Redis(SentinelRedis),
+    Postgres(StandbyPostgres),
+}
+
+impl Failover {
+    /// The deployment `kind` strikes, started.
+    pub(crate) async fn start(kind: FaultKind) -> Result<Self, String> {
+        match kind {
+            FaultKind::PgFailover => Ok(Failover::Postgres(StandbyPostgres::start().await?)),
+            _ => Ok(Failover::Redis(tokio::task::block_in_place(
+                SentinelRedis::start,
+            )?)),
+        }
+    }
+
+    /// The fault it stands for.
+    pub(crate) fn kind(&self) -> FaultKind {
+        match self {
+            Failover::Redis(_) => FaultKind::RedisFailover,
+            Failover::Postgres(_) => FaultKind::PgFailover,
+        }
+    }
+
+    /// The server, in a picture's words.
+    pub(crate) fn server(&self) -> &'static str {
+        match self {
+            Failover::Redis(_) => "Redis",
+            Failover::Postgres(_) => "PostgreSQL",
+        }
+    }
+
+    /// The server that lags and is promoted.
+    pub(crate) fn follower(&self) -> &'static str {
+        match self {
+            Failover::Redis(_) => "replica",
+            Failover::Postgres(_) => "standby",
+        }
+    }
+
+    /// The worker's arguments that reach it.
+    pub(crate) fn worker_args(&self) -> Vec<String> {
+        match self {
+            Failover::Redis(redis) => redis.worker_args().to_vec(),
+            Failover::Postgres(postgres) => postgres.worker_args().to_vec(),
+        }
+    }
+
+    /// Makes the standby (or replica) fall behind from now on.
+    pub(crate) fn lag(&mut self) -> Result<(), String> {
+        match self {
+            Failover::Redis(redis) => redis.lag_replica(),
+            Failover::Postgres(postgres) => postgres.lag_standby(),
+        }
+    }
+
+    /// Kills the primary and promotes the server that lags; returns how long the promotion
+    /// took.
+    pub(crate) fn fail_over(&mut self) -> Result<Duration, String> {
+        match self {
+            Failover::Redis(redis) => redis.fail_over(),
+            Failover::Postgres(postgres) => postgres.fail_over(),
+        }
+    }
+}
+
+/// A primary and its asynchronous streaming standby (the machine's PostgreSQL 15), reached
+/// through a relay that the failover moves to the standby.
+pub(crate) struct StandbyPostgres {
+    primary: LocalPostgres,
+    standby: LocalPostgres,
+    relay: Relay,
+}
+
+impl StandbyPostgres {
+    async fn start() -> Result<Self, String> {
+        let (primary, standby) = tokio::task::block_in_place(|| {
+            let primary = LocalPostgres::primary();
+            let standby = LocalPostgres::standby_of(&primary);
+            (primary, standby)
+        });
+        let relay = Relay::start(primary.port())
+            .await
+            .map_err(|e| format!("cannot start the relay: {e}"))?;
+        Ok(StandbyPostgres {
+            primary,
+            standby,
+            relay,
+        })
+    }
+
+    /// The lease's database, through the relay.
+    pub(crate) fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/test", self.relay.port())
+    }
+
+    fn worker_args(&self) -> [String; 2] {
+        ["--lease-database-url".to_owned(), self.url()]
+    }
+
+    /// Stops the standby once it has replayed everything the primary wrote.
+    fn lag_standby(&mut self) -> Result<(), String> {
+        self.standby
+            .catch_up_with(&self.primary, Duration::from_secs(5))?;
+        self.standby.kill();
+        Ok(())
+    }
+
+    /// Kills the primary, starts the standby, promotes it and moves the relay to it.
+    fn fail_over(&mut self) -> Result<Duration, String> {
+        let started = Instant::now();
+        self.primary.kill();
+        self.standby.start();
+        self.standby.promote();
+        self.relay.move_to(self.standby.port());
+        Ok(started.elapsed())
+    }
+}
 
 /// A primary, its replica and three sentinels (quorum two).
 pub(crate) struct SentinelRedis {

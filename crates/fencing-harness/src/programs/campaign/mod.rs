@@ -7,6 +7,7 @@
 
 mod failover;
 mod picture;
+mod relay;
 mod report;
 mod run;
 mod soak;
@@ -37,9 +38,10 @@ pub(crate) struct Args {
     /// the server's history (the failover's control: it must find a token issued twice).
     #[arg(long, default_value_t = 2)]
     unchecked: u64,
-    /// Every run on this lease, instead of rotating through them with the seed.
-    #[arg(long, value_enum)]
-    lease: Option<LeaseKind>,
+    /// Runs on these leases only (comma-separated), rotating through them with the seed,
+    /// instead of through every lease.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    lease: Vec<LeaseKind>,
     /// Refunds per run.
     #[arg(long, default_value_t = 200)]
     refunds: usize,
@@ -97,9 +99,12 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     }
     let containers = ServiceMode::from_env() == ServiceMode::Containers;
     let concurrency = args.concurrency.into();
-    let plan_of = |seed, fences| match args.lease {
-        Some(lease) => RunPlan::on_lease(seed, lease, fences, sizing, containers),
-        None => RunPlan::from_seed(seed, fences, sizing, containers),
+    let plan_of = |seed: u64, fences| match args.lease.len() {
+        0 => RunPlan::from_seed(seed, fences, sizing, containers),
+        n => {
+            let lease = args.lease[(seed % n as u64) as usize];
+            RunPlan::on_lease(seed, lease, fences, sizing, containers)
+        }
     };
     let soak_seeds =
         (args.first_seed..).map(|seed| plan_of(seed, true).with_concurrency(concurrency));

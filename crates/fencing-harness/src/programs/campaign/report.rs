@@ -141,13 +141,9 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
     out
 }
 
-/// The failovers' timings, where there were any: the promotion, and the first token on the
-/// promoted primary.
+/// The failovers' timings, kind by kind: the promotion, and the first token on the promoted
+/// server.
 fn failover_timings(results: &[RunResult]) -> String {
-    let timings: Vec<_> = results.iter().flat_map(|r| &r.failovers).collect();
-    if timings.is_empty() {
-        return String::new();
-    }
     let spread = |mut ms: Vec<u128>| -> String {
         ms.sort_unstable();
         match (ms.first(), ms.get(ms.len() / 2), ms.last()) {
@@ -157,20 +153,34 @@ fn failover_timings(results: &[RunResult]) -> String {
             _ => "none".to_owned(),
         }
     };
-    let promoted = spread(timings.iter().map(|t| t.promoted.as_millis()).collect());
-    let first: Vec<u128> = timings
-        .iter()
-        .filter_map(|t| t.first_token.map(|d| d.as_millis()))
-        .collect();
-    let tokens = first.len();
-    format!(
-        "\nRedis failovers: {}; the sentinels named the promoted replica {promoted} after the \
-         primary was killed; the first token on it was reported {} after the kill ({tokens} of \
-         the {} failovers saw one before the run ended).\n",
-        timings.len(),
-        spread(first),
-        timings.len()
-    )
+    let mut out = String::new();
+    for kind in [FaultKind::RedisFailover, FaultKind::PgFailover] {
+        let timings: Vec<_> = results
+            .iter()
+            .flat_map(|r| &r.failovers)
+            .filter(|t| t.kind == kind)
+            .collect();
+        if timings.is_empty() {
+            continue;
+        }
+        let promoted = spread(timings.iter().map(|t| t.promoted.as_millis()).collect());
+        let first: Vec<u128> = timings
+            .iter()
+            .filter_map(|t| t.first_token.map(|d| d.as_millis()))
+            .collect();
+        let seen = first.len();
+        let _ = write!(
+            out,
+            "\n{}: {}; the lagging server took writes {promoted} after the primary was \
+             killed; the first token on it was reported {} after the kill ({seen} of the {} \
+             saw one before the run ended).\n",
+            kind.name(),
+            timings.len(),
+            spread(first),
+            timings.len()
+        );
+    }
+    out
 }
 
 /// One line per run.
@@ -250,11 +260,15 @@ pub(crate) fn document(
     drawn: &[Drawn],
 ) -> String {
     let concurrency = results.first().map_or(1, |r| r.plan.concurrency);
-    let one_lease = match results.first() {
-        Some(first) if results.iter().all(|r| r.plan.lease == first.plan.lease) => {
-            format!(", every run on the {} lease", first.plan.lease.name())
-        }
-        _ => String::new(),
+    let leases: Vec<&str> = LeaseKind::ALL
+        .iter()
+        .filter(|kind| results.iter().any(|r| r.plan.lease == **kind))
+        .map(|kind| kind.name())
+        .collect();
+    let one_lease = if leases.len() < LeaseKind::ALL.len() {
+        format!(", runs on the {} lease only", leases.join(" and "))
+    } else {
+        String::new()
     };
     let mut out = String::new();
     let _ = write!(
@@ -312,6 +326,14 @@ system's business, so the interleavings, unlike the plan, can differ.
   counter is behind the token just issued. The counter is bound to the server's history
   (`run_id` and `master_replid`), so the promoted replica's first acquisition opens a new
   epoch rather than issue that token again.
+* **PostgreSQL failover to a lagging standby** (half the runs on the PostgreSQL lease: its
+  leases and counters live on a primary and an asynchronous streaming standby of the run's
+  own, the machine's PostgreSQL 15, which the workers reach through a relay standing for a
+  virtual address): the standby is stopped once it has replayed everything, the holder is
+  killed so that the lease changes hands on the primary alone, then the primary is killed,
+  the standby started and promoted, and the relay moved to it (connections open then are
+  cut). The counter rows are bound to the server's history (timeline and postmaster start),
+  so the next token jumps past anything the lost primary could have issued.
 * **pg_terminate_backend** on every connection of the run's workers.
 * **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
   restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader

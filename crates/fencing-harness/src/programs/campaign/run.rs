@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use super::failover::{LONGEST_LAG, SentinelRedis};
+use super::failover::{Failover, LONGEST_LAG};
 use super::picture::RunPicture;
 
 /// Where the services of a campaign are.
@@ -47,7 +47,7 @@ pub(crate) struct RunResult {
     pub(crate) ended: Instant,
     /// Problems of the run itself (a worker that failed, a run past its deadline).
     pub(crate) incidents: Vec<String>,
-    /// Each Redis failover the run made, timed.
+    /// Each failover the run made, timed.
     pub(crate) failovers: Vec<FailoverTiming>,
     pub(crate) dir: PathBuf,
     /// What the campaign saw of the run, to be drawn.
@@ -67,10 +67,13 @@ impl RunResult {
     }
 }
 
-/// A Redis failover as the campaign saw it.
+/// A failover as the campaign saw it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FailoverTiming {
-    /// From the primary's kill until every sentinel named the replica.
+    /// Which.
+    pub(crate) kind: FaultKind,
+    /// From the primary's kill until the server that lagged took writes (every sentinel named
+    /// the replica; the standby was promoted and the relay moved to it).
     pub(crate) promoted: Duration,
     /// From the primary's kill until a worker reported the first token issued after it (the
     /// promotion, the killed holder's lease running out on the replica, the new epoch).
@@ -111,16 +114,26 @@ pub(crate) async fn run(
     let journal = dir.join("journal.jsonl");
     let (gateway, gateway_addr) = start_gateway(&services.program, &journal).await?;
     let (events, mut inbox) = mpsc::unbounded_channel();
-    // The Redis of a run that fails over is behind Sentinel, and the run's own.
-    let sentinel_redis = if plan.fails_over() {
-        Some(tokio::task::block_in_place(SentinelRedis::start)?)
-    } else {
-        None
+    // What a run fails over is the run's own: Redis behind Sentinel, or the PostgreSQL
+    // lease's primary and standby.
+    let mut failover = match plan
+        .faults
+        .iter()
+        .find(|f| matches!(f.kind, FaultKind::RedisFailover | FaultKind::PgFailover))
+    {
+        Some(fault) => Some(Failover::start(fault.kind).await?),
+        None => None,
     };
-    let redis_args = match &sentinel_redis {
-        Some(redis) => redis.worker_args().to_vec(),
-        None => vec!["--redis-url".to_owned(), services.redis.url()],
+    if let Some(Failover::Postgres(postgres)) = &failover {
+        let pool = sqlx::PgPool::connect(&postgres.url()).await?;
+        stores::create_pg_lease(&names, &pool).await?;
+        pool.close().await;
+    }
+    let mut lease_args = match &failover {
+        Some(Failover::Redis(_)) => Vec::new(),
+        _ => vec!["--redis-url".to_owned(), services.redis.url()],
     };
+    lease_args.extend(failover.iter().flat_map(Failover::worker_args));
     let kill_target = plan
         .faults
         .iter()
@@ -133,7 +146,7 @@ pub(crate) async fn run(
         gateway: gateway_addr,
         dir,
         events,
-        redis_args,
+        lease_args,
         next: 0,
     };
     let mut workers: HashMap<String, Worker> = HashMap::new();
@@ -233,13 +246,14 @@ pub(crate) async fn run(
             }
             Event::LagEnded => {}
         }
-        if let (Some((since, handed_over)), Some(redis)) = (lagging, &sentinel_redis)
+        if let (Some((since, handed_over)), Some(deployment)) = (lagging, &mut failover)
             && (handed_over || since.elapsed() >= LONGEST_LAG)
         {
             lagging = None;
             let killed_at = Instant::now();
-            let took = tokio::task::block_in_place(|| redis.fail_over())?;
+            let took = tokio::task::block_in_place(|| deployment.fail_over())?;
             failovers.push(FailoverTiming {
+                kind: deployment.kind(),
                 promoted: took,
                 first_token: None,
             });
@@ -247,16 +261,18 @@ pub(crate) async fn run(
             picture.service_fault(
                 started.elapsed(),
                 &format!(
-                    "Redis primary killed{}; the sentinels promoted the lagging replica in {} ms",
+                    "{} primary killed{}; the lagging {} promoted in {} ms",
+                    deployment.server(),
                     if handed_over {
                         " after a hand-over"
                     } else {
                         ""
                     },
+                    deployment.follower(),
                     took.as_millis()
                 ),
             );
-            *injected.entry(FaultKind::RedisFailover).or_default() += 1;
+            *injected.entry(deployment.kind()).or_default() += 1;
         }
         while let Some(fault) = pending.first().filter(|f| filed >= f.at).cloned() {
             let holder = last_writer
@@ -266,7 +282,10 @@ pub(crate) async fn run(
                 .map(|(name, w)| (name.clone(), w.pid));
             // Stalling (or killing) a worker that only waits for the lease proves nothing: the
             // fault waits until the campaign knows the holder again.
-            if matches!(fault.kind, FaultKind::Stall | FaultKind::RedisFailover) && holder.is_none()
+            if matches!(
+                fault.kind,
+                FaultKind::Stall | FaultKind::RedisFailover | FaultKind::PgFailover
+            ) && holder.is_none()
             {
                 break;
             }
@@ -326,10 +345,11 @@ pub(crate) async fn run(
                     }
                     None => false,
                 },
-                // The holder is killed while the replica lags, so that the lease changes hands on
-                // the primary alone; the failover follows that hand-over (counted then).
-                FaultKind::RedisFailover => match (&sentinel_redis, holder) {
-                    (Some(redis), Some((name, _))) => {
+                // The holder is killed while the replica (standby) lags, so that the lease
+                // changes hands on the primary alone; the failover follows that hand-over
+                // (counted then).
+                FaultKind::RedisFailover | FaultKind::PgFailover => match (&mut failover, holder) {
+                    (Some(deployment), Some((name, _))) => {
                         // Killed first: its lease lasts a TTL more, time enough to make the
                         // replica lag before anyone else can acquire.
                         let mut crew = Crew {
@@ -338,8 +358,9 @@ pub(crate) async fn run(
                             last_writer: &mut last_writer,
                         };
                         crew.kill_and_replace(&name, at, &mut picture)?;
-                        tokio::task::block_in_place(|| redis.lag_replica())?;
-                        picture.service_fault(at, "Redis replica made to lag");
+                        tokio::task::block_in_place(|| deployment.lag())?;
+                        let what = format!("{} {}", deployment.server(), deployment.follower());
+                        picture.service_fault(at, &format!("{what} made to lag"));
                         lagging = Some((Instant::now(), false));
                         false
                     }
@@ -353,7 +374,7 @@ pub(crate) async fn run(
         }
     }
     drop(gateway);
-    drop(sentinel_redis);
+    drop(failover);
     let audit = audit::audit(&names, plan, &clients, &journal, &reported).await?;
     let result = RunResult {
         plan: plan.clone(),
@@ -394,8 +415,8 @@ struct Spawner<'a> {
     gateway: String,
     dir: &'a Path,
     events: mpsc::UnboundedSender<Event>,
-    /// How a worker reaches the run's Redis.
-    redis_args: Vec<String>,
+    /// How a worker reaches the servers of the run's lease.
+    lease_args: Vec<String>,
     next: u8,
 }
 
@@ -412,7 +433,7 @@ impl Spawner<'_> {
             .args(["--ttl-ms", &self.plan.sizing.ttl.as_millis().to_string()])
             .args(["--fences", if self.plan.fences { "on" } else { "off" }])
             .args(["--database-url", &self.services.database_url])
-            .args(&self.redis_args)
+            .args(&self.lease_args)
             .args([
                 "--history-check",
                 if self.plan.history_check { "on" } else { "off" },

@@ -54,6 +54,10 @@ pub(crate) struct Args {
     /// PostgreSQL.
     #[arg(long)]
     database_url: String,
+    /// A PostgreSQL of the lease's own (the PostgreSQL lease only; unless given, the lease
+    /// lives in `--database-url`).
+    #[arg(long)]
+    lease_database_url: Option<String>,
     /// Redis (the Redis lease on one server).
     #[arg(long, conflicts_with = "redis_sentinels")]
     redis_url: Option<String>,
@@ -131,7 +135,16 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             Ok(client) => Some(LeaseServer::Etcd(Box::new(client))),
             Err(why) => return unfit(why),
         },
-        LeaseKind::Postgres | LeaseKind::Dynamodb => None,
+        LeaseKind::Postgres => match &args.lease_database_url {
+            Some(url) => match lease_database(url, &application_name).await {
+                Ok(pool) => Some(LeaseServer::Postgres(pool)),
+                Err(err) => {
+                    return unfit(format!("cannot connect to the lease's PostgreSQL: {err}"));
+                }
+            },
+            None => None,
+        },
+        LeaseKind::Dynamodb => None,
     };
     if let Err(why) = preflight(&run_stores).await {
         return unfit(why);
@@ -300,6 +313,17 @@ async fn redis_connection(url: Option<&str>) -> Result<redis::aio::ConnectionMan
              another lease"
         )),
     }
+}
+
+/// A pool of the lease's own PostgreSQL, whose requests give up after two seconds rather than
+/// wait for a server that is gone (a failover moves it).
+async fn lease_database(url: &str, application_name: &str) -> Result<sqlx::PgPool, sqlx::Error> {
+    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_with(options.application_name(application_name))
+        .await
 }
 
 /// A connection to the primary the sentinels name, found again after a failover.
