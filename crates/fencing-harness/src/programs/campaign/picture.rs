@@ -182,6 +182,8 @@ pub(crate) struct Drawn {
     /// [`RunPlan::protection`].
     pub(crate) protection: &'static str,
     pub(crate) passed: bool,
+    /// The faults the run was struck with.
+    pub(crate) faults: Vec<&'static str>,
     /// The link to it from the report (relative to the report's folder).
     pub(crate) link: String,
 }
@@ -198,7 +200,25 @@ fn sample(results: &[RunResult]) -> Option<&RunResult> {
         .or_else(|| results.first())
 }
 
-/// Draws the sample run and every run that failed into `folder` (emptied first), as
+/// The runs whose pictures stand for the campaign: [`sample`], and the first run that passed
+/// with each failover (a fault whose picture the stall's does not show).
+fn samples(results: &[RunResult]) -> Vec<&RunResult> {
+    let mut samples: Vec<&RunResult> = sample(results).into_iter().collect();
+    for kind in [FaultKind::RedisFailover, FaultKind::PgFailover] {
+        let failed_over = results
+            .iter()
+            .filter(|r| r.plan.fences && r.passed())
+            .find(|r| r.injected.contains_key(&kind));
+        if let Some(run) = failed_over
+            && !samples.iter().any(|s| std::ptr::eq(*s, run))
+        {
+            samples.push(run);
+        }
+    }
+    samples
+}
+
+/// Draws the sample runs and every run that failed into `folder` (emptied first), as
 /// `seed-<seed>-<on|off|unchecked>.svg`, linked as `<link_base>/<file>`.
 pub(crate) fn draw_campaign(
     results: &[RunResult],
@@ -210,10 +230,10 @@ pub(crate) fn draw_campaign(
         std::fs::remove_dir_all(folder).map_err(failed)?;
     }
     std::fs::create_dir_all(folder).map_err(failed)?;
-    let sample = sample(results);
+    let samples = samples(results);
     let mut drawn = Vec::new();
     for result in results {
-        if result.passed() && !sample.is_some_and(|s| std::ptr::eq(s, result)) {
+        if result.passed() && !samples.iter().any(|s| std::ptr::eq(*s, result)) {
             continue;
         }
         let file = format!("seed-{}-{}.svg", result.plan.seed, result.plan.protection());
@@ -224,6 +244,7 @@ pub(crate) fn draw_campaign(
             seed: result.plan.seed,
             protection: result.plan.protection(),
             passed: result.passed(),
+            faults: result.injected.keys().map(|kind| kind.name()).collect(),
             link: format!("{link_base}/{file}"),
         });
     }

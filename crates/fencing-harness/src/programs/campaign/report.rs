@@ -232,9 +232,10 @@ fn pictures(drawn: &[Drawn]) -> String {
     for d in drawn.iter().filter(|d| d.passed) {
         let _ = writeln!(
             out,
-            "A sample run (seed {}, {}):\n\n![seed {}]({})\n",
+            "A sample run (seed {}, {}; {}):\n\n![seed {}]({})\n",
             d.seed,
             label(d.protection),
+            d.faults.join(", "),
             d.seed,
             d.link
         );
