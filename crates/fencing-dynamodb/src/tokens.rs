@@ -98,9 +98,10 @@ pub(crate) struct Counter {
 }
 
 impl Counter {
-    /// Bound to a table other than `serving`.
-    pub(crate) fn moved_from(&self, serving: &str) -> bool {
-        self.history.as_deref().is_some_and(|h| h != serving)
+    /// Whether it may be behind tokens already issued: bound to a table other than
+    /// `serving`, or `lowered` (this process had seen it higher).
+    pub(crate) fn may_be_behind(&self, serving: &str, lowered: bool) -> bool {
+        lowered || self.history.as_deref().is_some_and(|h| h != serving)
     }
 }
 
@@ -269,9 +270,8 @@ impl DynamoTokenSource {
         lowered: bool,
         now_ms: u64,
     ) -> Result<FencingToken> {
-        let moved = lowered || counter.moved_from(serving);
         let from = match counter.token {
-            Some(token) if moved => Some(
+            Some(token) if counter.may_be_behind(serving, lowered) => Some(
                 self.max_rate
                     .raise(token, counter.written_ms, now_ms)
                     .ok_or_else(|| Error::TokenExhausted {
@@ -568,7 +568,7 @@ impl TokenSource for DynamoTokenSource {
         self.raise(resource, current, |counter, serving, lowered, now| {
             // A counter that moved keeps its raise: binding it to this table at the floor
             // alone would forget what the lost table may have issued above it.
-            if lowered || counter.moved_from(serving) {
+            if counter.may_be_behind(serving, lowered) {
                 let raised = self.token_after(resource, counter, serving, lowered, now)?;
                 return Ok(Raise::To(raised.max(floor)));
             }

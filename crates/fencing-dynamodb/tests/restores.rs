@@ -37,6 +37,14 @@ async fn raw_counter(client: &Client, table: &str, resource: &ResourceName) -> O
     item.get("token")?.as_n().ok()?.parse().ok()
 }
 
+/// A fresh counter table and a source on it.
+async fn counters(client: &Client) -> (String, DynamoTokenSource) {
+    let table = unique_name("counters");
+    let source = DynamoTokenSource::new(client.clone(), &table).unwrap();
+    source.create_table().await.unwrap();
+    (table, source)
+}
+
 async fn backup(client: &Client, table: &str) -> String {
     client
         .create_backup()
@@ -93,9 +101,7 @@ async fn wait_until_active(client: &Client, table: &str) {
 #[tokio::test]
 async fn a_table_restored_from_an_older_backup_never_reissues_a_token() {
     let client = common::client();
-    let table = unique_name("counters");
-    let source = DynamoTokenSource::new(client.clone(), &table).unwrap();
-    source.create_table().await.unwrap();
+    let (table, source) = counters(&client).await;
     let lease = DynamoLease::new(client.clone(), &table).unwrap();
     let [seen, fresh, leased] = ["m_4471", "m_4472", "m_4473"].map(resource);
 
@@ -159,9 +165,7 @@ async fn a_table_restored_from_an_older_backup_never_reissues_a_token() {
 #[tokio::test]
 async fn a_table_restored_to_a_point_in_time_under_a_new_name_never_reissues_a_token() {
     let client = common::client();
-    let table = unique_name("counters");
-    let source = DynamoTokenSource::new(client.clone(), &table).unwrap();
-    source.create_table().await.unwrap();
+    let (table, source) = counters(&client).await;
     let r = resource("m_4471");
     let mut highest = FencingToken::MIN;
     for _ in 0..4 {
@@ -249,9 +253,7 @@ async fn a_rate_bound_out_of_range_and_the_binding_attributes_as_a_key_are_refus
 #[tokio::test]
 async fn a_binding_that_cannot_be_read_is_reported_corrupt_and_nothing_is_written() {
     let client = common::client();
-    let table = unique_name("counters");
-    let source = DynamoTokenSource::new(client.clone(), &table).unwrap();
-    source.create_table().await.unwrap();
+    let (table, source) = counters(&client).await;
     let cases = [
         (
             "m_1",

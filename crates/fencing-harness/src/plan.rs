@@ -119,6 +119,45 @@ pub struct Fault {
     pub store: PausedStore,
 }
 
+/// How a run is protected: fully, or switched off in part as one of the controls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protection {
+    /// Fences, and Redis counters bound to the server's history.
+    Full,
+    /// Fences off: every write presents one token (the control).
+    FencesOff,
+    /// Fences on, the Redis counter not bound to the server's history (the failover's
+    /// control).
+    HistoryCheckOff,
+}
+
+impl Protection {
+    /// Every kind, in report order.
+    pub const ALL: [Protection; 3] = [
+        Protection::Full,
+        Protection::FencesOff,
+        Protection::HistoryCheckOff,
+    ];
+
+    /// Its word in file names: `on`, `off` or `unchecked`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Protection::Full => "on",
+            Protection::FencesOff => "off",
+            Protection::HistoryCheckOff => "unchecked",
+        }
+    }
+
+    /// Its name in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Protection::Full => "fences on",
+            Protection::FencesOff => "fences off",
+            Protection::HistoryCheckOff => "history check off",
+        }
+    }
+}
+
 /// Sizes shared by every run of a campaign.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sizing {
@@ -251,14 +290,12 @@ impl RunPlan {
         }
     }
 
-    /// How the run is protected, in one word for file names: `on` (fences and the history
-    /// check), `off` (fences off: the control), `unchecked` (the history check off: the
-    /// failover's control).
-    pub fn protection(&self) -> &'static str {
+    /// How the run is protected.
+    pub fn protection(&self) -> Protection {
         match (self.fences, self.history_check) {
-            (false, _) => "off",
-            (true, false) => "unchecked",
-            (true, true) => "on",
+            (false, _) => Protection::FencesOff,
+            (true, false) => Protection::HistoryCheckOff,
+            (true, true) => Protection::Full,
         }
     }
 

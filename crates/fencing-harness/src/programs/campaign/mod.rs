@@ -306,7 +306,7 @@ async fn run_all(
         bar.set_message(format!("seed {}", plan.seed));
         let dir = args
             .logs
-            .join(format!("seed-{}-{}", plan.seed, plan.protection()));
+            .join(format!("seed-{}-{}", plan.seed, plan.protection().word()));
         match run::run(&plan, services, &dir).await {
             Ok(result) => {
                 say(&bar, format!("  {}", report::run_line(&result)));

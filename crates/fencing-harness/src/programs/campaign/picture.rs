@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use fencing_core::FencingToken;
-use fencing_harness::plan::{FaultKind, RunPlan};
+use fencing_harness::plan::{FaultKind, Protection, RunPlan};
 use fencing_timeline::{Clock, Mark, Timeline};
 
 use super::run::RunResult;
@@ -180,7 +180,7 @@ impl RunPicture {
 pub(crate) struct Drawn {
     pub(crate) seed: u64,
     /// [`RunPlan::protection`].
-    pub(crate) protection: &'static str,
+    pub(crate) protection: Protection,
     pub(crate) passed: bool,
     /// The faults the run was struck with.
     pub(crate) faults: Vec<&'static str>,
@@ -236,7 +236,11 @@ pub(crate) fn draw_campaign(
         if result.passed() && !samples.iter().any(|s| std::ptr::eq(*s, result)) {
             continue;
         }
-        let file = format!("seed-{}-{}.svg", result.plan.seed, result.plan.protection());
+        let file = format!(
+            "seed-{}-{}.svg",
+            result.plan.seed,
+            result.plan.protection().word()
+        );
         result
             .draw(&folder.join(&file))
             .map_err(|e| format!("cannot draw seed {}: {e}", result.plan.seed))?;

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use fencing_harness::audit::{Check, euros};
-use fencing_harness::plan::{FaultKind, LeaseKind};
+use fencing_harness::plan::{FaultKind, LeaseKind, Protection};
 
 use super::picture::Drawn;
 use super::run::RunResult;
@@ -54,26 +54,20 @@ fn minutes(d: Duration) -> String {
     format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
 }
 
-/// How a run of `protection` ([`fencing_harness::plan::RunPlan::protection`]) is named in
-/// the report.
-fn label(protection: &str) -> &'static str {
-    match protection {
-        "on" => "fences on",
-        "off" => "fences off",
-        _ => "history check off",
-    }
-}
-
 /// The table printed at the end and written to the report: the runs with fences on, the
 /// control with fences off, and the failover's control (shown only when it ran).
 pub(crate) fn summary(results: &[RunResult]) -> String {
-    let group =
-        |protection: &str| totals(results.iter().filter(|r| r.plan.protection() == protection));
-    let (on, off, unchecked) = (group("on"), group("off"), group("unchecked"));
-    let mut groups = vec![("on", &on), ("off (control)", &off)];
-    if unchecked.runs > 0 {
-        groups.push(("on, history check off (control)", &unchecked));
-    }
+    // Fences on and off always; the failover's control only when it ran.
+    let groups: Vec<(Protection, Totals)> = Protection::ALL
+        .into_iter()
+        .map(|p| {
+            (
+                p,
+                totals(results.iter().filter(|r| r.plan.protection() == p)),
+            )
+        })
+        .filter(|(p, t)| *p != Protection::HistoryCheckOff || t.runs > 0)
+        .collect();
     let mut out = String::new();
     let kinds: Vec<&str> = LeaseKind::ALL.iter().map(|k| k.name()).collect();
     let _ = writeln!(
@@ -82,10 +76,15 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
         kinds.join("/")
     );
     let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
-    for (label, t) in &groups {
+    for (protection, t) in &groups {
         if t.runs == 0 {
             continue;
         }
+        let label = match protection {
+            Protection::Full => "on",
+            Protection::FencesOff => "off (control)",
+            Protection::HistoryCheckOff => "on, history check off (control)",
+        };
         let leases: Vec<String> = LeaseKind::ALL
             .iter()
             .map(|k| t.leases.get(k).copied().unwrap_or(0).to_string())
@@ -106,9 +105,9 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
     }
     let _ = writeln!(out);
     let columns = |what: &str| -> String {
-        ["on", "off", "unchecked"][..groups.len()]
+        groups
             .iter()
-            .map(|p| format!(" {}: {what} |", label(p)))
+            .map(|(p, _)| format!(" {}: {what} |", p.label()))
             .collect()
     };
     let rule = "---:|".repeat(groups.len());
@@ -204,7 +203,7 @@ pub(crate) fn run_line(result: &RunResult) -> String {
         "seed {:>5} {:<8} {:<17} {:>5} sent, {} paid, {} recorded, job received {}x, {verdict} [{}] {:.1} s{incidents}",
         result.plan.seed,
         result.plan.lease.name(),
-        label(result.plan.protection()),
+        result.plan.protection().label(),
         result.audit.sent,
         euros(result.audit.paid_cents),
         euros(result.audit.recorded_cents),
@@ -234,7 +233,7 @@ fn pictures(drawn: &[Drawn]) -> String {
             out,
             "A sample run (seed {}, {}; {}):\n\n![seed {}]({})\n",
             d.seed,
-            label(d.protection),
+            d.protection.label(),
             d.faults.join(", "),
             d.seed,
             d.link
@@ -243,7 +242,7 @@ fn pictures(drawn: &[Drawn]) -> String {
     let failed: Vec<String> = drawn
         .iter()
         .filter(|d| !d.passed)
-        .map(|d| format!("[seed {}, {}]({})", d.seed, label(d.protection), d.link))
+        .map(|d| format!("[seed {}, {}]({})", d.seed, d.protection.label(), d.link))
         .collect();
     if !failed.is_empty() {
         let _ = writeln!(out, "Every run whose audit failed: {}.", failed.join(", "));

@@ -204,16 +204,15 @@ pub(crate) async fn run(
                     deliveries += 1;
                 }
                 reported.record(&line);
-                if line.starts_with("acquired ")
-                    && let Some(killed_at) = awaiting_token.take()
-                    && let Some(failover) = failovers.last_mut()
-                {
-                    failover.first_token = Some(killed_at.elapsed());
-                }
-                if let Some((_, handed_over)) = &mut lagging
-                    && line.starts_with("acquired ")
-                {
-                    *handed_over = true;
+                if line.starts_with("acquired ") {
+                    if let Some(killed_at) = awaiting_token.take()
+                        && let Some(failover) = failovers.last_mut()
+                    {
+                        failover.first_token = Some(killed_at.elapsed());
+                    }
+                    if let Some((_, handed_over)) = &mut lagging {
+                        *handed_over = true;
+                    }
                 }
                 // The holder, as far as the campaign can tell: the last to acquire or file.
                 if line.starts_with("filed ") || line.starts_with("acquired ") {
