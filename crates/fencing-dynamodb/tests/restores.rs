@@ -2,17 +2,24 @@
 //! new table whose counters may be behind the tokens issued since. Each counter is bound to the
 //! table that last wrote it; one found bound to another table, or lower than this process saw
 //! it, is raised by the rate bound for every second since it was written, so no token is
-//! issued twice — by a process that saw the counter before, by a new one, or by the lease.
+//! issued twice — by a process that saw the counter before, by a new one, or by the lease;
+//! the shared suite's guarantee that a counter served from behind never reissues runs here on
+//! a table restored in place.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{Error, FencingToken, InputKind, Lease, ResourceName, TokenSource, Ttl};
 use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
+use fencing_testkit::conformance::{
+    ServedFromBehind, a_counter_served_from_behind_never_reissues,
+    a_lease_served_from_behind_never_reissues,
+};
 use fencing_testkit::unique_name;
 
 fn resource(name: &str) -> ResourceName {
@@ -158,6 +165,71 @@ async fn a_table_restored_from_an_older_backup_never_reissues_a_token() {
         new_process.next(&fresh).await.unwrap().get(),
         next.get() + 1
     );
+}
+
+/// The sum of every counter in `table`: lower after the restore than before it shows the
+/// table really answers from behind.
+async fn counted(client: &Client, table: &str) -> u64 {
+    let scanned = client
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    scanned
+        .items()
+        .iter()
+        .filter_map(|item| item.get("token")?.as_n().ok()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A counter table and its backup: the copy is the backup, taken then; the event the table
+/// deleted and the backup restored under its name, as an operator undoes damage.
+struct RestoreInPlace {
+    client: Client,
+    table: String,
+    backup: Option<String>,
+}
+
+#[async_trait]
+impl ServedFromBehind for RestoreInPlace {
+    async fn keep_a_copy(&mut self) {
+        self.backup = Some(backup(&self.client, &self.table).await);
+    }
+
+    async fn serve_the_copy(&mut self) {
+        let before = counted(&self.client, &self.table).await;
+        let backup = self.backup.as_deref().expect("a copy kept");
+        restore_in_place(&self.client, &self.table, backup).await;
+        assert!(
+            counted(&self.client, &self.table).await < before,
+            "the backup is older"
+        );
+    }
+}
+
+/// The shared guarantee, for `DynamoTokenSource` and `DynamoLease`, on a table restored from
+/// an older backup under its own name.
+#[tokio::test]
+async fn a_table_restored_in_place_serves_no_token_twice_to_the_shared_suite() {
+    let client = common::client();
+    let (table, source) = counters(&client).await;
+    let mut restore = RestoreInPlace {
+        client: client.clone(),
+        table,
+        backup: None,
+    };
+    a_counter_served_from_behind_never_reissues(&source, &mut restore).await;
+
+    let (table, _) = counters(&client).await;
+    let lease = DynamoLease::new(client.clone(), &table).unwrap();
+    let mut restore = RestoreInPlace {
+        client,
+        table,
+        backup: None,
+    };
+    a_lease_served_from_behind_never_reissues(&lease, &mut restore, common::caps()).await;
 }
 
 /// A table restored to a point in time under a new name (how AWS restores): a source on the

@@ -1,6 +1,7 @@
 //! Failovers and restores of PostgreSQL, on servers started here from the machine's
 //! PostgreSQL 15: an asynchronous standby promoted after its primary died before the standby
-//! received the last increments, and a base backup restored after tokens were drawn. The
+//! received the last increments, and a base backup restored after tokens were drawn, each
+//! also through the shared suite's guarantee that a counter served from behind never reissues. The
 //! counter rows are bound to the server history (timeline and postmaster start) that last
 //! wrote them; on another, the next token jumps above every increment the lost history could
 //! have made, so no token is issued twice, by `PgTokenSource`, by `PgLease`, or as an epoch
@@ -9,9 +10,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use fencing_core::{FencingToken, Lease, ResourceName, TokenSource, Ttl};
 use fencing_postgres::{PgLease, PgQualifiedName, PgTokenSource};
 use fencing_test_support::services::LocalPostgres;
+use fencing_testkit::conformance::{
+    Capabilities, ServedFromBehind, a_counter_served_from_behind_never_reissues,
+    a_lease_served_from_behind_never_reissues,
+};
 use sqlx::PgPool;
 
 fn resource(name: &str) -> ResourceName {
@@ -131,40 +137,97 @@ async fn a_standby_promoted_behind_the_counters_never_reissues_a_token() {
     );
 }
 
-/// A base backup taken, tokens drawn after it, the primary gone, the backup restored and
-/// started as the primary: the next token is above every token drawn before.
+/// The sum of every counter in `tokens`: lower after the event than before it shows the
+/// deployment really answers from behind.
+fn counted(server: &LocalPostgres) -> i64 {
+    server
+        .psql("test", "SELECT coalesce(sum(value), 0) FROM tokens")
+        .parse()
+        .unwrap()
+}
+
+/// A primary and its asynchronous standby: the copy is the standby, stopped once it has
+/// replayed everything; the event the primary killed and the standby started at the
+/// primary's port and promoted.
+struct StandbyPromotion {
+    primary: LocalPostgres,
+    standby: LocalPostgres,
+}
+
+#[async_trait]
+impl ServedFromBehind for StandbyPromotion {
+    async fn keep_a_copy(&mut self) {
+        self.standby
+            .catch_up_with(&self.primary, Duration::from_secs(30))
+            .unwrap();
+        self.standby.kill();
+    }
+
+    async fn serve_the_copy(&mut self) {
+        let before = counted(&self.primary);
+        self.primary.kill();
+        self.standby.take_over_port_of(&self.primary);
+        self.standby.start();
+        self.standby.promote();
+        assert!(counted(&self.standby) < before, "the standby lags");
+    }
+}
+
+/// A primary and a base backup: the copy is the backup, taken then; the event the primary
+/// killed and the backup started at its port.
+struct BackupRestore {
+    primary: LocalPostgres,
+    backup: Option<LocalPostgres>,
+}
+
+#[async_trait]
+impl ServedFromBehind for BackupRestore {
+    async fn keep_a_copy(&mut self) {
+        self.backup = Some(LocalPostgres::backup_of(&self.primary));
+    }
+
+    async fn serve_the_copy(&mut self) {
+        let before = counted(&self.primary);
+        self.primary.kill();
+        let backup = self.backup.as_mut().expect("a copy kept");
+        backup.take_over_port_of(&self.primary);
+        backup.start();
+        assert!(counted(backup) < before, "the backup is older");
+    }
+}
+
+/// A primary of its own with the token, lease and epoch tables, and a pool on it.
+async fn prepared() -> (LocalPostgres, PgPool) {
+    let server = LocalPostgres::primary();
+    let pool = pool(&server).await;
+    lease(&pool).create_if_missing().await.unwrap();
+    (server, pool)
+}
+
+/// The shared guarantee, for `PgTokenSource` and `PgLease`, on a standby promoted behind the
+/// counters and on a base backup restored after tokens were drawn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restored_base_backup_never_reissues_a_token() {
-    let mut primary_server = LocalPostgres::primary();
-    let primary = pool(&primary_server).await;
-    let source = tokens(&primary);
-    source.create_if_missing().await.unwrap();
-    let r = resource("restored");
-    let mut drawn = BTreeSet::new();
-    for _ in 0..3 {
-        drawn.insert(source.next(&r).await.unwrap());
-    }
-    let mut restored = LocalPostgres::backup_of(&primary_server);
-    for _ in 0..3 {
-        drawn.insert(source.next(&r).await.unwrap());
-    }
-    primary.close().await;
-    primary_server.kill();
-    restored.start();
-    let pool = pool(&restored).await;
-    assert_eq!(
-        restored.psql(
-            "test",
-            "SELECT value FROM tokens WHERE resource = 'restored'"
-        ),
-        "3",
-        "the backup's counter is back"
-    );
-    let next = tokens(&pool).next(&r).await.unwrap();
-    assert!(
-        next > *drawn.last().unwrap(),
-        "{next} after the restore, {drawn:?} before"
-    );
+async fn promoted_standbys_and_restored_backups_serve_no_token_twice_to_the_shared_suite() {
+    let caps = Capabilities::real_server();
+    let standby_promotion = async || {
+        let (primary, pool) = prepared().await;
+        let standby = LocalPostgres::standby_of(&primary);
+        (StandbyPromotion { primary, standby }, pool)
+    };
+    let (mut failover, pool) = standby_promotion().await;
+    a_counter_served_from_behind_never_reissues(&tokens(&pool), &mut failover).await;
+    let (mut failover, pool) = standby_promotion().await;
+    a_lease_served_from_behind_never_reissues(&lease(&pool), &mut failover, caps).await;
+
+    let backup_restore = async || {
+        let (primary, pool) = prepared().await;
+        let backup = None;
+        (BackupRestore { primary, backup }, pool)
+    };
+    let (mut restore, pool) = backup_restore().await;
+    a_counter_served_from_behind_never_reissues(&tokens(&pool), &mut restore).await;
+    let (mut restore, pool) = backup_restore().await;
+    a_lease_served_from_behind_never_reissues(&lease(&pool), &mut restore, caps).await;
 }
 
 /// A standby given by mistake issues nothing, and a rate bound out of range is refused.

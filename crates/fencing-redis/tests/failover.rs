@@ -8,13 +8,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{
-    Error, Fence, FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, Lifecycle,
-    MemoryStore, MemoryTokenSource, RecordKey, ResourceName, TokenSource, Ttl,
-};
-use fencing_redis::{RedisKeys, RedisLease, SentinelConnection};
+use async_trait::async_trait;
+use fencing_core::{Error, Lease, LeaseGuard, MemoryTokenSource, ResourceName, TokenSource, Ttl};
+use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource, SentinelConnection};
 use fencing_test_support::services::{RedisSentinels, RedisServer, redis_cli};
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use fencing_testkit::conformance::{
+    Capabilities, ServedFromBehind, a_counter_served_from_behind_never_reissues,
+    a_lease_served_from_behind_never_reissues, acquire_through_failures, assert_fails,
+    through_failures,
+};
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelServerType};
 
 /// The durable epoch source, outside every Redis these tests fail over or restore.
@@ -38,21 +41,9 @@ async fn multiplexed(server: &RedisServer) -> MultiplexedConnection {
         .unwrap()
 }
 
-/// Acquires `resource` through failures and a lease still held, for up to 30 s.
-async fn acquire_through<C>(lease: &RedisLease<C>) -> LeaseGuard
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    let started = std::time::Instant::now();
-    loop {
-        match lease.try_acquire(&resource(), ttl()).await {
-            Ok(Some(guard)) => return guard,
-            Ok(None) | Err(_) if started.elapsed() < Duration::from_secs(30) => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            other => panic!("no acquisition after 30 s: {other:?}"),
-        }
-    }
+/// Acquires `resource` through failures and a lease still held.
+async fn acquire_through(lease: &dyn Lease) -> LeaseGuard {
+    acquire_through_failures(lease, &resource(), ttl()).await
 }
 
 /// Waits until `replica` has every write of its primary.
@@ -61,73 +52,35 @@ fn caught_up(primary: &RedisServer) {
     assert_eq!(acked.trim(), "1", "the replica acknowledged the writes");
 }
 
-/// The failover the issue reproduced: counter replicated, replica stopped and its link dropped
-/// (a stop alone is not enough: the kernel buffers the stream and the replica catches up on
-/// waking), tokens issued on the primary only, primary killed, replica resumed and promoted by
-/// the sentinels. Holder A's token was issued on the lost history and A has written nothing;
-/// holder B acquires through Sentinel and must get a token above every token issued before,
-/// and A's claim and confirm are refused where B wrote.
+/// The failover the issue reproduced, seen by an operator: tokens issued through Sentinel, the
+/// replica lagging, more issued on the primary alone, the primary killed and the replica
+/// promoted. Before anyone acquires, the counter's history shows it bound to the lost
+/// server; the next acquisition rebinds it above every token issued before, and tokens go on
+/// by one from there without another epoch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_promoted_behind_the_counter_never_reissues_a_token() {
-    let primary = RedisServer::start(&[]);
-    let port = primary.port().to_string();
-    let replica = RedisServer::start(&["--replicaof", "127.0.0.1", &port]);
-    let sentinels = RedisSentinels::start(primary.port(), 3, 2, "fencing");
-    sentinels
-        .wait_for_replicas(1, Duration::from_secs(30))
-        .unwrap();
-    let epochs = epochs();
-    let direct = RedisLease::new(multiplexed(&primary).await, epochs.clone());
-    // A `String`, which both forms of `build` take (its argument's type depends on the
-    // redis crate's TLS features).
-    let service: String = sentinels.service().into();
-    let sentinel_client =
-        SentinelClient::build(sentinels.urls(), service, None, SentinelServerType::Master).unwrap();
-    let through_sentinel = RedisLease::new(SentinelConnection::new(sentinel_client, 0), epochs);
-
+async fn an_operator_sees_the_counter_bound_to_the_lost_primary_until_the_next_acquisition() {
+    let mut failover = SentinelFailover::start();
+    let through_sentinel = RedisLease::new(failover.connection(), epochs());
     let mut issued = BTreeSet::new();
-    for _ in 0..5 {
+    let mut take_and_release = async || {
         let guard = acquire_through(&through_sentinel).await;
         issued.insert(guard.token());
         through_sentinel.release(guard).await.unwrap();
+    };
+    for _ in 0..3 {
+        take_and_release().await;
     }
-    caught_up(&primary);
-    replica.pause();
-    redis_cli(primary.port(), &["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
-    // Tokens the replica never receives; A keeps the last and writes nothing.
-    let mut a = None;
+    failover.keep_a_copy().await;
     for _ in 0..2 {
-        if let Some(held) = a.take() {
-            direct.release(held).await.unwrap();
-        }
-        let guard = acquire_through(&direct).await;
-        issued.insert(guard.token());
-        a = Some(guard);
+        take_and_release().await;
     }
-    let a = a.unwrap();
-    assert_eq!(
-        issued.len(),
-        7,
-        "no token twice before the failover: {issued:?}"
-    );
-    primary.kill();
-    replica.resume();
-    sentinels
-        .wait_for_primary(|p| p == Some(replica.port()), Duration::from_secs(60))
-        .unwrap();
+    assert_eq!(issued.len(), 5, "{issued:?}");
+    failover.serve_the_copy().await;
 
-    // An operator sees the counter bound to the lost history before anyone acquires. (The
-    // first request meets the dead primary's connection and fails; the next follows the
-    // sentinels.)
-    let mut history = through_sentinel.tokens().history(&resource()).await;
-    for _ in 0..50 {
-        if history.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        history = through_sentinel.tokens().history(&resource()).await;
-    }
-    let history = history.unwrap();
+    // The first request meets the dead primary's connection and fails; the next follows the
+    // sentinels.
+    let history =
+        through_failures(async || through_sentinel.tokens().history(&resource()).await).await;
     assert!(history.moved(), "{history:?}");
     let b = acquire_through(&through_sentinel).await;
     let history = through_sentinel
@@ -141,71 +94,132 @@ async fn a_replica_promoted_behind_the_counter_never_reissues_a_token() {
         "token {} after the failover is not above every token issued before, {issued:?}",
         b.token()
     );
-    assert!(issued.insert(b.token()), "issued twice: {}", b.token());
-    // Tokens go on rising on the new primary without another epoch.
     through_sentinel.release(b.clone()).await.unwrap();
     let c = acquire_through(&through_sentinel).await;
     assert_eq!(c.token().get(), b.token().get() + 1);
-    assert!(issued.insert(c.token()));
+}
 
-    // Where the new holder wrote, the holder of the lost history is refused.
-    let store = MemoryStore::new("refunds");
-    let lifecycle = Lifecycle::default();
-    let key = RecordKey::new("r_815").unwrap();
-    store
-        .write(
-            &key,
-            FencingToken::MIN,
-            &FencedWrite::claim().set_state(lifecycle.pending().clone()),
-        )
-        .await
-        .unwrap();
-    Fence::of_guard(&c, through_sentinel.token_source())
-        .write(&store, &key, &lifecycle.claim())
-        .await
-        .unwrap();
-    let r = resource();
-    let stale = Fence::new(&r, a.token(), through_sentinel.token_source());
-    for write in [lifecycle.claim(), lifecycle.confirm()] {
-        let err = stale.write(&store, &key, &write).await.unwrap_err();
-        assert!(err.is_rejection(), "{:?}: {err:?}", write.check());
+/// A Redis restarted from a snapshot: the copy is a `SAVE`, the event a kill and a start on
+/// it, at the same port.
+struct RestartFromSnapshot(RedisServer);
+
+#[async_trait]
+impl ServedFromBehind for RestartFromSnapshot {
+    async fn keep_a_copy(&mut self) {
+        redis_cli(self.0.port(), &["SAVE"]).unwrap();
+    }
+
+    async fn serve_the_copy(&mut self) {
+        self.0.restart();
     }
 }
 
-/// A Redis restarted from a snapshot taken before its last tokens were issued: the counter
-/// is present but behind, bound to the process that wrote it; the next token opens a new
-/// epoch above every token issued before.
+/// A Sentinel-managed primary and its replica: the copy is the replica, stopped once caught
+/// up and its link dropped (a stop alone is not enough: the kernel buffers the stream and the
+/// replica catches up on waking); the event the primary killed and the replica promoted by
+/// the sentinels.
+struct SentinelFailover {
+    primary: RedisServer,
+    replica: RedisServer,
+    sentinels: RedisSentinels,
+}
+
+impl SentinelFailover {
+    fn start() -> Self {
+        let primary = RedisServer::start(&[]);
+        let port = primary.port().to_string();
+        let replica = RedisServer::start(&["--replicaof", "127.0.0.1", &port]);
+        let sentinels = RedisSentinels::start(primary.port(), 3, 2, "fencing");
+        sentinels
+            .wait_for_replicas(1, Duration::from_secs(30))
+            .unwrap();
+        SentinelFailover {
+            primary,
+            replica,
+            sentinels,
+        }
+    }
+
+    /// A connection that follows the sentinels to whichever server is the primary.
+    fn connection(&self) -> SentinelConnection {
+        // A `String`, which both forms of `build` take (its argument's type depends on the
+        // redis crate's TLS features).
+        let service: String = self.sentinels.service().into();
+        let client = SentinelClient::build(
+            self.sentinels.urls(),
+            service,
+            None,
+            SentinelServerType::Master,
+        )
+        .unwrap();
+        SentinelConnection::new(client, 0)
+    }
+}
+
+#[async_trait]
+impl ServedFromBehind for SentinelFailover {
+    async fn keep_a_copy(&mut self) {
+        caught_up(&self.primary);
+        self.replica.pause();
+        redis_cli(self.primary.port(), &["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
+    }
+
+    async fn serve_the_copy(&mut self) {
+        self.primary.kill();
+        self.replica.resume();
+        let promoted = self.replica.port();
+        self.sentinels
+            .wait_for_primary(|p| p == Some(promoted), Duration::from_secs(60))
+            .unwrap();
+    }
+}
+
+async fn managed(server: &RedisServer) -> ConnectionManager {
+    ConnectionManager::new(redis::Client::open(server.url()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// The shared guarantee on a Redis restarted from an older snapshot, for the token source and
+/// the lease; and, as the control, the weaker mode chosen by name reissues.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restarted_from_an_older_snapshot_never_reissues_a_token() {
-    let mut server = RedisServer::start(&[]);
-    let epochs = epochs();
-    let lease = RedisLease::new(multiplexed(&server).await, epochs.clone());
-    let mut issued = BTreeSet::new();
-    let first = acquire_through(&lease).await;
-    issued.insert(first.token());
-    lease.release(first).await.unwrap();
-    redis_cli(server.port(), &["SAVE"]).unwrap();
-    for _ in 0..3 {
-        let guard = acquire_through(&lease).await;
-        issued.insert(guard.token());
-        lease.release(guard).await.unwrap();
-    }
-    // Killed, then started on the snapshot.
-    server.restart();
-    let counter = RedisKeys::default().counter_key(&resource()).unwrap();
-    let restored = redis_cli(server.port(), &["GET", &counter]).unwrap();
-    assert_eq!(
-        restored.trim(),
-        issued.first().unwrap().to_string(),
-        "the snapshot's counter is back"
-    );
-    let lease = RedisLease::new(multiplexed(&server).await, epochs);
-    let next = acquire_through(&lease).await;
-    assert!(
-        next.token() > *issued.last().unwrap(),
-        "token {} after the restore is not above {issued:?}",
-        next.token()
-    );
+    let mut restart = RestartFromSnapshot(RedisServer::start(&[]));
+    let source = RedisTokenSource::new(managed(&restart.0).await, epochs());
+    a_counter_served_from_behind_never_reissues(&source, &mut restart).await;
+
+    let mut restart = RestartFromSnapshot(RedisServer::start(&[]));
+    let lease = RedisLease::new(managed(&restart.0).await, epochs());
+    a_lease_served_from_behind_never_reissues(&lease, &mut restart, Capabilities::real_server())
+        .await;
+
+    let mut restart = RestartFromSnapshot(RedisServer::start(&[]));
+    let unchecked = RedisTokenSource::may_reissue_tokens(managed(&restart.0).await);
+    assert_fails(async move {
+        a_counter_served_from_behind_never_reissues(&unchecked, &mut restart).await
+    })
+    .await;
+}
+
+/// The shared guarantee through Sentinel, for the token source and the lease; the control as
+/// above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_promoted_by_sentinel_serves_no_token_twice_to_the_shared_suite() {
+    let mut failover = SentinelFailover::start();
+    let source = RedisTokenSource::new(failover.connection(), epochs());
+    a_counter_served_from_behind_never_reissues(&source, &mut failover).await;
+
+    let mut failover = SentinelFailover::start();
+    let lease = RedisLease::new(failover.connection(), epochs());
+    a_lease_served_from_behind_never_reissues(&lease, &mut failover, Capabilities::real_server())
+        .await;
+
+    let mut failover = SentinelFailover::start();
+    let unchecked = RedisTokenSource::may_reissue_tokens(failover.connection());
+    assert_fails(async move {
+        a_counter_served_from_behind_never_reissues(&unchecked, &mut failover).await
+    })
+    .await;
 }
 
 /// A connection to a replica given by mistake, and a server that will not tell a script its

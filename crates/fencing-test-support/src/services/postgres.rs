@@ -176,6 +176,17 @@ impl LocalPostgres {
         let _ = std::fs::remove_file(self.data.join("postmaster.pid"));
     }
 
+    /// Moves this server, stopped, to the port of `gone`, which must be stopped too: the
+    /// next [`Self::start`] answers where clients of `gone` connect, as a promoted standby or
+    /// a restored backup does behind a deployment's address.
+    pub fn take_over_port_of(&mut self, gone: &LocalPostgres) {
+        assert!(
+            self.process.is_none() && gone.process.is_none(),
+            "both servers must be stopped"
+        );
+        self.port = gone.port;
+    }
+
     /// Promotes a standby (`pg_ctl promote`) and waits until it takes writes.
     pub fn promote(&self) {
         as_postgres(

@@ -14,6 +14,7 @@
 //! [`TokenSource`]: fencing_core::TokenSource
 //! [`FencedStore`]: fencing_core::FencedStore
 
+mod behind;
 mod dropped;
 mod holders;
 mod lease;
@@ -22,6 +23,7 @@ mod one_at_a_time;
 mod store;
 mod tokens;
 
+pub use behind::*;
 pub use dropped::*;
 pub use holders::*;
 pub use lease::*;

@@ -1,0 +1,187 @@
+//! The guarantee no failover may break: a counter served from behind never reissues a token.
+//!
+//! A failover to a lagging replica, a restart from an older snapshot and a restore from an
+//! older backup all do one thing to a token source: the server it counts on answers again,
+//! at the same address, from a copy of its data taken before the last tokens were issued.
+//! Nothing in front of a source can fake that (the copy must be on the server, or the source
+//! has nothing to detect), so the suite does not wrap the source: it asks the harness, through
+//! [`ServedFromBehind`], to make its own real servers do it, and checks what the source issues
+//! after.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use fencing_core::{
+    Fence, FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, Lifecycle, MemoryStore,
+    RecordKey, ResourceName, TokenSource, Ttl,
+};
+
+use super::{Capabilities, resource};
+
+/// A deployment that the suite can send back to an older copy of its data, as a failover to
+/// a lagging replica (or a restart from a snapshot, a restore from a backup) would. Each
+/// backend's harness implements it with servers it started itself; the source under test
+/// keeps the same connection settings throughout, as a worker's process would.
+#[async_trait]
+pub trait ServedFromBehind: Send {
+    /// Takes the copy: what is written from now on is lost by [`Self::serve_the_copy`] (for a
+    /// replica: it stops receiving; for a snapshot or backup: it is taken now).
+    async fn keep_a_copy(&mut self);
+
+    /// The event: from now on the deployment answers at its usual address from the copy,
+    /// as the server that replaced the one that issued the last tokens.
+    async fn serve_the_copy(&mut self);
+}
+
+/// How long the source may keep failing while the deployment comes back (a promotion, a
+/// restart): its clients reconnect on their own, as a worker's would.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Retries `op` through errors for up to a minute, while a deployment comes back.
+pub async fn through_failures<T, E: Debug>(mut op: impl AsyncFnMut() -> Result<T, E>) -> T {
+    let started = Instant::now();
+    loop {
+        match op().await {
+            Ok(done) => return done,
+            Err(err) if started.elapsed() > PATIENCE => {
+                panic!("still failing after {PATIENCE:?}: {err:?}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Acquires `r` through errors, and once whoever holds it lets go, for up to a minute.
+pub async fn acquire_through_failures<L: Lease + ?Sized>(
+    lease: &L,
+    r: &ResourceName,
+    ttl: Ttl,
+) -> LeaseGuard {
+    through_failures(async || match lease.try_acquire(r, ttl).await {
+        Ok(Some(guard)) => Ok(guard),
+        Ok(None) => Err(format!("{r:?} is held")),
+        Err(err) => Err(err.to_string()),
+    })
+    .await
+}
+
+/// Runs `guarantee` and asserts that it failed: the control that shows a deployment really
+/// served its copy from behind, run on a source without the check (which must reissue).
+///
+/// (A task of a `LocalSet`, which holds the panic as a spawned task does, without asking the
+/// guarantee's future to be `Send`.)
+pub async fn assert_fails(guarantee: impl Future<Output = ()> + 'static) {
+    let outcome = tokio::task::LocalSet::new()
+        .run_until(async { tokio::task::spawn_local(guarantee).await })
+        .await;
+    assert!(
+        outcome.is_err_and(|e| e.is_panic()),
+        "the guarantee held where it must fail: the copy was not served from behind"
+    );
+}
+
+/// Inserts `token` into `issued`, panicking if it was issued before.
+fn once(issued: &mut BTreeSet<FencingToken>, token: FencingToken, when: &str) {
+    assert!(
+        issued.insert(token),
+        "token {token} issued twice ({when}): {issued:?}"
+    );
+}
+
+/// Tokens issued, the copy kept, more issued, the copy served: the next token is above every
+/// token issued before, and the ones after go on rising, none issued twice.
+pub async fn a_counter_served_from_behind_never_reissues<T: TokenSource + ?Sized>(
+    source: &T,
+    deployment: &mut dyn ServedFromBehind,
+) {
+    let r = resource("tokens-behind");
+    let mut issued = BTreeSet::new();
+    for _ in 0..2 {
+        once(
+            &mut issued,
+            source.next(&r).await.unwrap(),
+            "before the copy",
+        );
+    }
+    deployment.keep_a_copy().await;
+    for _ in 0..3 {
+        once(
+            &mut issued,
+            source.next(&r).await.unwrap(),
+            "lost with the copy",
+        );
+    }
+    let highest = *issued.last().expect("tokens issued");
+    deployment.serve_the_copy().await;
+    let first = through_failures(async || source.next(&r).await).await;
+    assert!(
+        first > highest,
+        "token {first} from the copy is not above {highest}, issued before: {issued:?}"
+    );
+    once(&mut issued, first, "first from the copy");
+    let mut last = first;
+    for _ in 0..3 {
+        let next = source.next(&r).await.unwrap();
+        assert!(next > last, "{next} after {last}");
+        once(&mut issued, next, "from the copy");
+        last = next;
+    }
+    assert_eq!(source.current(&r).await.unwrap(), Some(last));
+}
+
+/// The same through a lease: holder A takes its token after the copy was kept and writes
+/// nothing; once the copy is served, holder B's token is above every token issued before, and
+/// where B wrote, A's claim and confirm are refused.
+pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
+    lease: &L,
+    deployment: &mut dyn ServedFromBehind,
+    caps: Capabilities,
+) {
+    let r = resource("lease-behind");
+    let mut issued = BTreeSet::new();
+    let acquire = async || acquire_through_failures(lease, &r, caps.short_ttl).await;
+    let take_and_release = async |issued: &mut BTreeSet<FencingToken>, when: &str| {
+        let guard = acquire().await;
+        once(issued, guard.token(), when);
+        lease.release(guard).await.unwrap();
+    };
+    take_and_release(&mut issued, "before the copy").await;
+    deployment.keep_a_copy().await;
+    take_and_release(&mut issued, "lost with the copy").await;
+    let a = acquire().await;
+    once(&mut issued, a.token(), "A's, lost with the copy");
+    let highest = *issued.last().expect("tokens issued");
+    deployment.serve_the_copy().await;
+
+    let b = acquire().await;
+    assert!(
+        b.token() > highest,
+        "B's token {} from the copy is not above {highest}, issued before: {issued:?}",
+        b.token()
+    );
+    once(&mut issued, b.token(), "B's, from the copy");
+
+    let store = MemoryStore::new("refunds");
+    let lifecycle = Lifecycle::default();
+    let key = RecordKey::new("r_815").expect("valid key");
+    store
+        .write(
+            &key,
+            FencingToken::MIN,
+            &FencedWrite::claim().set_state(lifecycle.pending().clone()),
+        )
+        .await
+        .unwrap();
+    Fence::of_guard(&b, lease.token_source())
+        .write(&store, &key, &lifecycle.claim())
+        .await
+        .unwrap();
+    let stale = Fence::new(&r, a.token(), lease.token_source());
+    for write in [lifecycle.claim(), lifecycle.confirm()] {
+        let err = stale.write(&store, &key, &write).await.unwrap_err();
+        assert!(err.is_rejection(), "A's {:?}: {err:?}", write.check());
+    }
+    lease.release(b).await.unwrap();
+}
