@@ -19,7 +19,8 @@ use crate::table::PgTable;
 /// the key column. Whether the table exists, the tables whose names differ from it in case
 /// only (a table created with quotes, or named here without the case it was created with), its columns
 /// with their type OIDs and SQL types, and whether a unique index (or primary key) of exactly
-/// the key column, valid, without predicate or expression, covers it.
+/// the key column, valid, without predicate or expression, covers it; and the server's
+/// release (`server_version_num`), which decides the statements.
 pub(crate) const INSPECT: &str = "WITH cols AS (SELECT a.attname::text AS name, \
      a.atttypid::int8 AS oid, format_type(a.atttypid, a.atttypmod) AS sql_type, a.attnum \
      FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
@@ -34,7 +35,8 @@ pub(crate) const INSPECT: &str = "WITH cols AS (SELECT a.attname::text AS name, 
      EXISTS (SELECT 1 FROM pg_index i \
      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
      WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid \
-     AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $3)";
+     AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $3), \
+     current_setting('server_version_num')::int4";
 
 const TEXT_OIDS: [i64; 2] = [25, 1043];
 const BIGINT_OID: i64 = 20;
@@ -67,9 +69,10 @@ impl Schema {
                 row.try_get::<Vec<i64>, _>(3)?,
                 row.try_get::<Vec<String>, _>(4)?,
                 row.try_get::<bool, _>(5)?,
+                row.try_get::<i32, _>(6)?,
             ))
         };
-        let (exists, differ_in_case, names, oids, sql_types, key_unique) =
+        let (exists, differ_in_case, names, oids, sql_types, key_unique, server_version) =
             decode().map_err(|e| Unfit::Schema(e.into()))?;
         let name = table.name();
         if !exists {
@@ -157,7 +160,7 @@ impl Schema {
         }
         Ok(Schema {
             key_type,
-            statements: Statements::new(table, key_type),
+            statements: Statements::new(table, key_type, server_version),
             column_types: names.into_iter().zip(sql_types).collect(),
             table: table.clone(),
         })

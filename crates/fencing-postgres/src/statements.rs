@@ -28,7 +28,13 @@ pub(crate) struct Statements {
     claim_group: String,
     holder_only_group: String,
     insert: String,
+    /// On a server that returns old values: what a record holds, in the layout of
+    /// [`Sql::write_one`]'s answer, to explain a write its statement did not apply.
+    explain_one: Option<String>,
 }
+
+/// The first release whose `RETURNING` can name the row as it was before an `UPDATE`.
+pub(crate) const RETURNS_OLD_FROM: i32 = 180_000;
 
 /// The names and key type every statement is built from.
 #[derive(Debug)]
@@ -39,10 +45,13 @@ struct Sql {
     state: PgIdent,
     payload: Option<PgIdent>,
     key_type: PgKeyType,
+    /// The server's `RETURNING` names old values (PostgreSQL 18 and later).
+    returns_old: bool,
 }
 
 impl Statements {
-    pub(crate) fn new(table: &PgTable, key_type: PgKeyType) -> Self {
+    /// The statements for `table` on a server of `server_version` (`server_version_num`).
+    pub(crate) fn new(table: &PgTable, key_type: PgKeyType, server_version: i32) -> Self {
         let sql = Sql {
             table: table.name().clone(),
             key: table.key_column().clone(),
@@ -50,6 +59,7 @@ impl Statements {
             state: table.state_column().clone(),
             payload: table.payload_column().cloned(),
             key_type,
+            returns_old: server_version >= RETURNS_OLD_FROM,
         };
         Statements {
             read: sql.read(),
@@ -59,8 +69,15 @@ impl Statements {
             claim_group: sql.write_group(FenceCheck::Claim),
             holder_only_group: sql.write_group(FenceCheck::HolderOnly),
             insert: sql.insert(&[]),
+            explain_one: sql.returns_old.then(|| sql.explain_one()),
             sql,
         }
+    }
+
+    /// See [`Sql::explain_one`]: present where [`Sql::write_one`] answers only for a write it
+    /// applied.
+    pub(crate) fn explain_one(&self) -> Option<&str> {
+        self.explain_one.as_deref()
     }
 
     /// See [`Sql::write_one`]; built once for a write that sets no other column.
@@ -171,15 +188,32 @@ impl Sql {
         )
     }
 
-    /// One record: lock the row, remember what it held, apply the fenced update, and return
-    /// the old fence and state whether or not the update applied, so a refusal names the fence
-    /// it met without a second round trip. The update applies only when exactly one row has
-    /// the key, so a key column whose unique index was dropped can never let one write change
-    /// several rows; the count comes back to say so.
+    /// One record, answered as one row: the old fence and state, whether the update applied,
+    /// the new state and payload, and how many rows have the key. The update applies only
+    /// when exactly one row has the key, so a key column whose unique index was dropped can
+    /// never let one write change several rows.
+    ///
+    /// Where `RETURNING` names old values, one plain `UPDATE` that answers only when it
+    /// applied ([`Self::explain_one`] then says why not). Before that release, the row is
+    /// locked and remembered by a sub-select first, so a refusal names the fence it met
+    /// without a second round trip.
     fn write_one(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
-        let (table, key, state) = (&self.table, &self.key, &self.state);
+        let (table, key, fence, state) = (&self.table, &self.key, &self.fence, &self.state);
         let key_param = format!("= $1::{}", self.key_type.sql());
         let update = self.update(check, &key_param, extras);
+        let payload_read = self.payload_read();
+        if self.returns_old {
+            // Named, so a table or column called `old` or `new` cannot be mistaken for them.
+            let new_payload = self.payload.as_ref().map_or(payload_read.clone(), |p| {
+                format!("fencing_new.{p}")
+            });
+            return format!(
+                "{update} AND (SELECT count(*) FROM {table} WHERE {key} {key_param}) = 1 \
+                 RETURNING WITH (OLD AS fencing_old, NEW AS fencing_new) \
+                 COALESCE(fencing_old.{fence}, 0), fencing_old.{state}, TRUE, \
+                 fencing_new.{state}, {new_payload}, 1::int8"
+            );
+        }
         format!(
             "WITH old AS (SELECT {fence_value} AS fence, {state} AS state FROM {table} \
              WHERE {key} {key_param} FOR UPDATE), \
@@ -190,7 +224,19 @@ impl Sql {
              (SELECT count(*) FROM old) AS matched \
              FROM old LEFT JOIN upd ON TRUE LIMIT 1",
             fence_value = self.fence_value(),
-            payload_read = self.payload_read(),
+        )
+    }
+
+    /// What the record of `$1` holds, in [`Self::write_one`]'s layout, as not applied: for a
+    /// write whose plain `UPDATE` answered nothing (refused, or no such row).
+    fn explain_one(&self) -> String {
+        let (table, key, state) = (&self.table, &self.key, &self.state);
+        let key_param = format!("= $1::{}", self.key_type.sql());
+        format!(
+            "SELECT {fence_value}, {state}, FALSE, NULL::text, NULL::bytea, \
+             (SELECT count(*) FROM {table} WHERE {key} {key_param}) \
+             FROM {table} WHERE {key} {key_param} LIMIT 1",
+            fence_value = self.fence_value(),
         )
     }
 
@@ -299,4 +345,32 @@ fn refused_chars_class() -> String {
     }
     class.push(']');
     class
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statements(server_version: i32) -> Statements {
+        let table = PgTable::new("public", "refunds").unwrap();
+        Statements::new(&table, PgKeyType::Text, server_version)
+    }
+
+    #[test]
+    fn from_postgresql_18_one_write_is_one_plain_update_and_a_refusal_is_explained_apart() {
+        for check in [FenceCheck::Claim, FenceCheck::HolderOnly] {
+            let on_18 = statements(RETURNS_OLD_FROM);
+            let sql = on_18.write_one(check, &[]);
+            assert!(sql.starts_with("UPDATE "), "{sql}");
+            assert!(sql.contains("RETURNING WITH (OLD AS fencing_old"), "{sql}");
+            assert!(!sql.contains("FOR UPDATE"), "{sql}");
+            assert!(on_18.explain_one().is_some());
+
+            let on_17 = statements(RETURNS_OLD_FROM - 1);
+            let sql = on_17.write_one(check, &[]);
+            assert!(sql.starts_with("WITH old AS (SELECT"), "{sql}");
+            assert!(sql.contains("FOR UPDATE"), "{sql}");
+            assert!(on_17.explain_one().is_none());
+        }
+    }
 }

@@ -249,19 +249,34 @@ impl PgStore {
                 if let Some(row) = row {
                     return self.updated(row, key, token, fenced);
                 }
-                // No such row: a claim without a state condition creates it; anything else is
-                // refused exactly as the contract says.
-                if let Err(refusal) = fenced.decide(&self.name, key, token, None) {
+                // No row: no such record, or (where the statement answers only when it
+                // applied) refused, which the record as it is now explains.
+                let found = match schema.statements.explain_one() {
+                    Some(explain) => self
+                        .query(explain)
+                        .bind(key.as_str())
+                        .fetch_optional(&mut *conn)
+                        .await?
+                        .map(|row| self.found(&row, key))
+                        .transpose()?,
+                    None => None,
+                };
+                if let Err(refusal) = fenced.decide(&self.name, key, token, found.as_ref()) {
                     return Ok(Err(refusal));
                 }
-                let inserted = self
-                    .bind_write(&insert, key.as_str(), token, fenced, &extras)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                if let Some(row) = inserted {
-                    let record = record_from(key, Some(token), row.try_get(0), row.try_get(1))?;
-                    return Ok(Ok(Written::new(None, record)));
+                // A claim without a state condition creates a missing record.
+                if found.is_none() {
+                    let inserted = self
+                        .bind_write(&insert, key.as_str(), token, fenced, &extras)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    if let Some(row) = inserted {
+                        let record = record_from(key, Some(token), row.try_get(0), row.try_get(1))?;
+                        return Ok(Ok(Written::new(None, record)));
+                    }
                 }
+                // The row appeared, or changed since the update to one that admits the write:
+                // again.
             }
             Err(PgFailure::Inconsistent(
                 "the row kept appearing and disappearing under the write",
@@ -507,6 +522,27 @@ impl PgStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Result<Written>, PgFailure> {
+        let found = self.found(&row, key)?;
+        let applied: bool = row.try_get(2)?;
+        if !applied {
+            return match write.decide(&self.name, key, token, Some(&found)) {
+                Err(refusal) => Ok(Err(refusal)),
+                Ok(()) => Err(PgFailure::Inconsistent(
+                    "the update refused a write its own row admits",
+                )),
+            };
+        }
+        let fence = match write.check() {
+            FenceCheck::Claim => Some(token),
+            FenceCheck::HolderOnly => found.fence,
+        };
+        let record = record_from(key, fence, row.try_get(3), row.try_get(4))?;
+        Ok(Ok(Written::over(found.fence, found.state, record)))
+    }
+
+    /// The record as a single-row answer found it before the write (its payload left out),
+    /// unless several rows have its key.
+    fn found(&self, row: &PgRow, key: &RecordKey) -> Result<Record, PgFailure> {
         let matched: i64 = row.try_get(5)?;
         if matched > 1 {
             return Err(PgFailure::Schema(format!(
@@ -518,29 +554,12 @@ impl PgStore {
                 self.table.key_column()
             )));
         }
-        let previous_fence = fence_from_db(row.try_get(0)?)?;
-        let previous_state = state_from_db(row.try_get(1)?)?;
-        let applied: bool = row.try_get(2)?;
-        if !applied {
-            let found = Record {
-                key: key.clone(),
-                fence: previous_fence,
-                state: previous_state,
-                payload: Vec::new(),
-            };
-            return match write.decide(&self.name, key, token, Some(&found)) {
-                Err(refusal) => Ok(Err(refusal)),
-                Ok(()) => Err(PgFailure::Inconsistent(
-                    "the update refused a write its own row admits",
-                )),
-            };
-        }
-        let fence = match write.check() {
-            FenceCheck::Claim => Some(token),
-            FenceCheck::HolderOnly => previous_fence,
-        };
-        let record = record_from(key, fence, row.try_get(3), row.try_get(4))?;
-        Ok(Ok(Written::over(previous_fence, previous_state, record)))
+        Ok(Record {
+            key: key.clone(),
+            fence: fence_from_db(row.try_get(0)?)?,
+            state: state_from_db(row.try_get(1)?)?,
+            payload: Vec::new(),
+        })
     }
 
     /// A driver error from a statement of the caller's own, run in one transaction with this

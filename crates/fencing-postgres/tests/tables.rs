@@ -299,12 +299,19 @@ async fn names_postgres_accepts_quoted_work_and_hostile_ones_stay_names() {
         "refund\"; DROP TABLE bystander; --",
         "o'brien\\x",
         "a$fencing0$b",
+        // The names PostgreSQL 18's `RETURNING` gives the row before and after an update.
+        "old",
+        "new",
     ] {
+        let (state, payload) = match name {
+            "old" | "new" => ("new", "old"),
+            _ => ("Sta te", "pay'load"),
+        };
         let table = PgTable::new(&schema.name, name)
             .unwrap()
-            .with_state_column("Sta te")
+            .with_state_column(state)
             .unwrap()
-            .with_payload_column("pay'load")
+            .with_payload_column(payload)
             .unwrap();
         table.create_if_missing(&schema.pool).await.unwrap();
         table.add_fence_column(&schema.pool).await.unwrap();
@@ -319,6 +326,12 @@ async fn names_postgres_accepts_quoted_work_and_hostile_ones_stay_names() {
             (Some(token(3)), b"7025".to_vec()),
             "{name}"
         );
+        let update = FencedWrite::claim()
+            .set_state(State::new("sending").unwrap())
+            .set_payload(b"7026".to_vec());
+        let written = store.write(&key("r_1"), token(4), &update).await.unwrap();
+        assert_eq!(written.previous_fence, Some(token(3)), "{name}");
+        assert_eq!(written.record.payload, b"7026".to_vec(), "{name}");
     }
     let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{}\".bystander",

@@ -18,7 +18,7 @@ pub use azurite::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, create_azure_container}
 pub use containers::TestContainer;
 pub use etcd::EtcdCluster;
 pub use local::{MotoServer, PgBouncer, RedisSentinels, RedisServer, TestCertificates, redis_cli};
-pub use postgres::LocalPostgres;
+pub use postgres::{LocalPostgres, PgRelease};
 
 /// The environment variable that chooses how tests get their servers.
 pub const MODE_VAR: &str = "FENCING_TEST_SERVICES";
@@ -150,15 +150,23 @@ fn find(service: Service) -> String {
     );
 }
 
-/// A PostgreSQL URL for tests (trust authentication, user `postgres`, database `test`),
-/// found as [`ServiceMode`] says: `$FENCING_POSTGRES_URL`, the server on 127.0.0.1:5432, or a
-/// container.
+/// A PostgreSQL URL for tests (trust authentication, user `postgres`, database `test`).
+/// On PostgreSQL 15 (the default), found as [`ServiceMode`] says: `$FENCING_POSTGRES_URL`,
+/// the server on 127.0.0.1:5432, or a container. Where `$FENCING_POSTGRES_RELEASE` is `18`
+/// ([`PgRelease`]), a server of 18 started for this test binary on a free port (it stops when
+/// the binary exits), whatever the mode: no other server of 18 is on this kind of machine.
 ///
 /// # Panics
 ///
 /// When none is available, with a message naming everything tried.
 pub fn postgres_url() -> String {
     static CONTAINER: Shared<TestContainer> = OnceLock::new();
+    static RELEASE_18: OnceLock<LocalPostgres> = OnceLock::new();
+    if PgRelease::from_env() == PgRelease::V18 {
+        return RELEASE_18
+            .get_or_init(|| LocalPostgres::primary_of(PgRelease::V18))
+            .url("test");
+    }
     find(Service {
         name: "PostgreSQL",
         env_var: POSTGRES_URL_VAR,

