@@ -7,7 +7,9 @@
 //! Each round times every variant once, in rotating order, over the same 1,200 rows on one
 //! connection; the medians of the rounds are reported with their ratio to the unfenced
 //! baseline. Nothing here asserts a time: the figures go to docs/benchmarks.md. With
-//! `PgTokenSource::next` is measured against the plain counter upsert, token by token. With
+//! `PgTokenSource::next` is measured against the plain counter upsert, token by token. The
+//! single writes and the settlements run again on a PostgreSQL 15 and a PostgreSQL 18 of the
+//! run's own (the 18 that `scripts/setup` installs), side by side. With
 //! `--features fencing-core/metrics` the instrumented variants also record counters (to no
 //! recorder, as in an application that installed none).
 
@@ -20,6 +22,7 @@ use fencing_core::{
 };
 use fencing_postgres::{PgIdent, PgStore, PgTable, push_fence_condition};
 use fencing_test_support::bench;
+use fencing_test_support::services::{LocalPostgres, PgRelease};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
 
@@ -29,40 +32,11 @@ const ROUNDS: usize = 9;
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let url = fencing_test_support::services::postgres_url();
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
-        .await
-        .expect("connect");
-    let schema = fencing_testkit::unique_name("bench").replace('-', "_");
-    let table = PgTable::refunds(&schema).unwrap();
-    table.create_if_missing(&pool).await.unwrap();
-    let store = PgStore::new(pool.clone(), table);
-    let keys = bench::pending_records(&store, ROWS).await;
-    let lifecycle = Lifecycle::default();
-    let bench = Bench {
-        pool: pool.clone(),
-        schema: schema.clone(),
-        store,
-        keys,
-        lifecycle,
-        gateway: Gateway {
-            latency: Duration::ZERO,
-        },
-    };
-
+    let bench = Bench::on(&url).await;
     println!(
         "PostgreSQL at {url}, {ROWS} rows, {ROUNDS} rounds, one connection, median per round\n"
     );
-    let updates = bench
-        .compare(&[
-            "plain UPDATE",
-            "fenced UPDATE (push_fence_condition)",
-            "PgStore::write (claim)",
-        ])
-        .await;
-    bench::report(&updates, ROWS, "row");
-    println!();
+    bench.updates().await;
     let settlements = bench
         .compare(&[
             "settlement, row-by-row claims",
@@ -71,22 +45,8 @@ async fn main() {
         .await;
     bench::report(&settlements, ROWS, "row");
     println!();
-    for latency in [Duration::ZERO, Duration::from_millis(5)] {
-        println!("gateway latency {latency:?}:\n");
-        let bench = Bench {
-            gateway: Gateway { latency },
-            ..bench.clone()
-        };
-        let pipelined = bench
-            .compare(&[
-                "settlement, row-by-row (Fence::run_effect)",
-                "settlement, pipelined (32 in flight, groups of 32)",
-            ])
-            .await;
-        bench::report(&pipelined, ROWS, "refund");
-        println!();
-    }
-    tokens(&pool, &schema).await;
+    bench.pipelined().await;
+    tokens(&bench.pool, &bench.schema).await;
     println!();
     let observed = bench
         .compare(&[
@@ -95,11 +55,23 @@ async fn main() {
         ])
         .await;
     bench::report(&observed, ROWS, "row");
+    bench.drop_schema().await;
 
-    sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
-        .execute(&pool)
-        .await
-        .unwrap();
+    // PostgreSQL 18 answers a plain UPDATE with the row as it was (`RETURNING OLD`), which
+    // PgStore uses from 18 on; 15 needs a locked sub-select. Both on servers of this run's
+    // own with the same settings, one after the other.
+    for release in [PgRelease::V15, PgRelease::V18] {
+        let server = LocalPostgres::primary_of(release);
+        let bench = Bench::on(&server.url("test")).await;
+        let version: String = sqlx::query_scalar("SHOW server_version")
+            .fetch_one(&bench.pool)
+            .await
+            .unwrap();
+        println!("\nPostgreSQL {version}, a server of this run's own (fsync off):\n");
+        bench.updates().await;
+        bench.pipelined().await;
+        bench.drop_schema().await;
+    }
 }
 
 /// A token source that has issued `token` for the settlement's resource.
@@ -187,6 +159,71 @@ async fn tokens(pool: &sqlx::PgPool, schema: &str) {
 }
 
 impl Bench {
+    /// A schema of its own on the server at `url`, with the refunds table and its pending
+    /// rows, on one connection.
+    async fn on(url: &str) -> Self {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .expect("connect");
+        let schema = fencing_testkit::unique_name("bench").replace('-', "_");
+        let table = PgTable::refunds(&schema).unwrap();
+        table.create_if_missing(&pool).await.unwrap();
+        let store = PgStore::new(pool.clone(), table);
+        let keys = bench::pending_records(&store, ROWS).await;
+        Bench {
+            pool,
+            schema,
+            store,
+            keys,
+            lifecycle: Lifecycle::default(),
+            gateway: Gateway {
+                latency: Duration::ZERO,
+            },
+        }
+    }
+
+    async fn drop_schema(&self) {
+        let sql = format!("DROP SCHEMA \"{}\" CASCADE", self.schema);
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&self.pool)
+            .await
+            .unwrap();
+    }
+
+    /// One record's write: a plain `UPDATE`, the same with the fence condition, `PgStore`.
+    async fn updates(&self) {
+        let updates = self
+            .compare(&[
+                "plain UPDATE",
+                "fenced UPDATE (push_fence_condition)",
+                "PgStore::write (claim)",
+            ])
+            .await;
+        bench::report(&updates, ROWS, "row");
+        println!();
+    }
+
+    /// The settlement row by row and pipelined, with an instant gateway and a 5 ms one.
+    async fn pipelined(&self) {
+        for latency in [Duration::ZERO, Duration::from_millis(5)] {
+            println!("gateway latency {latency:?}:\n");
+            let bench = Bench {
+                gateway: Gateway { latency },
+                ..self.clone()
+            };
+            let pipelined = bench
+                .compare(&[
+                    "settlement, row-by-row (Fence::run_effect)",
+                    "settlement, pipelined (32 in flight, groups of 32)",
+                ])
+                .await;
+            bench::report(&pipelined, ROWS, "refund");
+            println!();
+        }
+    }
+
     /// Times each named variant once per round, rotating which goes first.
     async fn compare(&self, variants: &[&'static str]) -> Vec<(&'static str, Duration)> {
         bench::compare(variants, ROUNDS, async |variant, round| {

@@ -204,9 +204,10 @@ impl Sql {
         let payload_read = self.payload_read();
         if self.returns_old {
             // Named, so a table or column called `old` or `new` cannot be mistaken for them.
-            let new_payload = self.payload.as_ref().map_or(payload_read.clone(), |p| {
-                format!("fencing_new.{p}")
-            });
+            let new_payload = self
+                .payload
+                .as_ref()
+                .map_or(payload_read.clone(), |p| format!("fencing_new.{p}"));
             return format!(
                 "{update} AND (SELECT count(*) FROM {table} WHERE {key} {key_param}) = 1 \
                  RETURNING WITH (OLD AS fencing_old, NEW AS fencing_new) \

@@ -213,9 +213,11 @@ impl PgStore {
     /// Applies one fenced write on the caller's connection or transaction; `write` is a
     /// [`FencedWrite`] or a [`PgWrite`] that also sets other columns.
     ///
-    /// One statement locks the row, checks fence and state, applies the change and returns
-    /// what the row held, so a refusal names the fence it met. A claim without a state
-    /// condition on a missing row inserts it; the table's other columns need defaults.
+    /// One statement checks fence and state, applies the change and returns what the row
+    /// held: on PostgreSQL 18 and later a plain `UPDATE … RETURNING` of the old values (a
+    /// refusal is then explained by reading the row); before 18, the row locked and read
+    /// first in the same statement, so a refusal names the fence it met. A claim without a
+    /// state condition on a missing row inserts it; the table's other columns need defaults.
     pub async fn write_on(
         &self,
         conn: &mut PgConnection,
