@@ -80,6 +80,20 @@ impl Default for RetryPolicy {
     }
 }
 
+/// How long a compare-and-swap loop waits after the `refusals`-th refusal in a row by a writer
+/// that got in first: nothing after the first (that one only means the value remembered was
+/// stale), then a random part of a window that doubles from 1 ms to 512 ms, so writers racing
+/// for one item spread out instead of meeting again round after round (eight writers that
+/// only ever retried at once would each lose a round seven times in eight).
+pub fn contention_pause(refusals: u32) -> Duration {
+    if refusals <= 1 {
+        return Duration::ZERO;
+    }
+    let window_us = 1_000u64 << (refusals - 2).min(9);
+    let random = uuid::Uuid::new_v4().as_u128() as u64;
+    Duration::from_micros(random % window_us + 1)
+}
+
 /// Acquires `resource`, retrying under `retry` while another owner holds it, waiting on
 /// tokio's clock (virtual under a paused runtime). Returns [`Error::LeaseBusy`] when the
 /// attempts run out.
@@ -130,6 +144,22 @@ mod tests {
             Duration::from_secs(2),
             "two waits between three tries"
         );
+    }
+
+    #[test]
+    fn contention_pauses_start_after_the_first_refusal_and_stay_within_a_doubling_window() {
+        assert_eq!(contention_pause(0), Duration::ZERO);
+        assert_eq!(contention_pause(1), Duration::ZERO);
+        for (refusals, window_ms) in [(2, 1), (3, 2), (4, 4), (11, 512), (40, 512)] {
+            let pauses: Vec<Duration> = (0..200).map(|_| contention_pause(refusals)).collect();
+            let window = Duration::from_millis(window_ms);
+            assert!(
+                pauses.iter().all(|p| !p.is_zero() && *p <= window),
+                "{refusals}: {pauses:?}"
+            );
+            let distinct: std::collections::BTreeSet<_> = pauses.iter().collect();
+            assert!(distinct.len() > 20, "{refusals}: spread out, {distinct:?}");
+        }
     }
 
     #[test]

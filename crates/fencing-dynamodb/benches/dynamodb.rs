@@ -1,8 +1,9 @@
 //! Fenced writes against the same requests sent with the raw SDK, on the same DynamoDB
-//! endpoint (the emulator the tests use), in the same run.
+//! endpoint (the one the tests use: moto, or Amazon's DynamoDB Local), in the same run.
 //!
 //! ```text
 //! cargo bench -p fencing-dynamodb --bench dynamodb
+//! FENCING_DYNAMODB_SERVER=dynamodb-local cargo bench -p fencing-dynamodb --bench dynamodb
 //! ```
 //!
 //! Each round times every variant once, in rotating order, over the same items; the medians
@@ -31,7 +32,7 @@ const ATTRIBUTE_ROUNDS: usize = 21;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let endpoint = services::aws_endpoint();
+    let endpoint = services::dynamodb_endpoint();
     let client = aws::dynamodb_client_at(&endpoint, aws_sdk_dynamodb::Config::builder());
     let table = DynamoTable::new(fencing_testkit::unique_name("bench")).unwrap();
     table.create(&client).await.unwrap();

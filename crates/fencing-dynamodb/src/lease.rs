@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::adapter::{Clock, RequestEffect, TokioClock};
+use fencing_core::adapter::{Clock, RequestEffect, TokioClock, contention_pause};
 use fencing_core::{
     InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result, TokenSource, Ttl,
 };
@@ -15,6 +15,7 @@ use crate::expression::number;
 use crate::item::{Item, Number};
 use crate::tokens::{
     AMBIGUOUS_RETRIES, COUNTER_ROUNDS, DynamoTokenSource, EXPIRES, Failed, OWNER, bound, now_ms,
+    refusals,
 };
 
 /// Leases in a table of items `{resource, owner, expires_at_ms, token}`, one per resource.
@@ -150,7 +151,7 @@ impl Lease for DynamoLease {
             ))
         };
         let mut lost = 0;
-        for _ in 0..COUNTER_ROUNDS {
+        for round in 0..COUNTER_ROUNDS {
             let now = now_ms();
             let to = match self
                 .tokens
@@ -221,6 +222,7 @@ impl Lease for DynamoLease {
                 )
                 .into_error(self.tokens.name(), RequestEffect::Writes));
             }
+            tokio::time::sleep(contention_pause(refusals(round))).await;
         }
         Err(self.tokens.kept_changing())
     }

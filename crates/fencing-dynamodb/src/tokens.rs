@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeyType, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
 };
-use fencing_core::adapter::RequestEffect;
+use fencing_core::adapter::{RequestEffect, contention_pause};
 use fencing_core::{
     CounterHistory, Error, FencingToken, InputKind, InvalidInput, RateBound, ResourceName, Result,
     TokenSource,
@@ -43,6 +43,11 @@ const IDENTITY_REFRESH: Duration = Duration::from_secs(60);
 /// How many times a counter update is sent again with the value the service's refusal
 /// returned; each round means another writer raised the counter in between.
 pub(crate) const COUNTER_ROUNDS: usize = 32;
+
+/// The refusals in a row by the end of `round` (counted from 0), for [`contention_pause`].
+pub(crate) fn refusals(round: usize) -> u32 {
+    u32::try_from(round + 1).unwrap_or(u32::MAX)
+}
 
 /// How many times a counter update whose answer was lost is sent again unchanged.
 pub(crate) const AMBIGUOUS_RETRIES: u32 = 2;
@@ -496,7 +501,7 @@ impl DynamoTokenSource {
         let mut serving = self.serving(false).await?;
         let mut lowered = false;
         let mut lost = 0;
-        for _ in 0..COUNTER_ROUNDS {
+        for round in 0..COUNTER_ROUNDS {
             let now = now_ms();
             let to = match target(&expected, &serving, lowered, now)? {
                 Raise::To(to) => to,
@@ -518,6 +523,7 @@ impl DynamoTokenSource {
                     (expected, lowered, serving) = self
                         .refused_with(resource, &expected, found.as_ref(), serving)
                         .await?;
+                    tokio::time::sleep(contention_pause(refusals(round))).await;
                 }
                 Failed::Error(err) if err.is_ambiguous() && lost < AMBIGUOUS_RETRIES => lost += 1,
                 Failed::Error(err) => return Err(err),

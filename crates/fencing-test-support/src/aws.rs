@@ -34,10 +34,11 @@ pub fn region() -> Region {
     Region::new("us-east-1")
 }
 
-/// A DynamoDB client on the emulator as a user builds one (their endpoint, credentials and
-/// HTTP stack), from `config`, which may add interceptors.
+/// A DynamoDB client on the tests' DynamoDB ([`crate::services::dynamodb_endpoint`]) as a
+/// user builds one (their endpoint, credentials and HTTP stack), from `config`, which may add
+/// interceptors.
 pub fn dynamodb_client(config: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::Client {
-    dynamodb_client_at(&crate::services::aws_endpoint(), config)
+    dynamodb_client_at(&crate::services::dynamodb_endpoint(), config)
 }
 
 /// [`dynamodb_client`] on the emulator at `endpoint` (a process told where it is).
@@ -232,5 +233,19 @@ pub fn emulator_capabilities() -> fencing_testkit::conformance::Capabilities {
         short_ttl: fencing_core::Ttl::from_millis(1500).expect("a valid TTL"),
         expiry_slack: std::time::Duration::from_millis(200),
         ..fencing_testkit::conformance::Capabilities::real_server()
+    }
+}
+
+/// What the suite may expect of the tests' DynamoDB: moto's as [`emulator_capabilities`];
+/// Amazon's DynamoDB Local serialises concurrent conditional writes as the service does, so
+/// the suite's races run concurrently there.
+pub fn dynamodb_capabilities() -> fencing_testkit::conformance::Capabilities {
+    use crate::services::DynamoServer;
+    match DynamoServer::from_env() {
+        DynamoServer::Moto => emulator_capabilities(),
+        DynamoServer::DynamoDbLocal => fencing_testkit::conformance::Capabilities {
+            serialises_concurrent_writes: true,
+            ..emulator_capabilities()
+        },
     }
 }

@@ -76,6 +76,7 @@ pub use crate::codec::{CodecError, EnvelopeCodec, JsonCodec, ObjectCodec, encode
 pub use crate::error::RequestEffect;
 pub use crate::input::{check_store_name, is_refused_char, refused_char_ranges};
 pub use crate::memory::MemoryVersionedStore;
+pub use crate::retry::contention_pause;
 pub use crate::rules::is_regression;
 pub use crate::store::{RecordOutcomes, check_distinct};
 pub use async_trait::async_trait;

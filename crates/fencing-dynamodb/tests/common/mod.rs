@@ -18,9 +18,9 @@ pub(crate) fn client_with(config: aws_sdk_dynamodb::config::Builder) -> Client {
     aws::dynamodb_client(config)
 }
 
-/// The emulator's capabilities, shared by every AWS adapter's tests.
+/// The capabilities of the DynamoDB the tests run on (moto, or DynamoDB Local).
 pub(crate) fn caps() -> Capabilities {
-    aws::emulator_capabilities()
+    aws::dynamodb_capabilities()
 }
 
 /// A fresh table of fenced records.

@@ -10,12 +10,14 @@ use std::time::Duration;
 
 mod azurite;
 mod containers;
+mod dynamodb_local;
 mod etcd;
 mod local;
 mod postgres;
 
 pub use azurite::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, create_azure_container};
 pub use containers::TestContainer;
+pub use dynamodb_local::DynamoDbLocal;
 pub use etcd::EtcdCluster;
 pub use local::{MotoServer, PgBouncer, RedisSentinels, RedisServer, TestCertificates, redis_cli};
 pub use postgres::{LocalPostgres, PgRelease};
@@ -229,6 +231,52 @@ pub fn aws_endpoint() -> String {
         },
         container: || shared_container(&CONTAINER, TestContainer::moto),
     })
+}
+
+/// The DynamoDB the DynamoDB tests run on, from `$FENCING_DYNAMODB_SERVER`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DynamoServer {
+    /// `moto` (the default): the AWS emulator of [`aws_endpoint`].
+    Moto,
+    /// `dynamodb-local`: Amazon's DynamoDB Local ([`DynamoDbLocal`]), started for the test
+    /// binary whatever the mode.
+    DynamoDbLocal,
+}
+
+impl DynamoServer {
+    /// The environment variable that chooses it.
+    pub const VAR: &str = "FENCING_DYNAMODB_SERVER";
+
+    /// The server `$FENCING_DYNAMODB_SERVER` asks for.
+    ///
+    /// # Panics
+    ///
+    /// On a value other than `moto` or `dynamodb-local`.
+    pub fn from_env() -> Self {
+        match std::env::var(Self::VAR).as_deref() {
+            Err(_) | Ok("moto") => DynamoServer::Moto,
+            Ok("dynamodb-local") => DynamoServer::DynamoDbLocal,
+            Ok(other) => panic!("{}={other}: moto or dynamodb-local", Self::VAR),
+        }
+    }
+}
+
+/// The endpoint of the DynamoDB for tests: [`aws_endpoint`], or where
+/// `$FENCING_DYNAMODB_SERVER` is `dynamodb-local` ([`DynamoServer`]), a [`DynamoDbLocal`]
+/// started for this test binary (it stops when the binary exits).
+///
+/// # Panics
+///
+/// When none can be had, saying why.
+pub fn dynamodb_endpoint() -> String {
+    static LOCAL: Shared<DynamoDbLocal> = OnceLock::new();
+    match DynamoServer::from_env() {
+        DynamoServer::Moto => aws_endpoint(),
+        DynamoServer::DynamoDbLocal => match LOCAL.get_or_init(DynamoDbLocal::try_start) {
+            Ok(server) => server.endpoint(),
+            Err(why) => panic!("no DynamoDB Local for the tests: {why}"),
+        },
+    }
 }
 
 /// The client endpoints of an etcd cluster for tests: `$FENCING_ETCD_ENDPOINTS` where

