@@ -118,19 +118,39 @@ impl RedisServer {
         Self::try_start(extra).unwrap_or_else(|why| panic!("redis-server: {why}"))
     }
 
+    /// Tries three ports: a port handed out free can be taken by another process before the
+    /// server binds it, and a cluster node also binds its port + 10000 (its bus), which
+    /// nothing reserved.
     pub(crate) fn try_start(extra: &[&str]) -> Result<Self, String> {
-        let port = free_port()?;
-        let dir = scratch("fencing-redis")?;
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let process = Self::spawn(port, &dir, &extra)?;
-        let server = RedisServer {
-            process,
-            port,
-            dir,
-            extra,
-        };
-        wait_for(port, "redis-server", ping)?;
-        Ok(server)
+        let cluster = extra.iter().any(|arg| arg == "--cluster-enabled");
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let port = if cluster {
+                free_cluster_port()?
+            } else {
+                free_port()?
+            };
+            let dir = scratch("fencing-redis")?;
+            let process = Self::spawn(port, &dir, &extra)?;
+            let mut server = RedisServer {
+                process,
+                port,
+                dir,
+                extra: extra.clone(),
+            };
+            match wait_for(port, "redis-server", ping) {
+                Ok(()) => return Ok(server),
+                Err(why) => {
+                    let log =
+                        std::fs::read_to_string(server.dir.join("redis.log")).unwrap_or_default();
+                    let last = log.lines().last().unwrap_or("(no log)").to_owned();
+                    failures.push(format!("{why}: {last}"));
+                    server.process.stop(port);
+                }
+            }
+        }
+        Err(failures.join("; "))
     }
 
     fn spawn(port: u16, dir: &Path, extra: &[String]) -> Result<Watched, String> {
@@ -521,6 +541,17 @@ pub(crate) fn free_port() -> Result<u16, String> {
         }
     }
     Err("no free port that was not handed out already".into())
+}
+
+/// A free port for a Redis Cluster node: at most 55535, with its bus port (+ 10000) free too.
+fn free_cluster_port() -> Result<u16, String> {
+    for _ in 0..100 {
+        let port = free_port()?;
+        if port <= 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("no free port whose cluster bus port is free too".into())
 }
 
 /// True when a Redis on `port` answers `PING` with `PONG`.
