@@ -42,8 +42,8 @@ impl Watched {
         Ok(Watched { shell, pid_file })
     }
 
-    /// Sends `signal` (`KILL`, `STOP`, `CONT`) to the server itself, not its shell; false if
-    /// it could not (the server is gone).
+    /// Sends `signal` (`KILL`, `STOP`, `CONT`, or `0` to ask whether it runs) to the server
+    /// itself, not its shell; false if it could not (the server is gone).
     pub(super) fn signal(&self, signal: &str) -> bool {
         let pid = (0..250).find_map(|_| {
             let pid = std::fs::read_to_string(&self.pid_file).unwrap_or_default();
@@ -61,6 +61,7 @@ impl Watched {
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(&pid)
+            .stderr(Stdio::null())
             .status();
         status.is_ok_and(|s| s.success())
     }

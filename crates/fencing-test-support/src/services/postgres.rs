@@ -179,8 +179,25 @@ impl LocalPostgres {
         }
     }
 
-    /// Starts it (again), and waits until it answers.
+    /// Starts it (again), and waits until it answers. A server that exits because its port
+    /// is still held (by a killed server's last child, or a client's socket that took the port
+    /// another server just left) is started again, up to five times.
     pub fn start(&mut self) {
+        let log = self.dir.join(format!("postgres-{}.log", self.port));
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.start_once(&log) {
+                Ok(()) => return,
+                Err(why) if tries < 5 && why.contains("Address already in use") => {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(why) => panic!("postgres on {} did not come up: {why}", self.port),
+            }
+        }
+    }
+
+    fn start_once(&mut self, log: &Path) -> Result<(), String> {
         let command = format!(
             "setpriv --reuid=postgres --regid=postgres --init-groups '{bin}/postgres' -D '{data}' \
              -p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{data}' \
@@ -189,28 +206,36 @@ impl LocalPostgres {
             data = self.data.display(),
             port = self.port,
         );
-        self.process = Some(
-            Watched::spawn(
-                &command,
-                &self.dir.join(format!("postgres-{}.log", self.port)),
-            )
-            .unwrap_or_else(|why| panic!("postgres: {why}")),
-        );
-        for _ in 0..300 {
+        let process = Watched::spawn(&command, log)?;
+        let started = std::time::Instant::now();
+        let mut gone = false;
+        while started.elapsed() < Duration::from_secs(60) {
             let ready = Command::new(self.release.bin().join("pg_isready"))
                 .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
                 .status()
                 .is_ok_and(|s| s.success());
             if ready {
-                return;
+                self.process = Some(process);
+                return Ok(());
+            }
+            if !process.signal("0") {
+                gone = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!(
-            "postgres on {} did not come up: see {}",
-            self.port,
-            self.dir.display()
-        );
+        let mut process = process;
+        process.signal("KILL");
+        process.stop(self.port);
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(8).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        let state = if gone {
+            "it exited"
+        } else {
+            "no answer in 60 s"
+        };
+        Err(format!("{state}; its log ends:\n{}", tail.join("\n")))
     }
 
     /// Stops it at once, as a crash does (SIGKILL to its postmaster, whose children follow).
