@@ -19,6 +19,9 @@ pub(super) struct Watched {
 impl Watched {
     pub(super) fn spawn(command_line: &str, log: &Path) -> Result<Self, String> {
         let pid_file = log.with_extension("pid");
+        // A server restarted under the same log left its process id here: until the shell
+        // writes the new one, that would name a process that is gone (or, reused, another).
+        let _ = std::fs::remove_file(&pid_file);
         let script = format!(
             "{command_line} >'{log}' 2>&1 & server=$!; echo $server >'{pid}'; \
              trap 'kill -9 $server 2>/dev/null; exit 0' TERM INT HUP; \

@@ -183,7 +183,7 @@ impl LocalPostgres {
     /// is still held (by a killed server's last child, or a client's socket that took the port
     /// another server just left) is started again, up to five times.
     pub fn start(&mut self) {
-        let log = self.dir.join(format!("postgres-{}.log", self.port));
+        let log = self.log();
         let mut tries = 0;
         loop {
             tries += 1;
@@ -321,6 +321,16 @@ impl LocalPostgres {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Its release.
+    pub fn release(&self) -> PgRelease {
+        self.release
+    }
+
+    /// The file its server's output goes to.
+    pub fn log(&self) -> PathBuf {
+        self.dir.join(format!("postgres-{}.log", self.port))
     }
 
     /// Its data folder.
