@@ -4,10 +4,9 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::{FencingToken, Record, RecordKey, State};
+use fencing_core::FencingToken;
 
 use crate::error::DynamoFailure;
-use crate::table::DynamoTable;
 
 /// An item as the SDK returns it.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -135,45 +134,6 @@ pub(crate) fn token_from(
             .map_err(|_| corrupt(text.clone())),
         None => Err(corrupt(text.clone())),
     }
-}
-
-/// The record an item holds.
-pub(crate) fn record_from(
-    table: &DynamoTable,
-    key: &RecordKey,
-    item: &Item,
-) -> Result<Record, DynamoFailure> {
-    let fence = token_from(
-        "fence",
-        item.get(table.fence_attribute()),
-        Fractions::RoundUp,
-    )?;
-    let state = match item.get(table.state_attribute()) {
-        None => None,
-        Some(AttributeValue::S(text)) => Some(State::new(text.clone()).map_err(|e| {
-            DynamoFailure::Corrupt(format!("stored state {text:?} is not a state: {e}"))
-        })?),
-        Some(other) => {
-            return Err(DynamoFailure::Corrupt(format!(
-                "stored state {other:?} is not a String"
-            )));
-        }
-    };
-    let payload = match item.get(table.payload_attribute()) {
-        None => Vec::new(),
-        Some(AttributeValue::B(blob)) => blob.as_ref().to_vec(),
-        Some(other) => {
-            return Err(DynamoFailure::Corrupt(format!(
-                "stored payload {other:?} is not Binary"
-            )));
-        }
-    };
-    Ok(Record {
-        key: key.clone(),
-        fence,
-        state,
-        payload,
-    })
 }
 
 #[cfg(test)]

@@ -21,7 +21,6 @@ use fencing_core::{
 use crate::attributes::DynamoWrite;
 use crate::error::{DynamoFailure, classify, without_retries};
 use crate::expression::{StatePin, WriteExpression, check_item_size};
-use crate::item::record_from;
 use crate::table::DynamoTable;
 
 /// The most actions one `TransactWriteItems` takes.
@@ -256,7 +255,7 @@ impl DynamoStore {
             let write = write.write();
             let found = reason
                 .item()
-                .map(|item| record_from(&self.table, key, item))
+                .map(|item| self.table.record_from(key, item))
                 .transpose()
                 .map_err(|e| self.corrupt(e))?;
             write.decide(&self.name, key, token, found.as_ref())?;
@@ -325,7 +324,7 @@ impl FencedStore for DynamoStore {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.get_item(key)
             .await?
-            .map(|item| record_from(&self.table, key, &item))
+            .map(|item| self.table.record_from(key, &item))
             .transpose()
             .map_err(|e| e.into_error(&self.name, RequestEffect::ReadOnly))
     }
@@ -367,7 +366,9 @@ impl DynamoStore {
         let Some(item) = self.get_item(key).await? else {
             return Ok(None);
         };
-        let record = record_from(&self.table, key, &item)
+        let record = self
+            .table
+            .record_from(key, &item)
             .map_err(|e| e.into_error(&self.name, RequestEffect::ReadOnly))?;
         let roles = self.table.roles();
         let others = item
@@ -424,7 +425,7 @@ impl DynamoStore {
                 Ok(out) => {
                     let previous = out
                         .attributes()
-                        .map(|item| record_from(&self.table, key, item))
+                        .map(|item| self.table.record_from(key, item))
                         .transpose()
                         .map_err(|e| self.corrupt(e))?;
                     let record = write.apply(key, token, previous.as_ref());
@@ -440,7 +441,7 @@ impl DynamoStore {
             };
             let found = failed
                 .item()
-                .map(|item| record_from(&self.table, key, item))
+                .map(|item| self.table.record_from(key, item))
                 .transpose()
                 .map_err(|e| self.corrupt(e))?;
             write.decide(&self.name, key, token, found.as_ref())?;

@@ -2,13 +2,14 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
 };
 use fencing_core::adapter::RequestEffect;
-use fencing_core::{InputKind, InvalidInput, RecordKey, Result};
+use fencing_core::{InputKind, InvalidInput, Record, RecordKey, Result, State};
 
-use crate::error::classify;
-use crate::item::Item;
+use crate::error::{DynamoFailure, classify};
+use crate::item::{Fractions, Item, token_from};
 use crate::key::{DynamoKeyType, KeyAttribute, KeySchema};
 
 /// A DynamoDB table name: 3 to 255 characters of `A-Z a-z 0-9 _ . -`, checked here because
@@ -237,6 +238,41 @@ impl DynamoTable {
     /// The key attributes of the item `key` names.
     pub(crate) fn key_item(&self, key: &RecordKey) -> Result<Item, InvalidInput> {
         self.key.item(key)
+    }
+
+    /// The record an item of this table holds, or why it is corrupt.
+    pub(crate) fn record_from(
+        &self,
+        key: &RecordKey,
+        item: &Item,
+    ) -> Result<Record, DynamoFailure> {
+        let fence = token_from("fence", item.get(&self.fence), Fractions::RoundUp)?;
+        let state = match item.get(&self.state) {
+            None => None,
+            Some(AttributeValue::S(text)) => Some(State::new(text.clone()).map_err(|e| {
+                DynamoFailure::Corrupt(format!("stored state {text:?} is not a state: {e}"))
+            })?),
+            Some(other) => {
+                return Err(DynamoFailure::Corrupt(format!(
+                    "stored state {other:?} is not a String"
+                )));
+            }
+        };
+        let payload = match item.get(&self.payload) {
+            None => Vec::new(),
+            Some(AttributeValue::B(blob)) => blob.as_ref().to_vec(),
+            Some(other) => {
+                return Err(DynamoFailure::Corrupt(format!(
+                    "stored payload {other:?} is not Binary"
+                )));
+            }
+        };
+        Ok(Record {
+            key: key.clone(),
+            fence,
+            state,
+            payload,
+        })
     }
 
     /// The fence attribute.

@@ -6,6 +6,7 @@
 //! could not be set up; 130 when interrupted.
 
 mod failover;
+mod gallery;
 mod picture;
 mod relay;
 mod report;
@@ -204,7 +205,7 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         }
         None => (args.logs.join("pictures"), "pictures".to_owned()),
     };
-    let drawn = match picture::draw_campaign(&results, &folder, &link_base) {
+    let drawn = match gallery::draw_campaign(&results, &folder, &link_base) {
         Ok(drawn) => drawn,
         Err(why) => {
             eprintln!("campaign: {why}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencing_harness::audit::{Check, euros};
 use fencing_harness::plan::{FaultKind, LeaseKind, Protection};
 
-use super::picture::Drawn;
+use super::gallery::Drawn;
 use super::run::RunResult;
 
 /// Totals over the runs with fences on, or off.
