@@ -28,6 +28,8 @@ use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
 
 const ROWS: usize = 1200;
 const ROUNDS: usize = 9;
+const LATENCIES: [Duration; 2] = [Duration::ZERO, Duration::from_millis(5)];
+const PIPELINED: &str = "settlement, pipelined (32 in flight, groups of 32)";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -69,9 +71,89 @@ async fn main() {
             .unwrap();
         println!("\nPostgreSQL {version}, a server of this run's own (fsync off):\n");
         bench.updates().await;
-        bench.pipelined().await;
+        let pipelined = bench.pipelined().await;
+        bench.limit(&server, &pipelined).await;
         bench.drop_schema().await;
     }
+}
+
+/// The statements a server's log shows executed (`log_min_duration_statement = 0`), each
+/// with the parameters its `DETAIL` line gives written in as literals; the bench's own
+/// `SET`/`RESET` of that setting left out.
+fn logged_statements(log: &str) -> Vec<String> {
+    let mut statements: Vec<String> = Vec::new();
+    let mut awaiting_parameters = false;
+    for line in log.lines() {
+        let executed = line
+            .split_once(" execute ")
+            .and_then(|(_, named)| named.split_once(": "))
+            .map(|(_, sql)| sql)
+            .or_else(|| line.split_once("  statement: ").map(|(_, sql)| sql));
+        if let Some(sql) = executed {
+            awaiting_parameters = true;
+            if !sql.contains("log_min_duration_statement") {
+                statements.push(sql.to_owned());
+            }
+        } else if let Some((_, parameters)) = line
+            .split_once("DETAIL:  Parameters: ")
+            // PostgreSQL 15 writes the word in lower case.
+            .or_else(|| line.split_once("DETAIL:  parameters: "))
+        {
+            if std::mem::take(&mut awaiting_parameters) {
+                let last = statements
+                    .last_mut()
+                    .expect("parameters follow a statement");
+                let mut values = logged_parameters(parameters);
+                // From the highest number down, so $1 never replaces the start of $12.
+                values.sort_by_key(|(number, _)| std::cmp::Reverse(*number));
+                for (number, literal) in values {
+                    *last = last.replace(&format!("${number}"), &literal);
+                }
+            }
+        } else {
+            awaiting_parameters = false;
+        }
+    }
+    statements
+}
+
+/// `$1 = 'a''b', $2 = NULL` as `[(1, "'a''b'"), (2, "NULL")]`.
+fn logged_parameters(mut text: &str) -> Vec<(usize, String)> {
+    let mut values = Vec::new();
+    while let Some(rest) = text.strip_prefix('$') {
+        let (number, rest) = rest.split_once(" = ").expect("$n = value");
+        let number: usize = number.parse().expect("a parameter number");
+        let (literal, rest) = if let Some(rest) = rest.strip_prefix("NULL") {
+            ("NULL".to_owned(), rest)
+        } else {
+            let body = &rest[1..];
+            let mut end = 0;
+            let bytes = body.as_bytes();
+            loop {
+                let quote = end + body[end..].find('\'').expect("a closing quote");
+                if bytes.get(quote + 1) == Some(&b'\'') {
+                    end = quote + 2;
+                } else {
+                    end = quote;
+                    break;
+                }
+            }
+            (format!("'{}'", &body[..end]), &body[end + 1..])
+        };
+        values.push((number, literal));
+        text = rest.trim_start_matches(", ");
+    }
+    values
+}
+
+/// The mean latency of each command, in milliseconds, from `pgbench -r`'s report.
+fn command_latencies(report: &str) -> Vec<f64> {
+    report
+        .lines()
+        .skip_while(|line| !line.starts_with("statement latencies"))
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next()?.parse().ok())
+        .collect()
 }
 
 /// A token source that has issued `token` for the settlement's resource.
@@ -205,23 +287,98 @@ impl Bench {
         println!();
     }
 
-    /// The settlement row by row and pipelined, with an instant gateway and a 5 ms one.
-    async fn pipelined(&self) {
-        for latency in [Duration::ZERO, Duration::from_millis(5)] {
+    /// The settlement row by row and pipelined, with an instant gateway and a 5 ms one; the
+    /// pipelined run's median at each latency.
+    async fn pipelined(&self) -> Vec<(Duration, Duration)> {
+        let mut medians = Vec::new();
+        for latency in LATENCIES {
             println!("gateway latency {latency:?}:\n");
             let bench = Bench {
                 gateway: Gateway { latency },
                 ..self.clone()
             };
             let pipelined = bench
-                .compare(&[
-                    "settlement, row-by-row (Fence::run_effect)",
-                    "settlement, pipelined (32 in flight, groups of 32)",
-                ])
+                .compare(&["settlement, row-by-row (Fence::run_effect)", PIPELINED])
                 .await;
             bench::report(&pipelined, ROWS, "refund");
             println!();
+            medians.push((latency, pipelined[1].1));
         }
+        medians
+    }
+
+    /// The pipelined settlement against the store's own limit on `server`: the statements
+    /// one pipelined run sent (read back from the server's log) replayed by `pgbench` with
+    /// nothing around them, and, with the slow gateway, its refunds in waves of 32 at its
+    /// latency.
+    async fn limit(&self, server: &LocalPostgres, pipelined: &[(Duration, Duration)]) {
+        let sent = self.statements_of_one_pipelined_run(server).await;
+        let reset = format!(
+            "UPDATE \"{}\".refund SET state = 'pending', fence = 0;",
+            self.schema
+        );
+        let script = std::iter::once(reset)
+            .chain(sent.iter().map(|sql| format!("{sql};")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let file = std::env::temp_dir().join(format!("{}.pgbench", self.schema));
+        std::fs::write(&file, script).unwrap();
+        let out = std::process::Command::new(server.release().bin().join("pgbench"))
+            .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
+            .args(["-U", "postgres", "-n", "-M", "prepared", "-r"])
+            .args(["-t", &ROUNDS.to_string(), "-f"])
+            .arg(&file)
+            .arg("test")
+            .output()
+            .expect("pgbench");
+        let _ = std::fs::remove_file(&file);
+        let report = String::from_utf8_lossy(&out.stdout);
+        // Every command's mean latency but the reset's, which opens each transaction.
+        let per_command = command_latencies(&report);
+        if !out.status.success() || per_command.len() != sent.len() + 1 {
+            // Reported, not fatal: the figures after it still run.
+            println!(
+                "The store's own limit: NOT MEASURED, pgbench answered:\n{report}{}\n",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        let store_time = Duration::from_secs_f64(per_command[1..].iter().sum::<f64>() / 1000.0);
+        println!(
+            "The store's own limit ({} statements of one pipelined run, pgbench, mean of {ROUNDS}):\n",
+            sent.len()
+        );
+        for (latency, median) in pipelined {
+            let waves = ROWS.div_ceil(32) as u32;
+            let limit = store_time.max(*latency * waves);
+            println!(
+                "  gateway {latency:?}: limit {limit:>10.3?}, pipelined {median:>10.3?}: {:.3}x the limit",
+                median.as_secs_f64() / limit.as_secs_f64()
+            );
+        }
+        println!();
+    }
+
+    /// The statements one pipelined settlement (instant gateway) sends, with their
+    /// parameters written in, as the server logged them.
+    async fn statements_of_one_pipelined_run(&self, server: &LocalPostgres) -> Vec<String> {
+        self.reset().await;
+        let mut connection = self.pool.acquire().await.unwrap();
+        sqlx::raw_sql("SET log_min_duration_statement = 0")
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        drop(connection);
+        let logged_before = std::fs::metadata(server.log()).unwrap().len() as usize;
+        self.run(PIPELINED, FencingToken::new(ROUNDS as u64 + 2).unwrap())
+            .await;
+        let mut connection = self.pool.acquire().await.unwrap();
+        sqlx::raw_sql("RESET log_min_duration_statement")
+            .execute(&mut *connection)
+            .await
+            .unwrap();
+        let log = std::fs::read_to_string(server.log()).unwrap();
+        logged_statements(&log[logged_before..])
     }
 
     /// Times each named variant once per round, rotating which goes first.
@@ -329,7 +486,7 @@ impl Bench {
                         .unwrap();
                 }
             }
-            "settlement, pipelined (32 in flight, groups of 32)" => {
+            PIPELINED => {
                 let (source, resource) = issued(token).await;
                 let fence = Fence::new(&resource, token, &source);
                 let settled = fence
