@@ -224,7 +224,8 @@ async fn no_effect_starts_once_the_lease_has_ended_locally() {
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_secs(31)).await;
     let gateway = RecordingEffect::new();
-    let err = Fence::of_guard(&guard, lease.token_source())
+    let err = guard
+        .fence()
         .run_effect(&case.store, &case.key, &case.lifecycle, &gateway)
         .await
         .unwrap_err();
@@ -233,4 +234,50 @@ async fn no_effect_starts_once_the_lease_has_ended_locally() {
     let record = case.store.read(&case.key).await.unwrap().unwrap();
     assert_eq!(record.state.as_ref(), Some(case.lifecycle.in_flight()));
     assert_eq!(record.fence, Some(guard.token()));
+}
+
+/// A guard's fence checks a refusal against the counter its token came from: a fence on the
+/// record above everything the lease issued is reported as a counter that went backwards (not
+/// as a newer holder), and the lease's own counter is raised past it, so its next acquisition
+/// is accepted.
+#[tokio::test]
+async fn a_guards_fence_repairs_the_counter_of_the_lease_that_issued_it() {
+    let case = Case::new(Vec::new());
+    let lease = MemoryLease::new();
+    let ttl = fencing::Ttl::from_secs(30).unwrap();
+    let above = FencingToken::new(1_000).unwrap();
+    let elsewhere = MemoryTokenSource::new();
+    Fence::new(&case.resource, above, &elsewhere)
+        .write(&case.store, &case.key, &case.lifecycle.claim())
+        .await
+        .unwrap();
+
+    let guard = lease
+        .try_acquire(&case.resource, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let err = guard
+        .fence()
+        .write(&case.store, &case.key, &case.lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
+    let issued = lease.token_source().current(&case.resource).await.unwrap();
+    assert!(
+        issued >= Some(above),
+        "the lease's counter was raised: {issued:?}"
+    );
+    lease.release(guard).await.unwrap();
+
+    let next = lease
+        .try_acquire(&case.resource, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    next.fence()
+        .write(&case.store, &case.key, &case.lifecycle.claim())
+        .await
+        .unwrap();
+    assert!(next.token() > above);
 }

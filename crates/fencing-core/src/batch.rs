@@ -293,7 +293,7 @@ impl FencedBatch {
     /// noted by the batch: use it inside [`Self::run_effect_then`]'s confirm (whose outcome
     /// the batch notes) and [`Self::run_fenced`]'s operation, or note them with those.
     pub fn fence(&self) -> Fence<'_> {
-        Fence::of_guard(self.guard(), self.lease.token_source())
+        self.guard().fence()
     }
 
     /// The store named by `store`, or why the batch refuses to write to it.

@@ -25,7 +25,7 @@ use crate::token_source::TokenSource;
 ///   [`Error::TokenRegression`], and raises the source past that fence, so the next
 ///   acquisition makes progress without an operator.
 ///
-/// A fence made from a guard ([`Fence::of_guard`]) also knows the lease's local deadline:
+/// A fence made from a guard ([`LeaseGuard::fence`]) also knows the lease's local deadline:
 /// its helpers ([`Fence::run_effect`], the pipeline) start no side effect once the guard
 /// [has ended locally](LeaseGuard::has_ended_locally). Its writes are sent regardless: the
 /// store's fence, not the deadline, decides them.
@@ -36,6 +36,18 @@ pub struct Fence<'a> {
     source: &'a dyn TokenSource,
     guard: Option<&'a LeaseGuard>,
     ambiguous_retries: u32,
+}
+
+impl LeaseGuard {
+    /// The fence of this acquisition: its token, checked against the source that issued it.
+    /// Its helpers start no side effect once this guard [has ended
+    /// locally](Self::has_ended_locally).
+    pub fn fence(&self) -> Fence<'_> {
+        Fence {
+            guard: Some(self),
+            ..Fence::new(self.resource(), self.token(), &**self.token_source())
+        }
+    }
 }
 
 impl<'a> Fence<'a> {
@@ -54,15 +66,6 @@ impl<'a> Fence<'a> {
             source,
             guard: None,
             ambiguous_retries: Self::DEFAULT_AMBIGUOUS_RETRIES,
-        }
-    }
-
-    /// The fence of a lease acquisition; `source` is the lease's token source. Its helpers
-    /// start no side effect once `guard` has ended locally.
-    pub fn of_guard(guard: &'a LeaseGuard, source: &'a dyn TokenSource) -> Self {
-        Fence {
-            guard: Some(guard),
-            ..Self::new(guard.resource(), guard.token(), source)
         }
     }
 

@@ -8,6 +8,7 @@ use crate::clock::{Clock, TokioClock};
 use crate::error::Error;
 use crate::name::ResourceName;
 use crate::token::FencingToken;
+use crate::token_source::TokenSource;
 use crate::ttl::Ttl;
 
 /// Who holds a lease: a random id made at each acquisition, compared by the store on extend
@@ -59,6 +60,7 @@ pub struct LeaseGuard {
     resource: ResourceName,
     owner: OwnerId,
     token: FencingToken,
+    source: Arc<dyn TokenSource>,
     tenure: Arc<Mutex<Tenure>>,
 }
 
@@ -88,18 +90,21 @@ impl Debug for LeaseGuard {
 }
 
 impl LeaseGuard {
-    /// Records an acquisition whose request left at `requested_at` (for adapters).
+    /// Records an acquisition whose request left at `requested_at`, its token drawn from
+    /// `source` (for adapters).
     pub fn new(
         resource: ResourceName,
         owner: OwnerId,
         token: FencingToken,
         ttl: Ttl,
         requested_at: Instant,
+        source: Arc<dyn TokenSource>,
     ) -> Self {
         LeaseGuard {
             resource,
             owner,
             token,
+            source,
             tenure: Arc::new(Mutex::new(Tenure {
                 ttl,
                 local_deadline: deadline(requested_at, ttl),
@@ -126,6 +131,12 @@ impl LeaseGuard {
     /// The fencing token issued with this acquisition. Present it on every protected write.
     pub fn token(&self) -> FencingToken {
         self.token
+    }
+
+    /// The counter the token was drawn from: the lease's [`crate::Lease::token_source`]. A
+    /// fenced write checks a refusal against it ([`Self::fence`]).
+    pub fn token_source(&self) -> &Arc<dyn TokenSource> {
+        &self.source
     }
 
     /// The TTL last granted.
@@ -202,18 +213,24 @@ fn deadline(requested_at: Instant, ttl: Ttl) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::MemoryTokenSource;
+
+    fn guard_from(requested_at: Instant, ttl: Ttl) -> LeaseGuard {
+        LeaseGuard::new(
+            ResourceName::new("settle:m_4471").unwrap(),
+            OwnerId::random(),
+            FencingToken::MIN,
+            ttl,
+            requested_at,
+            Arc::new(MemoryTokenSource::new()),
+        )
+    }
 
     #[test]
     fn local_deadline_is_before_the_ttl_ends() {
         let start = Instant::now();
         let ttl = Ttl::from_secs(30).unwrap();
-        let guard = LeaseGuard::new(
-            ResourceName::new("settle:m_4471").unwrap(),
-            OwnerId::random(),
-            FencingToken::MIN,
-            ttl,
-            start,
-        );
+        let guard = guard_from(start, ttl);
         assert_eq!(
             guard.local_deadline(),
             start + Duration::from_millis(29_700)
@@ -228,13 +245,7 @@ mod tests {
     async fn clones_share_one_tenure_and_end_together() {
         let start = TokioClock.now();
         let ttl = Ttl::from_secs(30).unwrap();
-        let guard = LeaseGuard::new(
-            ResourceName::new("settle:m_4471").unwrap(),
-            OwnerId::random(),
-            FencingToken::MIN,
-            ttl,
-            start,
-        );
+        let guard = guard_from(start, ttl);
         let mut renewed = guard.clone();
         tokio::time::sleep(Duration::from_secs(20)).await;
         assert!(!guard.has_ended_locally());
@@ -253,13 +264,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_guard_ends_locally_at_its_deadline_exactly() {
-        let guard = LeaseGuard::new(
-            ResourceName::new("settle:m_4471").unwrap(),
-            OwnerId::random(),
-            FencingToken::MIN,
-            Ttl::from_secs(1).unwrap(),
-            TokioClock.now(),
-        );
+        let guard = guard_from(TokioClock.now(), Ttl::from_secs(1).unwrap());
         tokio::time::sleep(Duration::from_millis(989)).await;
         assert!(!guard.has_ended_locally());
         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -1,5 +1,6 @@
 //! A lease item whose acquisition and fencing token take one `UpdateItem`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,7 +38,7 @@ use crate::tokens::{
 /// reported busy.
 #[derive(Clone, Debug)]
 pub struct DynamoLease {
-    tokens: DynamoTokenSource,
+    tokens: Arc<DynamoTokenSource>,
 }
 
 impl DynamoLease {
@@ -45,7 +46,7 @@ impl DynamoLease {
     /// table with [`Self::create_table`]).
     pub fn new(client: Client, table: impl Into<String>) -> Result<Self, InvalidInput> {
         Ok(DynamoLease {
-            tokens: DynamoTokenSource::new(client, table)?,
+            tokens: Arc::new(DynamoTokenSource::new(client, table)?),
         })
     }
 
@@ -53,7 +54,7 @@ impl DynamoLease {
     /// ([`DynamoTokenSource::with_key_attribute`]).
     pub fn with_key_attribute(self, name: impl Into<String>) -> Result<Self, InvalidInput> {
         Ok(DynamoLease {
-            tokens: self.tokens.with_key_attribute(name)?,
+            tokens: Arc::new(Arc::unwrap_or_clone(self.tokens).with_key_attribute(name)?),
         })
     }
 
@@ -148,6 +149,7 @@ impl Lease for DynamoLease {
                 token,
                 ttl,
                 requested_at,
+                self.tokens.clone(),
             ))
         };
         let mut lost = 0;
@@ -253,6 +255,6 @@ impl Lease for DynamoLease {
     }
 
     fn token_source(&self) -> &dyn TokenSource {
-        &self.tokens
+        &*self.tokens
     }
 }

@@ -448,7 +448,7 @@ async fn a_store_built_from_the_same_client_keeps_its_retries_off_too() {
         .await
         .unwrap()
         .unwrap();
-    let fence = Fence::of_guard(&guard, lease.token_source());
+    let fence = guard.fence();
     faults.arm(1);
     let written = fence
         .write(

@@ -1,6 +1,7 @@
 //! The etcd lease: an etcd lease with the TTL, and a lock key bound to it, created only if
 //! absent in the same transaction that issues the fencing token.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,7 +38,7 @@ use crate::tokens::{CONTENDED_ROUNDS, EtcdTokenSource, TokenKey, put_floor, revi
 /// its election timeout (liveness only: the fence is what is safe).
 #[derive(Clone, Debug)]
 pub struct EtcdLease {
-    tokens: EtcdTokenSource,
+    tokens: Arc<EtcdTokenSource>,
 }
 
 impl EtcdLease {
@@ -45,14 +46,14 @@ impl EtcdLease {
     /// `fencing/token/…`).
     pub fn new(client: Client) -> Self {
         EtcdLease {
-            tokens: EtcdTokenSource::new(client),
+            tokens: Arc::new(EtcdTokenSource::new(client)),
         }
     }
 
     /// The same lease under other keys.
     pub fn with_keys(self, keys: EtcdKeys) -> Self {
         EtcdLease {
-            tokens: self.tokens.with_keys(keys),
+            tokens: Arc::new(Arc::unwrap_or_clone(self.tokens).with_keys(keys)),
         }
     }
 
@@ -60,7 +61,7 @@ impl EtcdLease {
     /// ([`EtcdTokenSource::with_request_timeout`]).
     pub fn with_request_timeout(self, limit: Duration) -> Result<Self, InvalidInput> {
         Ok(EtcdLease {
-            tokens: self.tokens.with_request_timeout(limit)?,
+            tokens: Arc::new(Arc::unwrap_or_clone(self.tokens).with_request_timeout(limit)?),
         })
     }
 
@@ -324,6 +325,7 @@ impl Lease for EtcdLease {
                 token,
                 ttl,
                 requested_at,
+                self.tokens.clone(),
             ))),
             other => {
                 self.revoke(lease_id).await;
@@ -395,6 +397,6 @@ impl Lease for EtcdLease {
     }
 
     fn token_source(&self) -> &dyn TokenSource {
-        &self.tokens
+        &*self.tokens
     }
 }

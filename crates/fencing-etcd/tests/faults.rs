@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 use fencing_core::{
-    BoxError, EffectOutcome, Error, Fence, FencedBatch, FencedStore, FencedWrite, FencingToken,
-    Lease, LeaseRenewal, Lifecycle, MemoryStore, Record, RecordKey, ResourceName, SideEffect,
-    TokenSource, Ttl, async_trait,
+    BoxError, EffectOutcome, Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease,
+    LeaseRenewal, Lifecycle, MemoryStore, Record, RecordKey, ResourceName, SideEffect, TokenSource,
+    Ttl, async_trait,
 };
 use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
 use fencing_test_support::services::EtcdCluster;
@@ -237,7 +237,7 @@ async fn a_member_stopped_past_the_ttl_changes_nothing_a_fence_allows() {
     cluster.pause(follower);
 
     let a = acquire_through_failures(&lease, ttl).await;
-    let fence_a = Fence::of_guard(&a, lease.token_source());
+    let fence_a = a.fence();
     fence_a
         .write(&store, &refund, &lifecycle.claim())
         .await
@@ -245,7 +245,7 @@ async fn a_member_stopped_past_the_ttl_changes_nothing_a_fence_allows() {
     tokio::time::sleep(caps().past_expiry()).await;
     let b = acquire_through_failures(&lease, long).await;
     assert!(b.token() > a.token());
-    let fence_b = Fence::of_guard(&b, lease.token_source());
+    let fence_b = b.fence();
     fence_b
         .write(&store, &refund, &lifecycle.claim())
         .await

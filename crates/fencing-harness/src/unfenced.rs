@@ -50,6 +50,7 @@ impl Lease for OneTokenLease {
             return Ok(None);
         };
         let owner = real.owner().clone();
+        let source = real.token_source().clone();
         self.real
             .lock()
             .expect("never poisoned")
@@ -60,6 +61,7 @@ impl Lease for OneTokenLease {
             FencingToken::MIN,
             Ttl::MAX,
             requested_at,
+            source,
         )))
     }
 

@@ -1,6 +1,7 @@
 //! A lease on a table, judged by the database's clock, with its token drawn in the same
 //! statement.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,7 +22,7 @@ use crate::tokens::PgTokenSource;
 /// next token from a [`PgTokenSource`] and records the new holder.
 #[derive(Clone, Debug)]
 pub struct PgLease {
-    tokens: PgTokenSource,
+    tokens: Arc<PgTokenSource>,
     /// The name its errors carry: the lease table's, `postgres:schema.table`.
     store: String,
     table: PgQualifiedName,
@@ -65,7 +66,7 @@ impl PgLease {
             acquire,
             store: table.store_name(),
             table,
-            tokens,
+            tokens: Arc::new(tokens),
         }
     }
 
@@ -161,6 +162,7 @@ impl Lease for PgLease {
                     token,
                     ttl,
                     requested_at,
+                    self.tokens.clone(),
                 )))
             }
             None if free && !drew => Err(Error::TokenExhausted {
@@ -217,6 +219,6 @@ impl Lease for PgLease {
     }
 
     fn token_source(&self) -> &dyn TokenSource {
-        &self.tokens
+        &*self.tokens
     }
 }

@@ -188,7 +188,8 @@ async fn a_pipeline_confirms_each_record_with_the_callers_writes_in_one_transact
     assert!(newer.is_none(), "still held");
     lease.release(batch.guard().clone()).await.unwrap();
     let newer = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
-    Fence::of_guard(&newer, lease.token_source())
+    newer
+        .fence()
         .write(&store, &key(31), &lifecycle.claim())
         .await
         .unwrap();

@@ -24,7 +24,7 @@ use crate::tokens::{LockRequest, RedisTokenSource};
 /// each deployment guarantees.
 #[derive(Clone)]
 pub struct RedisLease<C> {
-    tokens: RedisTokenSource<C>,
+    tokens: Arc<RedisTokenSource<C>>,
 }
 
 impl<C> fmt::Debug for RedisLease<C> {
@@ -50,19 +50,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
     }
 
     fn from_tokens(tokens: RedisTokenSource<C>) -> Self {
-        RedisLease { tokens }
+        RedisLease {
+            tokens: Arc::new(tokens),
+        }
     }
 
     /// The same leases at other keys.
     pub fn with_keys(mut self, keys: RedisKeys) -> Self {
-        self.tokens = self.tokens.with_keys(keys);
+        self.tokens = Arc::new(Arc::unwrap_or_clone(self.tokens).with_keys(keys));
         self
     }
 
     /// The same leases, starting a missing counter above the stores' `floors` (see
     /// [`RedisTokenSource::seeded_from`]).
     pub fn seeded_from(mut self, floors: Vec<Arc<dyn FenceFloor>>) -> Self {
-        self.tokens = self.tokens.seeded_from(floors);
+        self.tokens = Arc::new(Arc::unwrap_or_clone(self.tokens).seeded_from(floors));
         self
     }
 
@@ -113,6 +115,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> 
             token,
             ttl,
             requested_at,
+            self.tokens.clone(),
         )))
     }
 
@@ -157,6 +160,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> 
     }
 
     fn token_source(&self) -> &dyn TokenSource {
-        &self.tokens
+        &*self.tokens
     }
 }

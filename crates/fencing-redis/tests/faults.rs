@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::{
-    Error, Fence, FencingToken, InputKind, Lease, Lifecycle, MemoryStore, MemoryTokenSource,
-    RecordKey, ResourceName, RetryPolicy, TokenSource, Ttl,
+    Error, FencingToken, InputKind, Lease, Lifecycle, MemoryStore, MemoryTokenSource, RecordKey,
+    ResourceName, RetryPolicy, TokenSource, Ttl,
 };
 use fencing_redis::{RedisKeys, RedisLease};
 use fencing_test_support::services::{RedisServer, RestartableServer, TestContainer};
@@ -51,7 +51,7 @@ async fn batch(
         .try_acquire(resource, Ttl::from_secs(30).unwrap())
         .await?
         .expect("the lease is free");
-    let fence = Fence::of_guard(&guard, lease.token_source());
+    let fence = guard.fence();
     for key in keys {
         fence
             .run_effect(store, key, &Lifecycle::default(), gateway)
@@ -141,7 +141,7 @@ async fn a_restart_without_persistence_never_reissues_a_token() {
     // A acquires, claims r_001 and stalls; a second holder A2 acquires nothing yet.
     let lease = RedisLease::new(connect(&server.url()).await, epochs.clone());
     let a = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
-    let fence_a = Fence::of_guard(&a, lease.token_source());
+    let fence_a = a.fence();
     fence_a
         .write(&store, &r1, &lifecycle.claim())
         .await
@@ -151,7 +151,7 @@ async fn a_restart_without_persistence_never_reissues_a_token() {
     let lease = RedisLease::new(connect(&server.url()).await, epochs.clone());
     let b = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     assert!(b.token() > a.token(), "{} after {}", b.token(), a.token());
-    let fence_b = Fence::of_guard(&b, lease.token_source());
+    let fence_b = b.fence();
     fence_b
         .write(&store, &r1, &lifecycle.claim())
         .await

@@ -29,7 +29,7 @@ struct Holder {
 #[derive(Clone, Debug)]
 pub struct MemoryLease {
     clock: Arc<dyn Clock>,
-    tokens: MemoryTokenSource,
+    tokens: Arc<MemoryTokenSource>,
     holders: Arc<Mutex<HashMap<ResourceName, Holder>>>,
 }
 
@@ -43,7 +43,7 @@ impl MemoryLease {
     pub fn with_parts(clock: Arc<dyn Clock>, tokens: MemoryTokenSource) -> Self {
         MemoryLease {
             clock,
-            tokens,
+            tokens: Arc::new(tokens),
             holders: Arc::default(),
         }
     }
@@ -90,6 +90,7 @@ impl Lease for MemoryLease {
                         token,
                         ttl,
                         now,
+                        self.tokens.clone(),
                     )));
                 }
             }
@@ -137,7 +138,7 @@ impl Lease for MemoryLease {
     }
 
     fn token_source(&self) -> &dyn TokenSource {
-        &self.tokens
+        &*self.tokens
     }
 }
 

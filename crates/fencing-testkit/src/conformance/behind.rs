@@ -174,7 +174,7 @@ pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
         )
         .await
         .unwrap();
-    Fence::of_guard(&b, lease.token_source())
+    b.fence()
         .write(&store, &key, &lifecycle.claim())
         .await
         .unwrap();

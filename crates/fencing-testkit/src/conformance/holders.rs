@@ -160,12 +160,12 @@ where
     let k = caps.key("r_815");
     make_pending(store, &k).await;
     let a = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_a = Fence::of_guard(&a, lease.token_source());
+    let fence_a = a.fence();
     fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
 
     tokio::time::sleep(caps.past_expiry()).await;
     let b = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_b = Fence::of_guard(&b, lease.token_source());
+    let fence_b = b.fence();
     let takeover = fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
     assert_eq!(takeover.previous_fence, Some(a.token()));
     assert_eq!(
@@ -206,7 +206,8 @@ pub async fn token_regression_is_detected<L, S>(
     let mut highest = None;
     for _ in 0..5 {
         let guard = must_acquire(lease, &r, caps.short_ttl).await;
-        Fence::of_guard(&guard, lease.token_source())
+        guard
+            .fence()
             .write(store, &k, &FencedWrite::claim())
             .await
             .unwrap();
@@ -220,7 +221,8 @@ pub async fn token_regression_is_detected<L, S>(
         Some(reborn.token()) < highest,
         "the counter must have gone back"
     );
-    let err = Fence::of_guard(&reborn, lease.token_source())
+    let err = reborn
+        .fence()
         .write(store, &k, &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -247,7 +249,7 @@ pub async fn token_regression_is_detected<L, S>(
         "after a detected regression the source must be above {highest:?}, issued {}",
         next.token()
     );
-    Fence::of_guard(&next, lease.token_source())
+    next.fence()
         .write(store, &k, &FencedWrite::claim())
         .await
         .unwrap();
@@ -262,7 +264,8 @@ pub async fn token_regression_is_detected<L, S>(
     );
     let repaired = must_acquire(lease, &r, caps.short_ttl).await;
     assert!(Some(repaired.token()) > floor_found);
-    Fence::of_guard(&repaired, lease.token_source())
+    repaired
+        .fence()
         .write(store, &k, &FencedWrite::claim())
         .await
         .unwrap();
@@ -293,7 +296,7 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
     let k = caps.key("r_1");
     make_pending(store, &k).await;
     let a = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_a = Fence::of_guard(&a, lease.token_source());
+    let fence_a = a.fence();
     fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
 
     lose_counters().await;
@@ -305,7 +308,7 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
         b.token(),
         a.token()
     );
-    let fence_b = Fence::of_guard(&b, lease.token_source());
+    let fence_b = b.fence();
     fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
     let err = fence_a
         .write(store, &k, &lifecycle.confirm())
@@ -363,7 +366,7 @@ pub async fn a_regression_is_one_on_every_write_path<L: Lease + ?Sized>(
     let lifecycle = Lifecycle::default();
     let r = resource("regression-paths");
     let guard = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence = Fence::of_guard(&guard, lease.token_source());
+    let fence = guard.fence();
     let is_regression = |err: &Error| matches!(err, Error::TokenRegression { .. });
 
     let single = fenced_above(&store, 1, &[3], lifecycle.pending()).await;

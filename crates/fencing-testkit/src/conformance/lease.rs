@@ -104,6 +104,7 @@ pub async fn non_owner_cannot_extend_or_release<L: Lease + ?Sized>(lease: &L, ca
         holder.token(),
         caps.short_ttl,
         Instant::now(),
+        holder.token_source().clone(),
     );
     let err = lease.release(forged).await.unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");

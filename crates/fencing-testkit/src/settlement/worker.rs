@@ -66,10 +66,13 @@ async fn run_batch(
     guard: &LeaseGuard,
     pauses: &Mutex<Vec<Pause>>,
 ) -> bool {
-    let source = shared.lease.token_source();
     let fence = match shared.fencing {
-        Fencing::On => Fence::of_guard(guard, source),
-        Fencing::Off => Fence::new(&shared.resource, shared.fencing.token_for(guard), source),
+        Fencing::On => guard.fence(),
+        Fencing::Off => Fence::new(
+            &shared.resource,
+            shared.fencing.token_for(guard),
+            &**guard.token_source(),
+        ),
     };
     let store = ObservedStore { shared, holder };
     let gateway = WorkerGateway {
