@@ -7,20 +7,18 @@
 
 pub use fencing_core::*;
 
-/// Everything a job needs and nothing an adapter author does: `use fencing::prelude::*;`
-/// brings the tokens, names, leases, stores, the fence, the batch, the effect helper and the
-/// errors, and the stores and leases of the enabled adapters. It leaves the names `redis`,
-/// `postgres`, `dynamodb`, `s3`, `etcd` and `object_store` to the crates (and modules) of your own, so `redis::Client`
-/// still means the `redis` crate; `use fencing::*` brings the modules too. What an adapter
-/// author needs is in [`adapter`].
+/// What a job names: `use fencing::prelude::*;` brings the handful of core names a job writes
+/// down (the lease and its guard, the fence, the batch, the store, the effect it implements,
+/// the names and tokens, the errors, the in-memory lease and store), and the stores and leases
+/// of the enabled adapters. Everything else is at the crate root (`fencing::RetryPolicy`,
+/// `fencing::seed_from_floors`, …). It leaves the names `redis`, `postgres`, `dynamodb`,
+/// `s3`, `etcd` and `object_store` to the crates (and modules) of your own, so `redis::Client`
+/// still means the `redis` crate. What an adapter author needs is in [`adapter`].
 pub mod prelude {
     pub use fencing_core::{
-        BoxError, EffectOutcome, EffectStart, Error, Fence, FenceCheck, FenceFloor, FencedBatch,
-        FencedStore, FencedWrite, FencingToken, Finished, FoundFence, InputKind, InvalidInput,
-        Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease, MemoryStore,
-        MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Pipeline, Record, RecordKey,
-        RecordWrites, ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord, State,
-        StoreRef, TokenSource, Ttl, Written, acquire, async_trait, seed_from_floors,
+        BoxError, EffectOutcome, Error, Fence, FencedBatch, FencedStore, FencingToken, Finished,
+        Lease, LeaseGuard, Lifecycle, MemoryLease, MemoryStore, Record, RecordKey, ResourceName,
+        Result, SideEffect, Ttl, async_trait,
     };
 
     #[cfg(feature = "postgres")]

@@ -1,7 +1,7 @@
 //! The subcommands.
 
 use fencing_core::adapter::{ConditionalPutDefect, epoch};
-use fencing_core::{Error, FencedWrite, FencingToken, RecordKey, ResourceName};
+use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, RecordKey, ResourceName};
 use serde_json::json;
 
 use crate::Backend;
@@ -338,81 +338,105 @@ enum Probed {
 
 /// What one store did with the probe's three writes.
 async fn probe_one(opened: &Opened, key: &RecordKey) -> Probed {
-    let store = &opened.store;
-    if let Some(objects) = &opened.objects {
-        match objects.check_conditional_writes().await {
-            Ok(()) => {}
-            Err(e) if ConditionalPutDefect::of(&e).is_some() => {
-                return Probed::Misbehaved(format!("UNSAFE: {e}"));
-            }
-            Err(e) => {
-                return Probed::Failed(format!(
-                    "could not check its conditional writes (not a refusal): {e}"
-                ));
-            }
+    let steps: Result<Probed, Probed> = async {
+        if let Some(objects) = &opened.objects {
+            conditional_writes_checked(objects).await?;
         }
+        let (n, stale, newer) = probe_tokens(&*opened.store, key).await?;
+        three_claims(&*opened.store, key, n, stale, newer).await?;
+        Ok(fence_left(opened, key, newer).await)
     }
-    let current = match store.read(key).await {
-        Ok(current) => current,
-        Err(e) => return Probed::Failed(format!("could not read the probe record: {e}")),
-    };
+    .await;
+    steps.unwrap_or_else(|probed| probed)
+}
+
+/// An object store whose conditional writes are not atomic misbehaves before any write.
+async fn conditional_writes_checked(objects: &ObjectStore) -> Result<(), Probed> {
+    match objects.check_conditional_writes().await {
+        Ok(()) => Ok(()),
+        Err(e) if ConditionalPutDefect::of(&e).is_some() => {
+            Err(Probed::Misbehaved(format!("UNSAFE: {e}")))
+        }
+        Err(e) => Err(Probed::Failed(format!(
+            "could not check its conditional writes (not a refusal): {e}"
+        ))),
+    }
+}
+
+/// The probe's tokens above the record's fence: a claim `n`, a stale one below it, a newer
+/// one above it.
+async fn probe_tokens(
+    store: &dyn FencedStore,
+    key: &RecordKey,
+) -> Result<(FencingToken, FencingToken, FencingToken), Probed> {
+    let current = store
+        .read(key)
+        .await
+        .map_err(|e| Probed::Failed(format!("could not read the probe record: {e}")))?;
     let base = current.and_then(|r| r.fence).map_or(1, FencingToken::get);
-    let (Ok(n), Ok(stale), Ok(newer)) = (
+    match (
         FencingToken::new(base + 1),
         FencingToken::new(base),
         FencingToken::new(base + 2),
-    ) else {
-        return Probed::Failed(format!(
+    ) {
+        (Ok(n), Ok(stale), Ok(newer)) => Ok((n, stale, newer)),
+        _ => Err(Probed::Failed(format!(
             "the probe record's fence {base} leaves no tokens above it: use another --key"
-        ));
-    };
-    let claim = FencedWrite::claim();
-    match store.write(key, n, &claim).await {
-        Ok(_) => {}
-        Err(e) if e.is_rejection() => {
-            return Probed::Misbehaved(format!(
-                "refused a claim with token {n}, above the record's fence: {e}"
-            ));
-        }
-        Err(e) => {
-            return Probed::Failed(format!(
-                "store error on the claim with token {n} (not a refusal): {e}"
-            ));
-        }
+        ))),
     }
+}
+
+/// Claims with `n`, then the `stale` token (which must be refused as fenced), then `newer`.
+async fn three_claims(
+    store: &dyn FencedStore,
+    key: &RecordKey,
+    n: FencingToken,
+    stale: FencingToken,
+    newer: FencingToken,
+) -> Result<(), Probed> {
+    let claim = FencedWrite::claim();
+    let accepted = |token: FencingToken, what: &str, e: Error| {
+        if e.is_rejection() {
+            Probed::Misbehaved(format!("refused a claim with {what} {token}: {e}"))
+        } else {
+            Probed::Failed(format!(
+                "store error on the claim with token {token} (not a refusal): {e}"
+            ))
+        }
+    };
+    store
+        .write(key, n, &claim)
+        .await
+        .map_err(|e| accepted(n, "token", e))?;
     match store.write(key, stale, &claim).await {
         Ok(_) => {
-            return Probed::Misbehaved(format!(
+            return Err(Probed::Misbehaved(format!(
                 "ACCEPTED stale token {stale} after {n}: its writes do not go through the fence \
                  (a column, trigger or statement resets or skips it); do not run jobs on it"
-            ));
+            )));
         }
         Err(Error::Fenced { .. }) => {}
         Err(e) if e.is_rejection() => {
-            return Probed::Misbehaved(format!(
+            return Err(Probed::Misbehaved(format!(
                 "refused stale token {stale}, but not as a fence refusal: {e}"
-            ));
+            )));
         }
         Err(e) => {
-            return Probed::Failed(format!(
+            return Err(Probed::Failed(format!(
                 "store error on the stale token {stale} (not a refusal): {e}"
-            ));
+            )));
         }
     }
-    match store.write(key, newer, &claim).await {
-        Ok(_) => {}
-        Err(e) if e.is_rejection() => {
-            return Probed::Misbehaved(format!(
-                "refused a claim with the newer token {newer}: {e}"
-            ));
-        }
-        Err(e) => {
-            return Probed::Failed(format!(
-                "store error on the newer token {newer} (not a refusal): {e}"
-            ));
-        }
-    }
-    match store.read(key).await {
+    store
+        .write(key, newer, &claim)
+        .await
+        .map_err(|e| accepted(newer, "the newer token", e))?;
+    Ok(())
+}
+
+/// Passed if the record now holds the `newer` fence (an S3 probe object is then deleted).
+async fn fence_left(opened: &Opened, key: &RecordKey, newer: FencingToken) -> Probed {
+    match opened.store.read(key).await {
         Ok(after) => match after.and_then(|r| r.fence) {
             Some(fence) if fence == newer => match &opened.objects {
                 // S3 deletes conditionally: the probe leaves nothing among the prefix's

@@ -5,18 +5,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::adapter::{Clock, RequestEffect, TokioClock, contention_pause};
 use fencing_core::{
-    InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result, TokenSource, Ttl,
+    FencingToken, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
+    TokenSource, Ttl,
 };
 
 use crate::error::DynamoFailure;
 use crate::expression::number;
 use crate::item::{Item, Number};
 use crate::tokens::{
-    AMBIGUOUS_RETRIES, COUNTER_ROUNDS, DynamoTokenSource, EXPIRES, Failed, OWNER, bound, now_ms,
-    refusals,
+    AMBIGUOUS_RETRIES, COUNTER_ROUNDS, Counter, DynamoTokenSource, EXPIRES, Failed, OWNER, bound,
+    now_ms, refusals,
 };
 
 /// Leases in a table of items `{resource, owner, expires_at_ms, token}`, one per resource.
@@ -131,6 +133,40 @@ impl DynamoLease {
             })?;
         Ok((expires > now).then(|| (owner.clone(), expires)))
     }
+
+    /// The `UpdateItem` that takes the lease of `resource` for `owner` with token `to`: the
+    /// counter's compare-and-swap from `expected`, applied only while nobody holds the lease.
+    #[allow(clippy::too_many_arguments)]
+    fn acquisition(
+        &self,
+        resource: &ResourceName,
+        expected: &Counter,
+        to: FencingToken,
+        serving: &str,
+        owner: &OwnerId,
+        ttl: Ttl,
+        now: u64,
+    ) -> UpdateItemFluentBuilder {
+        self.tokens
+            .swap(
+                resource,
+                expected,
+                to,
+                serving,
+                now,
+                Some("#owner = :owner, #expires = :expires"),
+                Some(
+                    "attribute_not_exists(#owner) OR (attribute_type(#expires, :type_n) \
+                     AND #expires <= :now)",
+                ),
+            )
+            .expression_attribute_values(":type_n", AttributeValue::S("N".into()))
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_names("#expires", EXPIRES)
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+            .expression_attribute_values(":expires", number(now + ttl.as_millis()))
+            .expression_attribute_values(":now", number(now))
+    }
 }
 
 #[async_trait]
@@ -170,25 +206,7 @@ impl Lease for DynamoLease {
                 }
             };
             let sent = self
-                .tokens
-                .swap(
-                    resource,
-                    &expected,
-                    to,
-                    &serving,
-                    now,
-                    Some("#owner = :owner, #expires = :expires"),
-                    Some(
-                        "attribute_not_exists(#owner) OR (attribute_type(#expires, :type_n) \
-                         AND #expires <= :now)",
-                    ),
-                )
-                .expression_attribute_values(":type_n", AttributeValue::S("N".into()))
-                .expression_attribute_names("#owner", OWNER)
-                .expression_attribute_names("#expires", EXPIRES)
-                .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
-                .expression_attribute_values(":expires", number(now + ttl.as_millis()))
-                .expression_attribute_values(":now", number(now))
+                .acquisition(resource, &expected, to, &serving, &owner, ttl, now)
                 .send()
                 .await;
             let err = match sent {

@@ -461,9 +461,12 @@ impl Auditor<'_> {
         }
     }
 
-    async fn receipts(&mut self) -> Result<(), AuditError> {
-        let bucket = self.names.receipts_bucket();
-        // Newest first within a key, as S3 lists versions.
+    /// Every version of every receipt in the bucket, newest first within a key (as S3 lists
+    /// them).
+    async fn receipt_versions(
+        &self,
+        bucket: &str,
+    ) -> Result<BTreeMap<String, Vec<String>>, AuditError> {
         let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let (mut key_marker, mut version_marker) = (None, None);
         loop {
@@ -471,7 +474,7 @@ impl Auditor<'_> {
                 .clients
                 .s3
                 .list_object_versions()
-                .bucket(&bucket)
+                .bucket(bucket)
                 .set_key_marker(key_marker.take())
                 .set_version_id_marker(version_marker.take())
                 .send()
@@ -485,11 +488,16 @@ impl Auditor<'_> {
                 }
             }
             if page.is_truncated() != Some(true) {
-                break;
+                return Ok(versions);
             }
             key_marker = page.next_key_marker().map(str::to_owned);
             version_marker = page.next_version_id_marker().map(str::to_owned);
         }
+    }
+
+    async fn receipts(&mut self) -> Result<(), AuditError> {
+        let bucket = self.names.receipts_bucket();
+        let mut versions = self.receipt_versions(&bucket).await?;
         for key in &self.expected.clone() {
             let Some(ids) = versions.remove(key) else {
                 self.report.violation(Check::Receipt, Some(key), "missing");

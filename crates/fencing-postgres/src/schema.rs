@@ -58,6 +58,41 @@ pub(crate) enum Unfit {
     Schema(PgFailure),
 }
 
+/// `table` does not exist; `differ_in_case` are the tables whose names differ only in case.
+fn missing_table(table: &PgTable, differ_in_case: &[String]) -> Unfit {
+    let name = table.name();
+    // Never suggest creating a table when one differing in case exists: that would make a
+    // second table beside the one the team's other code writes.
+    let hint = if differ_in_case.is_empty() {
+        " (PgTable::create_if_missing creates it)".to_owned()
+    } else {
+        format!(
+            ", but {} does, differing only in case: name the table exactly as it was created \
+             (Postgres folds names written without quotes to lower case, so a table created as \
+             {} is named {})",
+            differ_in_case.join(" and "),
+            name.to_string().replace('"', ""),
+            name.folded().unwrap_or_else(|| name.clone()),
+        )
+    };
+    Unfit::Schema(PgFailure::Schema(format!(
+        "table {name} does not exist{hint}"
+    )))
+}
+
+/// No primary key or unique index covers `table`'s key column alone.
+fn key_not_unique(table: &PgTable) -> Unfit {
+    let (name, key) = (table.name(), table.key_column());
+    Unfit::Input(InvalidInput::new(
+        InputKind::Identifier,
+        format!(
+            "key column {key} of {name} is not unique: no primary key or unique index covers it \
+             alone, so one record's write could change several rows. Add one: CREATE UNIQUE \
+             INDEX ON {name} ({key})"
+        ),
+    ))
+}
+
 impl Schema {
     /// Checks `table` against the answer to [`INSPECT`].
     pub(crate) fn from_row(table: &PgTable, row: &PgRow) -> Result<Schema, Unfit> {
@@ -76,23 +111,7 @@ impl Schema {
             decode().map_err(|e| Unfit::Schema(e.into()))?;
         let name = table.name();
         if !exists {
-            // Never suggest creating a table when one differing in case exists: that would make
-            // a second table beside the one the team's other code writes.
-            let hint = if differ_in_case.is_empty() {
-                " (PgTable::create_if_missing creates it)".to_owned()
-            } else {
-                format!(
-                    ", but {} does, differing only in case: name the table exactly as it was \
-                     created (Postgres folds names written without quotes to lower case, so a \
-                     table created as {} is named {})",
-                    differ_in_case.join(" and "),
-                    name.to_string().replace('"', ""),
-                    name.folded().unwrap_or_else(|| name.clone()),
-                )
-            };
-            return Err(Unfit::Schema(PgFailure::Schema(format!(
-                "table {name} does not exist{hint}"
-            ))));
+            return Err(missing_table(table, &differ_in_case));
         }
         let oid_of: HashMap<&str, i64> = names.iter().map(String::as_str).zip(oids).collect();
         let column = |role: &str, column: &PgIdent, fix: &str| -> Result<i64, Unfit> {
@@ -148,15 +167,7 @@ impl Schema {
             return Err(wrong_type("payload", payload, "bytea"));
         }
         if !key_unique {
-            let key = table.key_column();
-            return Err(Unfit::Input(InvalidInput::new(
-                InputKind::Identifier,
-                format!(
-                    "key column {key} of {name} is not unique: no primary key or unique index \
-                     covers it alone, so one record's write could change several rows. Add one: \
-                     CREATE UNIQUE INDEX ON {name} ({key})"
-                ),
-            )));
+            return Err(key_not_unique(table));
         }
         Ok(Schema {
             key_type,

@@ -381,46 +381,8 @@ impl PgStore {
             let mut tx = Connection::begin(conn)
                 .await
                 .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-            let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
-            let rows = self
-                .query(schema.statements.lock_many())
-                .bind(&texts)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
-            let mut current = HashMap::with_capacity(rows.len());
-            for row in &rows {
-                let decoded = || -> Result<(String, Record), PgFailure> {
-                    let text: String = row.try_get(0)?;
-                    let key = RecordKey::new(text.clone())
-                        .map_err(|e| PgFailure::Corrupt(format!("stored key {text:?}: {e}")))?;
-                    let fence = fence_from_db(row.try_get(1)?)?;
-                    Ok((
-                        text,
-                        record_from(&key, fence, row.try_get(2), row.try_get(3))?,
-                    ))
-                };
-                let (text, record) =
-                    decoded().map_err(|e| self.failed(e, RequestEffect::ReadOnly))?;
-                current.insert(text, record);
-            }
-            let mut written = Vec::new();
-            let mut skipped = Vec::new();
-            for key in keys {
-                let record = current.get(key.as_str());
-                match (fenced.decide(&self.name, key, token, record), record) {
-                    (Ok(()), Some(record)) => written.push(Written::new(
-                        Some(record),
-                        fenced.apply(key, token, Some(record)),
-                    )),
-                    (Ok(()), None) => skipped.push(Error::NotFound {
-                        store: self.name.to_string(),
-                        record: key.clone(),
-                    }),
-                    (Err(err @ Error::Fenced { .. }), _) => return Err(err),
-                    (Err(err), _) => skipped.push(err),
-                }
-            }
+            let current = self.lock_records(&mut tx, schema, keys).await?;
+            let (written, skipped) = self.decide_together(fenced, token, keys, &current)?;
             if !written.is_empty() {
                 let texts: Vec<&str> = written.iter().map(|w| w.record.key.as_str()).collect();
                 let changed = self
@@ -447,6 +409,66 @@ impl PgStore {
             Ok(PgWrittenTogether { written, skipped })
         })
         .await
+    }
+
+    /// Locks the rows of `keys` (in key order, so two batches cannot deadlock) and reads the
+    /// records they hold, by key.
+    async fn lock_records(
+        &self,
+        conn: &mut PgConnection,
+        schema: &Schema,
+        keys: &[RecordKey],
+    ) -> Result<HashMap<String, Record>> {
+        let texts: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        let rows = self
+            .query(schema.statements.lock_many())
+            .bind(&texts)
+            .fetch_all(conn)
+            .await
+            .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
+        let decoded = |row: &PgRow| -> Result<(String, Record), PgFailure> {
+            let text: String = row.try_get(0)?;
+            let key = RecordKey::new(text.clone())
+                .map_err(|e| PgFailure::Corrupt(format!("stored key {text:?}: {e}")))?;
+            let fence = fence_from_db(row.try_get(1)?)?;
+            Ok((
+                text,
+                record_from(&key, fence, row.try_get(2), row.try_get(3))?,
+            ))
+        };
+        rows.iter()
+            .map(|row| decoded(row).map_err(|e| self.failed(e, RequestEffect::ReadOnly)))
+            .collect()
+    }
+
+    /// What `write` under `token` does to each of `keys`, given the locked `current` records:
+    /// the writes it makes, and the records it skips with why. A fence refusal refuses the
+    /// whole call.
+    fn decide_together(
+        &self,
+        write: &FencedWrite,
+        token: FencingToken,
+        keys: &[RecordKey],
+        current: &HashMap<String, Record>,
+    ) -> Result<(Vec<Written>, Vec<Error>)> {
+        let mut written = Vec::new();
+        let mut skipped = Vec::new();
+        for key in keys {
+            let record = current.get(key.as_str());
+            match (write.decide(&self.name, key, token, record), record) {
+                (Ok(()), Some(record)) => written.push(Written::new(
+                    Some(record),
+                    write.apply(key, token, Some(record)),
+                )),
+                (Ok(()), None) => skipped.push(Error::NotFound {
+                    store: self.name.to_string(),
+                    record: key.clone(),
+                }),
+                (Err(err @ Error::Fenced { .. }), _) => return Err(err),
+                (Err(err), _) => skipped.push(err),
+            }
+        }
+        Ok((written, skipped))
     }
 
     /// [`Self::write_together_on`] on the store's pool. (This was `PgStore::write_many`

@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing::prelude::*;
+use fencing::{
+    FencedWrite, LeaseRenewal, MismatchPolicy, RecordWrites, RetryPolicy, State, Written,
+};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 /// The team's schema, as it was before fencing, in `schema` (the ledger in `"Billing"`-like
@@ -255,6 +258,32 @@ pub(crate) fn resource(merchant: &str) -> Result<ResourceName> {
     Ok(ResourceName::new(format!("payouts:{merchant}"))?)
 }
 
+/// The amount of each payout of `merchant` not yet paid, by payout id: a plain read, which
+/// claims nothing.
+async fn unpaid_amounts(
+    pool: &PgPool,
+    schema: &str,
+    merchant: &str,
+    payouts: &PgStore,
+) -> Result<HashMap<RecordKey, i64>> {
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT id::text, amount_cents FROM \"{schema}\".payouts \
+         WHERE merchant = $1 AND status <> 'paid' ORDER BY created_at, id"
+    )))
+    .bind(merchant)
+    .fetch_all(pool)
+    .await
+    .map_err(|e| payouts.sql_failure(e))?;
+    let mut amounts = HashMap::new();
+    for row in &rows {
+        amounts.insert(
+            RecordKey::new(row.get::<String, _>(0))?,
+            row.get::<i64, _>(1),
+        );
+    }
+    Ok(amounts)
+}
+
 /// One run of the payout worker for `merchant`: acquire the lease, claim every queued (or
 /// stuck) payout in one statement, and for each, call the gateway by payout id, post its
 /// ledger entry (by `ledger`) and confirm it. Every write carries the lease's token, so a run
@@ -291,21 +320,7 @@ pub(crate) async fn run(
             let lifecycle = lifecycle();
             // A plain read lists the candidates; the claim, fenced and conditional on the state,
             // decides which are this run's (a payout cancelled meanwhile is skipped there).
-            let rows = sqlx::query(AssertSqlSafe(format!(
-                "SELECT id::text, amount_cents FROM \"{schema}\".payouts \
-             WHERE merchant = $1 AND status <> 'paid' ORDER BY created_at, id"
-            )))
-            .bind(merchant)
-            .fetch_all(pool)
-            .await
-            .map_err(|e| payouts.sql_failure(e))?;
-            let mut amounts = HashMap::new();
-            for row in &rows {
-                amounts.insert(
-                    RecordKey::new(row.get::<String, _>(0))?,
-                    row.get::<i64, _>(1),
-                );
-            }
+            let amounts = unpaid_amounts(pool, schema, merchant, &payouts).await?;
             let keys: Vec<RecordKey> = amounts.keys().cloned().collect();
             let claimed = batch
                 .run_fenced(&payouts, async |fence| {

@@ -17,6 +17,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing::postgres::{PgQualifiedName, PgTokenSource};
 use fencing::prelude::*;
+use fencing::{FencedWrite, FoundFence};
 use fencing_test_support::{aws, services};
 use fencing_testkit::unique_name;
 use sqlx::AssertSqlSafe;

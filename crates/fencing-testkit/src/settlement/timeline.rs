@@ -133,13 +133,48 @@ fn render_run(worker: &str, run: &Run) -> String {
 
 /// A label (for counting repeats) and the sentence, or `None` for routine events not shown.
 fn describe(what: &What) -> Option<(&'static str, String)> {
+    Some(match what {
+        What::Accepted { .. } | What::Refused { .. } => return describe_write(what),
+        What::Called { key, result } => return describe_call(key, result),
+        What::Acquired { token } => ("acquires", format!("acquires the lease, token {token}")),
+        What::Busy => ("gives up", "gives up: the lease stays busy".into()),
+        What::Sent { .. }
+        | What::Recovered { .. }
+        | What::Skipped { .. }
+        | What::Released { .. } => return None,
+        What::Paused { key, length } => (
+            "stalls",
+            format!(
+                "stalls before the gateway call for {key} ({} s)",
+                length.as_secs_f64()
+            ),
+        ),
+        What::Resumed { key } => (
+            "wakes",
+            format!("wakes up believing it still holds the lease; calls the gateway for {key}"),
+        ),
+        What::LookedUp { key, found } => (
+            "asks the gateway",
+            format!(
+                "asks the gateway whether {key} was refunded: {}",
+                if *found { "yes" } else { "no" }
+            ),
+        ),
+        What::Aborted { key, .. } => (
+            "abandons",
+            format!("abandons the batch at {key}, claiming nothing further"),
+        ),
+        What::Finished => ("finishes", "finishes the batch".into()),
+    })
+}
+
+/// The fenced writes worth a line: a stale write accepted, a take-over, a refusal.
+fn describe_write(what: &What) -> Option<(&'static str, String)> {
     let check_name = |check: &FenceCheck| match check {
         FenceCheck::Claim => "claim",
         FenceCheck::HolderOnly => "confirm",
     };
     Some(match what {
-        What::Acquired { token } => ("acquires", format!("acquires the lease, token {token}")),
-        What::Busy => ("gives up", "gives up: the lease stays busy".into()),
         What::Accepted {
             key,
             check,
@@ -162,11 +197,6 @@ fn describe(what: &What) -> Option<(&'static str, String)> {
             "takes over",
             format!("claims {key} with token {token}, taking it over from a holder in flight"),
         ),
-        What::Accepted { .. }
-        | What::Sent { .. }
-        | What::Recovered { .. }
-        | What::Skipped { .. }
-        | What::Released { .. } => return None,
         What::Refused {
             key,
             check,
@@ -180,49 +210,24 @@ fn describe(what: &What) -> Option<(&'static str, String)> {
                 check_name(check)
             ),
         ),
-        What::Paused { key, length } => (
-            "stalls",
-            format!(
-                "stalls before the gateway call for {key} ({} s)",
-                length.as_secs_f64()
-            ),
-        ),
-        What::Resumed { key } => (
-            "wakes",
-            format!("wakes up believing it still holds the lease; calls the gateway for {key}"),
-        ),
-        What::LookedUp { key, found } => (
-            "asks the gateway",
-            format!(
-                "asks the gateway whether {key} was refunded: {}",
-                if *found { "yes" } else { "no" }
-            ),
-        ),
-        What::Called {
-            result: CallResult::Created,
-            ..
-        } => return None,
-        What::Called {
-            key,
-            result: CallResult::ReturnedExisting,
-        } => (
+        _ => return None,
+    })
+}
+
+/// The gateway calls worth a line: a refund returned by its idempotency key, or paid twice.
+fn describe_call(key: &RecordKey, result: &CallResult) -> Option<(&'static str, String)> {
+    Some(match result {
+        CallResult::Created => return None,
+        CallResult::ReturnedExisting => (
             "gateway returns existing",
             format!(
                 "gets the refund already made for {key} back from the gateway (idempotency key)"
             ),
         ),
-        What::Called {
-            key,
-            result: CallResult::PaidTwice,
-        } => (
+        CallResult::PaidTwice => (
             "pays twice",
             format!("makes the gateway PAY {key} A SECOND TIME"),
         ),
-        What::Aborted { key, .. } => (
-            "abandons",
-            format!("abandons the batch at {key}, claiming nothing further"),
-        ),
-        What::Finished => ("finishes", "finishes the batch".into()),
     })
 }
 

@@ -68,6 +68,14 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
         })
         .filter(|(p, t)| *p != Protection::HistoryCheckOff || t.runs > 0)
         .collect();
+    let mut out = totals_table(&groups);
+    out.push_str(&breakdown_tables(&groups));
+    out.push_str(&failover_timings(results));
+    out
+}
+
+/// One line per protection: runs, refunds, leases, violations, incidents, wall time.
+fn totals_table(groups: &[(Protection, Totals)]) -> String {
     let mut out = String::new();
     let kinds: Vec<&str> = LeaseKind::ALL.iter().map(|k| k.name()).collect();
     let _ = writeln!(
@@ -76,7 +84,7 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
         kinds.join("/")
     );
     let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
-    for (protection, t) in &groups {
+    for (protection, t) in groups {
         if t.runs == 0 {
             continue;
         }
@@ -103,6 +111,13 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
             minutes(t.wall)
         );
     }
+    out
+}
+
+/// Per protection, the runs and injections of each fault kind, and the violations of each
+/// audit check.
+fn breakdown_tables(groups: &[(Protection, Totals)]) -> String {
+    let mut out = String::new();
     let _ = writeln!(out);
     let columns = |what: &str| -> String {
         groups
@@ -136,7 +151,6 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
             .collect();
         let _ = writeln!(out, "| {} |{cells}", check.name());
     }
-    out.push_str(&failover_timings(results));
     out
 }
 

@@ -1,7 +1,7 @@
-//! Not a scenario but the workspace's shape: in no crate does a module import, through a
-//! chain of others, a module that imports it. A module reaching up to an ancestor (a `mod.rs`
-//! is its folder's front) or down to its own children is not a circle; two modules that
-//! need each other are, and should become one, or give the shared part a module of its own.
+//! In no crate does a module import, through a chain of others, a module that imports it. A
+//! module reaching up to an ancestor (a `mod.rs` is its folder's front) or down to its own
+//! children is not a circle; two modules that need each other are, and should become one, or
+//! give the shared part a module of its own.
 //!
 //! Edges are the `crate::…` and `super::…` paths in a module's code (not its comments, not its
 //! unit tests), each resolved to the deepest module file it names.
@@ -10,27 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every `src` folder of the workspace's crates.
-fn source_roots() -> Vec<PathBuf> {
-    let mut roots = vec![workspace().join("src")];
-    for folder in ["crates", "examples"] {
-        let Ok(entries) = fs::read_dir(workspace().join(folder)) else {
-            continue;
-        };
-        for entry in entries {
-            let src = entry.unwrap().path().join("src");
-            if src.is_dir() {
-                roots.push(src);
-            }
-        }
-    }
-    roots.sort();
-    roots
-}
+use crate::sources::{before_unit_tests, rust_files, source_roots};
 
 /// A module by its path inside its crate (`["programs", "campaign", "run"]`).
 type ModulePath = Vec<String>;
@@ -38,41 +18,29 @@ type ModulePath = Vec<String>;
 /// Every module file under `src`, by module path (`lib.rs`/`main.rs` is the empty path).
 fn modules(src: &Path) -> BTreeMap<ModulePath, PathBuf> {
     let mut found = BTreeMap::new();
-    let mut folders = vec![src.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        for entry in fs::read_dir(&folder).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                folders.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let relative = path.strip_prefix(src).unwrap().with_extension("");
-            let mut module: ModulePath = relative
-                .iter()
-                .map(|part| part.to_string_lossy().into_owned())
-                .collect();
-            if matches!(
-                module.last().map(String::as_str),
-                Some("mod" | "lib" | "main")
-            ) {
-                module.pop();
-            }
-            // A binary's own tree (src/bin/x.rs, src/programs/...) is keyed the same way:
-            // each is its own crate root, but the files are distinct, so keys stay distinct.
-            found.insert(module, path);
+    for path in rust_files(src) {
+        let relative = path.strip_prefix(src).unwrap().with_extension("");
+        let mut module: ModulePath = relative
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect();
+        if matches!(
+            module.last().map(String::as_str),
+            Some("mod" | "lib" | "main")
+        ) {
+            module.pop();
         }
+        // A binary's own tree (src/bin/x.rs, src/programs/...) is keyed the same way:
+        // each is its own crate root, but the files are distinct, so keys stay distinct.
+        found.insert(module, path);
     }
     found
 }
 
 /// The code of `file` before its unit tests, without comments.
 fn code(file: &Path) -> Vec<String> {
-    let text = fs::read_to_string(file).unwrap();
-    let code = text.split("#[cfg(test)]").next().unwrap();
-    code.lines()
+    before_unit_tests(file)
+        .lines()
         .map(str::trim_start)
         .filter(|line| !line.starts_with("//"))
         .map(|line| line.split("//").next().unwrap().to_owned())
