@@ -11,7 +11,8 @@
 //! cargo run --example settlement -- --timeline run.svg   # and a picture of the run
 //! ```
 
-use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig};
+use fencing_testkit::Fencing;
+use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, SettlementReport};
 use fencing_timeline::Picture;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
@@ -21,10 +22,46 @@ use tracing_subscriber::util::SubscriberInitExt;
 fn euros(cents: u64) -> String {
     settlement::euros(i64::try_from(cents).expect("a settlement's amount fits in i64"))
 }
-use fencing_testkit::Fencing;
+
+/// What the command line asked for.
+struct Options {
+    fencing: Fencing,
+    gateway: GatewayMode,
+    concurrency: usize,
+    picture_file: Option<String>,
+}
 
 fn main() {
-    // The library's events (docs/operating.md), on stderr: RUST_LOG=fencing=info or =debug.
+    log_library_events();
+    let Some(options) = options() else {
+        return;
+    };
+    let config = SettlementConfig::worked_example(options.fencing, options.gateway)
+        .with_concurrency(options.concurrency);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a tokio runtime");
+    let report = runtime.block_on(settlement::run(&config));
+    if let Some(file) = &options.picture_file {
+        let drawn = Picture::draw(&fencing_timeline::settlement(&config, &report))
+            .map_err(|e| e.to_string())
+            .and_then(|picture| picture.save(file).map_err(|e| e.to_string()));
+        if let Err(err) = drawn {
+            eprintln!("cannot write the run's picture to {file}: {err}");
+            std::process::exit(1);
+        }
+    }
+    print_setting(&config, &options);
+    for line in report.timeline() {
+        println!("{line}");
+    }
+    print_tally(&report);
+}
+
+/// The library's events (docs/operating.md), on stderr: RUST_LOG=fencing=info or =debug.
+fn log_library_events() {
     if let Ok(directives) = std::env::var("RUST_LOG") {
         let targets: Targets = directives.parse().unwrap_or_else(|e| {
             eprintln!("RUST_LOG={directives:?} is not a list of TARGET=LEVEL: {e}");
@@ -36,17 +73,23 @@ fn main() {
             .with(targets)
             .init();
     }
-    let mut fencing = Fencing::On;
-    let mut gateway = GatewayMode::Idempotent;
-    let mut concurrency = 1;
-    let mut picture_file = None;
+}
+
+/// The options on the command line; `None` after printing the usage. A bad argument exits 2.
+fn options() -> Option<Options> {
+    let mut options = Options {
+        fencing: Fencing::On,
+        gateway: GatewayMode::Idempotent,
+        concurrency: 1,
+        picture_file: None,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--no-fence" => fencing = Fencing::Off,
-            "--gateway-ignores-keys" => gateway = GatewayMode::IgnoresKeys,
+            "--no-fence" => options.fencing = Fencing::Off,
+            "--gateway-ignores-keys" => options.gateway = GatewayMode::IgnoresKeys,
             "--concurrency" => {
-                concurrency = match args.next().map(|n| n.parse::<usize>()) {
+                options.concurrency = match args.next().map(|n| n.parse::<usize>()) {
                     Some(Ok(n)) if n >= 1 => n,
                     _ => {
                         eprintln!("--concurrency takes a whole number of at least 1");
@@ -55,7 +98,7 @@ fn main() {
                 }
             }
             "--timeline" => match args.next() {
-                Some(file) if !file.starts_with("--") => picture_file = Some(file),
+                Some(file) if !file.starts_with("--") => options.picture_file = Some(file),
                 _ => {
                     eprintln!("--timeline takes the file to write the run's picture (SVG) to");
                     std::process::exit(2);
@@ -65,7 +108,7 @@ fn main() {
                 println!(
                     "usage: settlement [--no-fence] [--gateway-ignores-keys] [--concurrency N] [--timeline FILE.svg]"
                 );
-                return;
+                return None;
             }
             other => {
                 eprintln!("unknown argument {other:?}; try --help");
@@ -73,24 +116,11 @@ fn main() {
             }
         }
     }
+    Some(options)
+}
 
-    let config = SettlementConfig::worked_example(fencing, gateway).with_concurrency(concurrency);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a tokio runtime");
-    let report = runtime.block_on(settlement::run(&config));
-    if let Some(file) = &picture_file {
-        let drawn = Picture::draw(&fencing_timeline::settlement(&config, &report))
-            .map_err(|e| e.to_string())
-            .and_then(|picture| picture.save(file).map_err(|e| e.to_string()));
-        if let Err(err) = drawn {
-            eprintln!("cannot write the run's picture to {file}: {err}");
-            std::process::exit(1);
-        }
-    }
-
+/// The settlement, the lease and what the run was set to do.
+fn print_setting(config: &SettlementConfig, options: &Options) {
     println!(
         "Settlement of merchant {} — {} refunds of {}, lease lock:{} with TTL {} s",
         config.merchant,
@@ -101,26 +131,26 @@ fn main() {
     );
     println!(
         "refunds in flight per worker: {}",
-        match concurrency {
+        match options.concurrency {
             1 => "1 (one by one)".to_owned(),
             n => format!("{n} (pipelined)"),
         }
     );
     println!(
         "fences: {}, gateway: {}\n",
-        match fencing {
+        match options.fencing {
             Fencing::On => "on (each write presents its holder's token)",
             Fencing::Off => "OFF (every write presents the same token)",
         },
-        match gateway {
+        match options.gateway {
             GatewayMode::Idempotent => "idempotent on the refund id",
             GatewayMode::IgnoresKeys => "IGNORES idempotency keys",
         }
     );
-    for line in report.timeline() {
-        println!("{line}");
-    }
+}
 
+/// The audit's tally, and whether any guarantee was broken.
+fn print_tally(report: &SettlementReport) {
     let a = &report.audit;
     println!("\nTally");
     println!("  refunds recorded as sent          {:>6}", a.rows_sent);

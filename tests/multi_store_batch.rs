@@ -95,7 +95,10 @@ async fn a_refusal_in_one_store_aborts_the_batch_in_every_store() {
     );
 
     let err = a.finish().await.unwrap_err();
-    assert!(matches!(err, Error::BatchAborted { .. }));
+    assert!(
+        matches!(&err, Error::BatchAborted { cause, .. } if matches!(**cause, Error::Fenced { .. })),
+        "the abort keeps the refusal that caused it: {err:?}"
+    );
     assert!(
         setup
             .lease
@@ -344,7 +347,7 @@ async fn a_batch_that_outlived_its_ttl_without_a_newer_holder_finishes_late_not_
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(31)).await;
-    assert_eq!(batch.finish().await.unwrap(), Finished::LeaseAlreadyExpired);
+    assert_eq!(batch.finish().await.unwrap(), Finished::LeaseLost);
 }
 
 #[tokio::test(start_paused = true)]
@@ -580,4 +583,44 @@ fn a_batch_dropped_as_its_runtime_shuts_down_keeps_the_lease_a_scope_does_not() 
     assert!(scoped.is_err());
     let free = runtime().block_on(async { lease.try_acquire(&resource, ttl).await.unwrap() });
     assert!(free.is_some(), "scoped released on the early return");
+}
+
+/// A batch aborted by a counter that went backwards says so when it finishes: its abort
+/// carries the regression, which a newer holder's refusal would not be.
+#[tokio::test(start_paused = true)]
+async fn an_abort_by_a_token_regression_is_told_from_a_newer_holder() {
+    let setup = Setup::new();
+    let above = fencing::FencingToken::new(1_000).unwrap();
+    setup
+        .ledger
+        .write(&key("m_4471"), above, &FencedWrite::claim())
+        .await
+        .unwrap();
+    let batch = setup.batch().await;
+    let err = batch
+        .write("ledger", &key("m_4471"), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
+    let err = batch
+        .write("refunds", &key("r_815"), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::BatchAborted { cause, .. } if matches!(**cause, Error::TokenRegression { .. })),
+        "{err:?}"
+    );
+    let err = batch.finish().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::BatchAborted { store, cause, .. }
+            if store == "ledger" && matches!(**cause, Error::TokenRegression { found, .. } if found == above)),
+        "{err:?}"
+    );
+    let source = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(
+        source
+            .as_deref()
+            .is_some_and(|text| text.contains("token regression")),
+        "the regression is the abort's source: {source:?}"
+    );
 }

@@ -1,48 +1,12 @@
 //! No function outside tests is longer than [`LIMIT`] lines: a longer one is a script to be
 //! cut into named steps. Functions are found in rustfmt's layout: a line that starts an item
 //! `fn` and the first later line that closes it at the same indentation.
-//!
-//! The functions that were longer when this check came are listed in [`NOT_YET_CUT`]; the list
-//! only shrinks: a function not on it that grows past the limit fails, and so does one on it
-//! that was cut (take it off the list).
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::sources::{before_unit_tests, rust_files, workspace};
 
 const LIMIT: usize = 80;
-
-/// `(file, function)` still longer than the limit, each to be cut.
-const NOT_YET_CUT: &[(&str, &str)] = &[
-    ("crates/fencing-harness/src/programs/campaign/run.rs", "run"),
-    (
-        "crates/fencing-harness/src/programs/campaign/report.rs",
-        "document",
-    ),
-    (
-        "crates/fencing-harness/src/programs/campaign/mod.rs",
-        "main",
-    ),
-    (
-        "crates/fencing-harness/src/programs/campaign/soak.rs",
-        "report",
-    ),
-    ("crates/fencing-harness/src/programs/worker/mod.rs", "main"),
-    ("crates/fencing-core/src/pipeline.rs", "settle"),
-    ("examples/settlement.rs", "main"),
-    ("crates/fencing-dynamodb/src/expression.rs", "of"),
-    (
-        "crates/fencing-testkit/src/conformance/store.rs",
-        "many_writes_answer_as_single_writes",
-    ),
-    ("crates/fencing-postgres/src/schema.rs", "from_row"),
-    ("crates/fencing-postgres/benches/postgres.rs", "run"),
-    ("crates/fencing-redis/benches/redis.rs", "main"),
-    ("crates/fencing-timeline/src/settlement.rs", "settlement"),
-    ("crates/fencing-model/src/lib.rs", "next_state"),
-    ("crates/fencing-model/src/lib.rs", "write"),
-];
 
 /// Every file of code that is not a test: each crate's `src` and `benches`, and the examples
 /// (not their `tests`).
@@ -122,24 +86,12 @@ fn relative(file: &Path) -> String {
 
 #[test]
 fn no_function_outside_tests_is_longer_than_the_limit() {
-    let mut too_long = BTreeSet::new();
     let mut report = Vec::new();
     for file in code_files() {
         for (name, lines) in function_lengths(&before_unit_tests(&file)) {
             if lines > LIMIT {
-                let at = (relative(&file), name);
-                if !NOT_YET_CUT.contains(&(at.0.as_str(), at.1.as_str())) {
-                    report.push(format!("{}: fn {} is {lines} lines", at.0, at.1));
-                }
-                too_long.insert(at);
+                report.push(format!("{}: fn {name} is {lines} lines", relative(&file)));
             }
-        }
-    }
-    for (file, name) in NOT_YET_CUT {
-        if !too_long.contains(&(file.to_string(), name.to_string())) {
-            report.push(format!(
-                "{file}: fn {name} is no longer over {LIMIT} lines: take it off NOT_YET_CUT"
-            ));
         }
     }
     assert!(report.is_empty(), "{}", report.join("\n"));

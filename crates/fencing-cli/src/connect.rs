@@ -224,7 +224,7 @@ impl Settings {
                 let key = if lease {
                     keys.lock_key(resource)?
                 } else {
-                    keys.counter_key(resource)?
+                    keys.token_key(resource)?
                 };
                 format!("Redis key {key}")
             }

@@ -322,7 +322,7 @@ async fn lease_status_names_the_holder_of_every_kind_of_lease() {
     let dynamo_table = unique_name("leases");
     let dynamo_lease =
         fencing_dynamodb::DynamoLease::new(aws_dynamodb(), dynamo_table.clone()).unwrap();
-    dynamo_lease.create_table().await.unwrap();
+    dynamo_lease.create_if_missing().await.unwrap();
     let etcd_run = unique_name("cli");
     let etcd_keys =
         fencing_etcd::EtcdKeys::new(format!("{etcd_run}/lock/"), format!("{etcd_run}/token/"))
@@ -500,7 +500,7 @@ async fn probe_passes_fenced_stores_and_names_one_without_a_fence_or_that_skips_
         ))
         .await;
     let dynamo = fencing_dynamodb::DynamoTable::new(unique_name("probe")).unwrap();
-    dynamo.create(&aws_dynamodb()).await.unwrap();
+    dynamo.create_if_missing(&aws_dynamodb()).await.unwrap();
     let bucket = unique_name("probe");
     aws_s3()
         .create_bucket()
@@ -867,7 +867,7 @@ async fn probe_and_seed_take_a_sort_key_and_json_receipts() {
         .unwrap()
         .with_sort_key("payout_id", fencing_dynamodb::DynamoKeyType::String)
         .unwrap();
-    table.create(&aws_dynamodb()).await.unwrap();
+    table.create_if_missing(&aws_dynamodb()).await.unwrap();
     let bucket = unique_name("receipts");
     aws_s3()
         .create_bucket()
@@ -1081,7 +1081,7 @@ async fn token_current_names_the_table_a_dynamodb_counter_is_bound_to() {
     let client = aws_dynamodb();
     let table = unique_name("counters");
     let tokens = fencing_dynamodb::DynamoTokenSource::new(client.clone(), &table).unwrap();
-    tokens.create_table().await.unwrap();
+    tokens.create_if_missing().await.unwrap();
     let resource = unique_name("settle:m_4471");
     tokens
         .next(&ResourceName::new(resource.clone()).unwrap())

@@ -93,7 +93,8 @@ pub struct FencedBatch {
     guard: Option<LeaseGuard>,
     stores: Vec<Arc<dyn FencedStore>>,
     policy: MismatchPolicy,
-    aborted: Mutex<Option<(String, RecordKey)>>,
+    /// The rejection that aborted the batch.
+    aborted: Mutex<Option<Error>>,
     skipped: Mutex<Vec<SkippedRecord>>,
 }
 
@@ -185,7 +186,20 @@ impl FencedBatch {
 
     /// The store and record whose rejection aborted the batch, if one did.
     pub fn aborted_by(&self) -> Option<(String, RecordKey)> {
-        lock(&self.aborted).clone()
+        let aborted = lock(&self.aborted);
+        let (store, record) = aborted.as_ref()?.rejected_at()?;
+        Some((store.to_owned(), record.clone()))
+    }
+
+    /// [`Error::BatchAborted`] with the rejection that aborted the batch, if one did.
+    fn abort(&self) -> Option<Error> {
+        let cause = lock(&self.aborted).as_ref()?.rejection_copy()?;
+        let (store, record) = cause.rejected_at()?;
+        Some(Error::BatchAborted {
+            store: store.to_owned(),
+            record: record.clone(),
+            cause: Box::new(cause),
+        })
     }
 
     /// The records left alone under [`MismatchPolicy::Skip`], in the order met.
@@ -212,7 +226,7 @@ impl FencedBatch {
     /// the caller's transaction, a store's batch write. Refused like any write once the batch
     /// has aborted, and its rejections abort the batch (or are skipped) exactly like
     /// [`Self::write`]'s. `op` should turn a fence refusal into a regression where it is one
-    /// ([`Fence::explain_and_repair`]); the adapters' fence-taking methods do.
+    /// (a fence above everything issued); the adapters' fence-taking methods do.
     pub async fn run_fenced<T>(
         &self,
         store: &(impl StoreRef + ?Sized),
@@ -279,10 +293,10 @@ impl FencedBatch {
             .expect("the guard is only taken by finish or drop");
         let (resource, token) = (guard.resource().clone(), guard.token());
         let released = self.lease.release(guard).await;
-        let finished = match (self.aborted_by(), released) {
-            (Some((store, record)), _) => Err(Error::BatchAborted { store, record }),
+        let finished = match (self.abort(), released) {
+            (Some(abort), _) => Err(abort),
             (None, Ok(())) => Ok(Finished::Released),
-            (None, Err(Error::LeaseLost { .. })) => Ok(Finished::LeaseAlreadyExpired),
+            (None, Err(Error::LeaseLost { .. })) => Ok(Finished::LeaseLost),
             (None, Err(err)) => Err(err),
         };
         telemetry::batch_finished(&resource, token, finished.as_ref().copied());
@@ -301,8 +315,8 @@ impl FencedBatch {
         &self,
         store: &(impl StoreRef + ?Sized),
     ) -> Result<&Arc<dyn FencedStore>> {
-        if let Some((store, record)) = self.aborted_by() {
-            return Err(Error::BatchAborted { store, record });
+        if let Some(abort) = self.abort() {
+            return Err(abort);
         }
         let name = store.store_name();
         self.stores
@@ -339,7 +353,7 @@ impl FencedBatch {
                 let mut aborted = lock(&self.aborted);
                 if aborted.is_none() {
                     telemetry::batch_aborted(self.guard().resource(), self.token(), store, record);
-                    *aborted = Some((store.to_owned(), record.clone()));
+                    *aborted = err.rejection_copy();
                 }
             }
         }
@@ -372,7 +386,7 @@ impl BatchScope<'_> {
 
     /// Acquires, runs `body` on the batch and finishes it on every path, releasing the lease.
     /// Returns what `body` returned; a batch whose lease expired before the release is not an
-    /// error ([`Finished::LeaseAlreadyExpired`]), and a bad store set is refused before
+    /// error ([`Finished::LeaseLost`]), and a bad store set is refused before
     /// acquiring.
     pub async fn run<T>(self, body: impl AsyncFnOnce(&FencedBatch) -> Result<T>) -> Result<T> {
         check_store_set(&self.stores)?;

@@ -28,7 +28,7 @@ pub enum ConditionalPutDefect {
 }
 
 impl ConditionalPutDefect {
-    /// The defect [`check_conditional_puts`] found, if `err` is its refusal.
+    /// The defect [`check_conditional_writes`] found, if `err` is its refusal.
     pub fn of(err: &Error) -> Option<Self> {
         match err {
             Error::Backend { source, .. } => source.downcast_ref::<Self>().copied(),
@@ -76,7 +76,7 @@ impl std::error::Error for ConditionalPutDefect {}
 /// Returns [`Error::Backend`] whose source is the [`ConditionalPutDefect`] found (see
 /// [`ConditionalPutDefect::of`]); a store that cannot replace at all fails at step 3 with
 /// its own error.
-pub async fn check_conditional_puts<S, F, Removed>(store: &S, remove: F) -> Result<()>
+pub async fn check_conditional_writes<S, F, Removed>(store: &S, remove: F) -> Result<()>
 where
     S: VersionedStore + ?Sized,
     F: Fn(RecordKey) -> Removed,
@@ -207,7 +207,7 @@ mod tests {
     /// the keys it was told to remove.
     async fn check<S: VersionedStore<Version = u64>>(store: &S) -> (Result<()>, Vec<RecordKey>) {
         let removed = Mutex::new(Vec::new());
-        let checked = check_conditional_puts(store, |key: RecordKey| async {
+        let checked = check_conditional_writes(store, |key: RecordKey| async {
             if let Some(found) = store.get(&key).await.unwrap() {
                 store.delete(&key, &found).await.unwrap();
             }

@@ -137,6 +137,10 @@ pub enum Error {
         store: String,
         /// The record it refused.
         record: RecordKey,
+        /// That rejection as it was returned: [`Error::Fenced`] (a newer holder),
+        /// [`Error::TokenRegression`] (the counter went backwards), or a mismatch.
+        #[source]
+        cause: Box<Error>,
     },
 
     /// The side effect (e.g. a payment gateway call) failed.
@@ -184,6 +188,55 @@ impl Error {
             | Error::NotFound { store, record } => Some((store, record)),
             _ => None,
         }
+    }
+
+    /// A copy of a rejection ([`Error::is_rejection`]), which carries only values; `None`
+    /// for every other error.
+    pub(crate) fn rejection_copy(&self) -> Option<Error> {
+        Some(match self {
+            Error::Fenced {
+                store,
+                record,
+                presented,
+                found,
+            } => Error::Fenced {
+                store: store.clone(),
+                record: record.clone(),
+                presented: *presented,
+                found: *found,
+            },
+            Error::TokenRegression {
+                store,
+                record,
+                presented,
+                found,
+                highest_issued,
+            } => Error::TokenRegression {
+                store: store.clone(),
+                record: record.clone(),
+                presented: *presented,
+                found: *found,
+                highest_issued: *highest_issued,
+            },
+            Error::StateMismatch {
+                store,
+                record,
+                presented,
+                expected,
+                found,
+            } => Error::StateMismatch {
+                store: store.clone(),
+                record: record.clone(),
+                presented: *presented,
+                expected: expected.clone(),
+                found: found.clone(),
+            },
+            Error::NotFound { store, record } => Error::NotFound {
+                store: store.clone(),
+                record: record.clone(),
+            },
+            _ => return None,
+        })
     }
 
     /// True for the rejections that are not a sign of a newer holder: a missing record

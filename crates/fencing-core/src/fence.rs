@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use crate::error::{Error, FoundFence, RequestEffect, Result};
-use crate::guard::LeaseGuard;
+use crate::guard::{LeaseGuard, LeaseGuardExt};
 use crate::name::{RecordKey, ResourceName};
 use crate::rules::is_regression;
 use crate::store::{FenceCheck, FencedStore, FencedWrite, RecordOutcomes, Written};
@@ -109,31 +109,10 @@ impl<'a> Fence<'a> {
         key: &RecordKey,
         write: &FencedWrite,
     ) -> Result<Written> {
-        self.write_by(store, key, write, || store.write(key, self.token, write))
-            .await
-    }
-
-    /// [`Self::write`] of a request the adapter sends itself (for adapters): `send` makes
-    /// `write` of `key` under [`Self::token`] with more besides (a row's other columns, an
-    /// item's own attributes) and maps the answer as [`FencedStore::write`] would. It gets
-    /// every rule of [`Self::write`]: an ambiguous outcome sent again, a refused retry read
-    /// back from `store` and recognised by `write`'s own effect, a refusal explained, the
-    /// outcome reported.
-    pub async fn write_by<S, F>(
-        &self,
-        store: &S,
-        key: &RecordKey,
-        write: &FencedWrite,
-        send: impl FnMut() -> F,
-    ) -> Result<Written>
-    where
-        S: FencedStore + ?Sized,
-        F: Future<Output = Result<Written>>,
-    {
-        let started = Instant::now();
-        let result = self.write_unobserved(store, key, write, send).await;
-        self.observe(store.name(), &[key], write.check(), started, &result);
-        result
+        FenceExt::write_by(self, store, key, write, || {
+            store.write(key, self.token, write)
+        })
+        .await
     }
 
     /// Writes each of `keys` in `store` with this fence's token, in one request where the
@@ -141,7 +120,8 @@ impl<'a> Fence<'a> {
     /// each record: a record whose outcome was ambiguous is sent again (the ambiguous ones
     /// together) with the same token, up to [`Self::ambiguous_retries`] times; a refusal that
     /// may hide that record's own earlier success is read back and recognised; a refusal is
-    /// explained ([`Self::explain_and_repair`]); each record's outcome is reported.
+    /// explained (a fence above everything issued is [`Error::TokenRegression`]); each
+    /// record's outcome is reported.
     ///
     /// Returns each record's outcome in the order given, as [`Self::write`] of it alone
     /// would. `Err` is a request that failed as a whole (after its retries, if it was
@@ -226,65 +206,6 @@ impl<'a> Fence<'a> {
             .collect())
     }
 
-    /// Runs a fenced write under this fence's token that an adapter makes outside
-    /// [`Self::write`] (several records in one request, say), with the rules
-    /// [`Self::write`] applies to every write:
-    ///
-    /// * an ambiguous outcome is sent again with the same token, up to
-    ///   [`Self::ambiguous_retries`] times;
-    /// * a refusal is explained ([`Self::explain_and_repair`]: a counter that went backwards is a
-    ///   [`Error::TokenRegression`], not a newer holder);
-    /// * the outcome is reported for each of `records`: a `tracing` event, and the `metrics`
-    ///   counters and latency when that feature is on.
-    ///
-    /// `attempt` sends the write once with [`Self::token`] and maps its answer to the core's
-    /// errors. Sending it again must be safe by itself (a claim accepts its own token; a
-    /// transaction carries a request token): unlike [`Self::write`], a refused retry is not
-    /// read back to be recognised as an earlier success.
-    pub async fn run_write<T: RecordOutcomes>(
-        &self,
-        store: &str,
-        records: &[&RecordKey],
-        check: FenceCheck,
-        mut attempt: impl AsyncFnMut() -> Result<T>,
-    ) -> Result<T> {
-        let started = Instant::now();
-        let mut retries = 0;
-        let result = loop {
-            match attempt().await {
-                Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
-                    retries += 1;
-                    if let Some(first) = records.first() {
-                        telemetry::ambiguous_retry(store, first, self.token, retries);
-                    }
-                }
-                Err(err) => break Err(self.explain_and_repair(err).await),
-                done => break done,
-            }
-        };
-        self.observe(store, records, check, started, &result);
-        result
-    }
-
-    /// [`Self::run_write`] for a write that cannot be sent again: one made in the caller's
-    /// transaction, which is gone with a lost answer. An ambiguous outcome is returned as it
-    /// is; a refusal is explained and the outcome reported as [`Self::run_write`] does.
-    pub async fn run_write_once<T: RecordOutcomes>(
-        &self,
-        store: &str,
-        records: &[&RecordKey],
-        check: FenceCheck,
-        attempt: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
-        let started = Instant::now();
-        let result = match attempt.await {
-            Err(err) => Err(self.explain_and_repair(err).await),
-            done => done,
-        };
-        self.observe(store, records, check, started, &result);
-        result
-    }
-
     /// Reports how a write of `records` ended, once per record.
     fn observe<T: RecordOutcomes>(
         &self,
@@ -364,7 +285,7 @@ impl<'a> Fence<'a> {
     /// returned as it is.
     ///
     /// The extra read of the source happens only here, on the rejection path.
-    pub async fn explain_and_repair(&self, err: Error) -> Error {
+    pub(crate) async fn explain_and_repair(&self, err: Error) -> Error {
         let mut explained = self.explain_all(vec![err]).await;
         explained.pop().expect("one error in, one out")
     }
@@ -419,5 +340,124 @@ impl<'a> Fence<'a> {
                 other => other,
             })
             .collect()
+    }
+}
+
+/// What an adapter does with a [`Fence`] and a job does not: send requests of its own under
+/// the fence's token, with every rule of [`Fence::write`]. Bring it in with
+/// `use fencing_core::adapter::FenceExt`.
+// Implemented for `Fence` alone and called on it, so each future is exactly as `Send` as its
+// arguments make it: the lint's concern (a caller that cannot require `Send`) does not arise.
+#[allow(async_fn_in_trait)]
+pub trait FenceExt {
+    /// [`Fence::write`] of a request the adapter sends itself: `send` makes `write` of `key`
+    /// under [`Fence::token`] with more besides (a row's other columns, an item's own
+    /// attributes) and maps the answer as [`FencedStore::write`] would. It gets every rule of
+    /// [`Fence::write`]: an ambiguous outcome sent again, a refused retry read back from
+    /// `store` and recognised by `write`'s own effect, a refusal explained, the outcome
+    /// reported.
+    async fn write_by<S, F>(
+        &self,
+        store: &S,
+        key: &RecordKey,
+        write: &FencedWrite,
+        send: impl FnMut() -> F,
+    ) -> Result<Written>
+    where
+        S: FencedStore + ?Sized,
+        F: Future<Output = Result<Written>>;
+
+    /// Runs a fenced write under the fence's token that an adapter makes outside
+    /// [`Fence::write`] (several records in one request, say), with the rules
+    /// [`Fence::write`] applies to every write:
+    ///
+    /// * an ambiguous outcome is sent again with the same token, up to
+    ///   [`Fence::ambiguous_retries`] times;
+    /// * a refusal is explained: a counter that went backwards is a
+    ///   [`Error::TokenRegression`] (and the source raised past it), not a newer holder;
+    /// * the outcome is reported for each of `records`: a `tracing` event, and the `metrics`
+    ///   counters and latency when that feature is on.
+    ///
+    /// `attempt` sends the write once with [`Fence::token`] and maps its answer to the core's
+    /// errors. Sending it again must be safe by itself (a claim accepts its own token; a
+    /// transaction carries a request token): unlike [`Fence::write`], a refused retry is not
+    /// read back to be recognised as an earlier success.
+    async fn run_write<T: RecordOutcomes>(
+        &self,
+        store: &str,
+        records: &[&RecordKey],
+        check: FenceCheck,
+        attempt: impl AsyncFnMut() -> Result<T>,
+    ) -> Result<T>;
+
+    /// [`Self::run_write`] for a write that cannot be sent again: one made in the caller's
+    /// transaction, which is gone with a lost answer. An ambiguous outcome is returned as it
+    /// is; a refusal is explained and the outcome reported as [`Self::run_write`] does.
+    async fn run_write_once<T: RecordOutcomes>(
+        &self,
+        store: &str,
+        records: &[&RecordKey],
+        check: FenceCheck,
+        attempt: impl Future<Output = Result<T>>,
+    ) -> Result<T>;
+}
+
+impl FenceExt for Fence<'_> {
+    async fn write_by<S, F>(
+        &self,
+        store: &S,
+        key: &RecordKey,
+        write: &FencedWrite,
+        send: impl FnMut() -> F,
+    ) -> Result<Written>
+    where
+        S: FencedStore + ?Sized,
+        F: Future<Output = Result<Written>>,
+    {
+        let started = Instant::now();
+        let result = self.write_unobserved(store, key, write, send).await;
+        self.observe(store.name(), &[key], write.check(), started, &result);
+        result
+    }
+
+    async fn run_write<T: RecordOutcomes>(
+        &self,
+        store: &str,
+        records: &[&RecordKey],
+        check: FenceCheck,
+        mut attempt: impl AsyncFnMut() -> Result<T>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let mut retries = 0;
+        let result = loop {
+            match attempt().await {
+                Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
+                    retries += 1;
+                    if let Some(first) = records.first() {
+                        telemetry::ambiguous_retry(store, first, self.token, retries);
+                    }
+                }
+                Err(err) => break Err(self.explain_and_repair(err).await),
+                done => break done,
+            }
+        };
+        self.observe(store, records, check, started, &result);
+        result
+    }
+
+    async fn run_write_once<T: RecordOutcomes>(
+        &self,
+        store: &str,
+        records: &[&RecordKey],
+        check: FenceCheck,
+        attempt: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let result = match attempt.await {
+            Err(err) => Err(self.explain_and_repair(err).await),
+            done => done,
+        };
+        self.observe(store, records, check, started, &result);
+        result
     }
 }

@@ -90,30 +90,6 @@ impl Debug for LeaseGuard {
 }
 
 impl LeaseGuard {
-    /// Records an acquisition whose request left at `requested_at`, its token drawn from
-    /// `source` (for adapters).
-    pub fn new(
-        resource: ResourceName,
-        owner: OwnerId,
-        token: FencingToken,
-        ttl: Ttl,
-        requested_at: Instant,
-        source: Arc<dyn TokenSource>,
-    ) -> Self {
-        LeaseGuard {
-            resource,
-            owner,
-            token,
-            source,
-            tenure: Arc::new(Mutex::new(Tenure {
-                ttl,
-                local_deadline: deadline(requested_at, ttl),
-                renewal_failed: false,
-                repaired_to: None,
-            })),
-        }
-    }
-
     fn tenure(&self) -> MutexGuard<'_, Tenure> {
         self.tenure.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -167,13 +143,6 @@ impl LeaseGuard {
         tenure.renewal_failed || TokioClock.now() >= tenure.local_deadline
     }
 
-    /// Records a successful extension whose request left at `requested_at` (for adapters).
-    pub fn extended(&mut self, ttl: Ttl, requested_at: Instant) {
-        let mut tenure = self.tenure();
-        tenure.ttl = ttl;
-        tenure.local_deadline = deadline(requested_at, ttl);
-    }
-
     /// The highest fence a refusal under this acquisition found above every token the source
     /// had issued (and raised the source to), if any.
     pub(crate) fn repaired_to(&self) -> Option<FencingToken> {
@@ -190,9 +159,60 @@ impl LeaseGuard {
     pub(crate) fn renewal_failed(&self) {
         self.tenure().renewal_failed = true;
     }
+}
 
-    /// A refusal naming this guard's resource and owner (for adapters).
-    pub fn lost(&self) -> Error {
+/// What a lease adapter does with the guards it hands out and a job does not: record an
+/// acquisition and its extensions, and refuse an owner that lost its lease. Bring it in with
+/// `use fencing_core::adapter::LeaseGuardExt`.
+pub trait LeaseGuardExt {
+    /// Records an acquisition whose request left at `requested_at`, its token drawn from
+    /// `source`.
+    fn new(
+        resource: ResourceName,
+        owner: OwnerId,
+        token: FencingToken,
+        ttl: Ttl,
+        requested_at: Instant,
+        source: Arc<dyn TokenSource>,
+    ) -> Self;
+
+    /// Records a successful extension whose request left at `requested_at`.
+    fn extended(&mut self, ttl: Ttl, requested_at: Instant);
+
+    /// The refusal ([`Error::LeaseLost`]) naming this guard's resource and owner.
+    fn lost(&self) -> Error;
+}
+
+impl LeaseGuardExt for LeaseGuard {
+    fn new(
+        resource: ResourceName,
+        owner: OwnerId,
+        token: FencingToken,
+        ttl: Ttl,
+        requested_at: Instant,
+        source: Arc<dyn TokenSource>,
+    ) -> Self {
+        LeaseGuard {
+            resource,
+            owner,
+            token,
+            source,
+            tenure: Arc::new(Mutex::new(Tenure {
+                ttl,
+                local_deadline: deadline(requested_at, ttl),
+                renewal_failed: false,
+                repaired_to: None,
+            })),
+        }
+    }
+
+    fn extended(&mut self, ttl: Ttl, requested_at: Instant) {
+        let mut tenure = self.tenure();
+        tenure.ttl = ttl;
+        tenure.local_deadline = deadline(requested_at, ttl);
+    }
+
+    fn lost(&self) -> Error {
         Error::LeaseLost {
             resource: self.resource.clone(),
             owner: self.owner.to_string(),

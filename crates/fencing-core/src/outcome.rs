@@ -67,5 +67,5 @@ pub enum Finished {
     /// The lease had already expired (the batch outlived its TTL without renewal, or a newer
     /// holder took it) when the batch finished. Every write was still accepted by its store's
     /// fence, so the work stands; only the release had nothing left to release.
-    LeaseAlreadyExpired,
+    LeaseLost,
 }

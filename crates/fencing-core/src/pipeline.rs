@@ -91,8 +91,9 @@ impl<E: SideEffect + ?Sized> std::fmt::Debug for Pipeline<'_, E> {
 /// * `confirm` runs once the effect of `key` happened (or was found), with its receipt, and
 ///   ends with [`Lifecycle::confirm`]'s holder-only write under `fence`'s token; whatever
 ///   else it writes goes under the same fence. It returns that confirm's answer.
-/// * Both return refusals as the adapters' fence-taking methods do (explained by
-///   [`Fence::explain_and_repair`]); any error stops the pipeline as a grouped write's would.
+/// * Both return refusals as the adapters' fence-taking methods do (a fence above everything
+///   issued explained as a regression); any error stops the pipeline as a grouped write's
+///   would.
 #[async_trait]
 pub trait RecordWrites<R>: Send + Sync {
     /// Claims `key` under `fence`'s token.
@@ -316,43 +317,25 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     async fn settle(
         &self,
         store: &dyn FencedStore,
-        mut queue: VecDeque<RecordKey>,
-        mut claimed: VecDeque<Written>,
+        queue: VecDeque<RecordKey>,
+        claimed: VecDeque<Written>,
         settled: &mut Settled<E::Receipt>,
     ) {
         let fence = self.fence;
         let (claim, confirm) = (self.lifecycle.claim(), self.lifecycle.confirm());
-        let mut performed: Vec<(RecordKey, E::Receipt, bool)> = Vec::new();
-        let mut oldest_performed: Option<Instant> = None;
+        let mut progress = Progress::new(queue, claimed);
         let mut in_flight: InFlight<'_, E::Receipt> = FuturesUnordered::new();
-        let (mut claiming, mut effects, mut confirming) = (false, 0, false);
-        // Records claimed (or being claimed) whose confirm has not been answered.
-        let mut open = claimed.len();
-        let stop = |settled: &mut Settled<E::Receipt>, err: Error| {
-            let kept = match self.batch {
-                Some(batch) => batch.note_error(err),
-                None => Some(err),
-            };
-            if let Some(err) = kept {
-                settled.error.get_or_insert(err);
-            }
-        };
         loop {
             if settled.error.is_none()
-                && !(queue.is_empty() && claimed.is_empty())
+                && !(progress.queue.is_empty() && progress.claimed.is_empty())
                 && let Err(ended) = fence.may_start_effects()
             {
-                stop(settled, ended);
+                self.stop(settled, ended);
             }
             let stopped = settled.error.is_some();
-            if !stopped && !claiming && !queue.is_empty() && open < self.window_size() {
-                let n = self
-                    .group_size
-                    .min(self.window_size() - open)
-                    .min(queue.len());
-                let group: Vec<RecordKey> = queue.drain(..n).collect();
-                open += n;
-                claiming = true;
+            if !stopped
+                && let Some(group) = progress.next_claims(self.group_size, self.window_size())
+            {
                 let claim = &claim;
                 in_flight.push(Box::pin(async move {
                     let answer = match self.writes {
@@ -362,11 +345,11 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                     Answer::Claimed(group, answer)
                 }));
             }
-            while !stopped && effects < self.concurrency {
-                let Some(written) = claimed.pop_front() else {
+            while !stopped && progress.effects < self.concurrency {
+                let Some(written) = progress.claimed.pop_front() else {
                     break;
                 };
-                effects += 1;
+                progress.effects += 1;
                 let fence = &fence;
                 in_flight.push(Box::pin(async move {
                     let done = fence
@@ -376,19 +359,8 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                     Answer::Performed(done.map(|(receipt, found)| (key, receipt, found)))
                 }));
             }
-            // Nothing can add to the finished effects: no claim could start (none left, the
-            // pipeline stopped, or the window is full of records waiting for these very
-            // confirms) and no effect is running. Waiting for a fuller group would wait forever.
-            let idle = !claiming && effects == 0;
-            let due = oldest_performed.is_some_and(|t| t.elapsed() >= self.flush_after);
-            if !confirming
-                && !performed.is_empty()
-                && (performed.len() >= self.group_size || idle || stopped || due)
+            if let Some(group) = progress.next_confirms(self.group_size, self.flush_after, stopped)
             {
-                let n = self.group_size.min(performed.len());
-                let group: Vec<(RecordKey, E::Receipt, bool)> = performed.drain(..n).collect();
-                oldest_performed = (!performed.is_empty()).then(Instant::now);
-                confirming = true;
                 let confirm = &confirm;
                 in_flight.push(Box::pin(async move {
                     let keys: Vec<RecordKey> = group.iter().map(|(k, _, _)| k.clone()).collect();
@@ -409,70 +381,169 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 // claimed and unstarted (in flight under this fence, as the protocol allows).
                 break;
             }
-            let flush_at = oldest_performed.and_then(|t| t.checked_add(self.flush_after));
+            let flush_at = progress
+                .oldest_performed
+                .and_then(|t| t.checked_add(self.flush_after));
             let answer = tokio::select! {
                 answer = in_flight.next() => answer.expect("in flight is not empty"),
-                () = sleep_until(flush_at), if flush_at.is_some() && !confirming => continue,
+                () = sleep_until(flush_at), if flush_at.is_some() && !progress.confirming => continue,
             };
-            match answer {
-                Answer::Claimed(group, Err(err)) => {
-                    open -= group.len();
-                    claiming = false;
-                    stop(settled, err);
-                }
-                Answer::Claimed(group, Ok(answers)) => {
-                    claiming = false;
-                    for (key, answer) in group.into_iter().zip(answers) {
-                        match answer {
-                            Ok(written) => claimed.push_back(written),
-                            Err(err) if self.lifecycle.is_done(&err) => {
-                                open -= 1;
-                                settled.outcomes.push((key, EffectOutcome::AlreadyDone));
-                            }
-                            Err(err) => {
-                                open -= 1;
-                                stop(settled, err);
-                            }
-                        }
-                    }
-                }
-                Answer::Performed(done) => {
-                    effects -= 1;
-                    match done {
-                        Ok((key, receipt, found)) => {
-                            oldest_performed.get_or_insert_with(Instant::now);
-                            performed.push((key, receipt, found));
+            self.take_answer(answer, &mut progress, settled);
+        }
+    }
+
+    /// Takes one answer into `progress` and its outcomes into `settled`, stopping at an error.
+    fn take_answer(
+        &self,
+        answer: Answer<E::Receipt>,
+        progress: &mut Progress<E::Receipt>,
+        settled: &mut Settled<E::Receipt>,
+    ) {
+        match answer {
+            Answer::Claimed(group, Err(err)) => {
+                progress.open -= group.len();
+                progress.claiming = false;
+                self.stop(settled, err);
+            }
+            Answer::Claimed(group, Ok(answers)) => {
+                progress.claiming = false;
+                for (key, answer) in group.into_iter().zip(answers) {
+                    match answer {
+                        Ok(written) => progress.claimed.push_back(written),
+                        Err(err) if self.lifecycle.is_done(&err) => {
+                            progress.open -= 1;
+                            settled.outcomes.push((key, EffectOutcome::AlreadyDone));
                         }
                         Err(err) => {
-                            open -= 1;
-                            stop(settled, err);
-                        }
-                    }
-                }
-                Answer::Confirmed(receipts, keys, answer) => {
-                    confirming = false;
-                    open -= keys.len();
-                    match answer {
-                        Err(err) => stop(settled, err),
-                        Ok(answers) => {
-                            for ((key, (receipt, found)), answer) in
-                                keys.into_iter().zip(receipts).zip(answers)
-                            {
-                                match answer {
-                                    Ok(_) if found => settled
-                                        .outcomes
-                                        .push((key, EffectOutcome::Recovered(receipt))),
-                                    Ok(_) => settled
-                                        .outcomes
-                                        .push((key, EffectOutcome::Performed(receipt))),
-                                    Err(err) => stop(settled, err),
-                                }
-                            }
+                            progress.open -= 1;
+                            self.stop(settled, err);
                         }
                     }
                 }
             }
+            Answer::Performed(done) => {
+                progress.effects -= 1;
+                match done {
+                    Ok(performed) => {
+                        progress.oldest_performed.get_or_insert_with(Instant::now);
+                        progress.performed.push(performed);
+                    }
+                    Err(err) => {
+                        progress.open -= 1;
+                        self.stop(settled, err);
+                    }
+                }
+            }
+            Answer::Confirmed(receipts, keys, answer) => {
+                progress.confirming = false;
+                progress.open -= keys.len();
+                let answers = match answer {
+                    Err(err) => return self.stop(settled, err),
+                    Ok(answers) => answers,
+                };
+                for ((key, (receipt, found)), answer) in keys.into_iter().zip(receipts).zip(answers)
+                {
+                    match answer {
+                        Ok(_) if found => settled
+                            .outcomes
+                            .push((key, EffectOutcome::Recovered(receipt))),
+                        Ok(_) => settled
+                            .outcomes
+                            .push((key, EffectOutcome::Performed(receipt))),
+                        Err(err) => self.stop(settled, err),
+                    }
+                }
+            }
         }
+    }
+
+    /// Stops the pipeline at `err`, unless its batch leaves the record alone and goes on (a
+    /// mismatch under [`crate::MismatchPolicy::Skip`]); the first error stopping it is kept.
+    fn stop(&self, settled: &mut Settled<E::Receipt>, err: Error) {
+        let kept = match self.batch {
+            Some(batch) => batch.note_error(err),
+            None => Some(err),
+        };
+        if let Some(err) = kept {
+            settled.error.get_or_insert(err);
+        }
+    }
+}
+
+/// Where a settlement stands between two answers.
+struct Progress<R> {
+    /// Records not claimed yet.
+    queue: VecDeque<RecordKey>,
+    /// Records claimed whose effect has not started.
+    claimed: VecDeque<Written>,
+    /// Effects done and not yet confirmed: the record, the receipt, and whether the effect
+    /// was found done already (looked up) rather than performed.
+    performed: Vec<(RecordKey, R, bool)>,
+    /// When the oldest of `performed` was done.
+    oldest_performed: Option<Instant>,
+    /// Whether a group of claims is in flight.
+    claiming: bool,
+    /// How many effects are running.
+    effects: usize,
+    /// Whether a group of confirms is in flight.
+    confirming: bool,
+    /// Records claimed (or being claimed) whose confirm has not been answered.
+    open: usize,
+}
+
+impl<R> Progress<R> {
+    fn new(queue: VecDeque<RecordKey>, claimed: VecDeque<Written>) -> Self {
+        Progress {
+            open: claimed.len(),
+            queue,
+            claimed,
+            performed: Vec::new(),
+            oldest_performed: None,
+            claiming: false,
+            effects: 0,
+            confirming: false,
+        }
+    }
+
+    /// The next group to claim, if one may go now: none is in flight, records are left, and
+    /// the window has room (the group is at most `group_size`, within that room).
+    fn next_claims(&mut self, group_size: usize, window: usize) -> Option<Vec<RecordKey>> {
+        if self.claiming || self.queue.is_empty() || self.open >= window {
+            return None;
+        }
+        let n = group_size.min(window - self.open).min(self.queue.len());
+        self.open += n;
+        self.claiming = true;
+        Some(self.queue.drain(..n).collect())
+    }
+
+    /// The next group to confirm, if one should go now: none is in flight, and a full group
+    /// waits, or the oldest has waited `flush_after`, or the pipeline `stopped`, or nothing
+    /// else can come.
+    fn next_confirms(
+        &mut self,
+        group_size: usize,
+        flush_after: Duration,
+        stopped: bool,
+    ) -> Option<Vec<(RecordKey, R, bool)>> {
+        // Nothing can add to the finished effects: no claim could start (none left, the
+        // pipeline stopped, or the window is full of records waiting for these very
+        // confirms) and no effect is running. Waiting for a fuller group would wait forever.
+        let idle = !self.claiming && self.effects == 0;
+        let due = self
+            .oldest_performed
+            .is_some_and(|t| t.elapsed() >= flush_after);
+        if self.confirming
+            || self.performed.is_empty()
+            || !(self.performed.len() >= group_size || idle || stopped || due)
+        {
+            return None;
+        }
+        let n = group_size.min(self.performed.len());
+        let group = self.performed.drain(..n).collect();
+        self.oldest_performed = (!self.performed.is_empty()).then(Instant::now);
+        self.confirming = true;
+        Some(group)
     }
 }
 

@@ -242,7 +242,7 @@ pub fn check_distinct(keys: &[RecordKey]) -> Result<(), InvalidInput> {
 }
 
 /// What an accepted fenced write says about each record it was sent for, for the events and
-/// metrics of [`crate::Fence::run_write`]: the records the store refused while it applied the
+/// metrics of [`crate::adapter::FenceExt::run_write`]: the records the store refused while it applied the
 /// others (a write of many rows that skips the ones in another state). Empty for a write of
 /// one record, or of several applied all or nothing.
 pub trait RecordOutcomes {

@@ -227,7 +227,7 @@ pub(crate) fn batch_finished(
         Ok(Finished::Released) => {
             info!(target: "fencing", resource = resource.as_str(), token = token.get(), outcome = "released", "batch finished; lease released")
         }
-        Ok(Finished::LeaseAlreadyExpired) => {
+        Ok(Finished::LeaseLost) => {
             warn!(target: "fencing", resource = resource.as_str(), token = token.get(), outcome = "expired", "batch finished after its lease expired; every write was accepted by its fence")
         }
         Err(err) => {

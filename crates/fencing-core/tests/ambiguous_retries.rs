@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use fencing_core::adapter::FenceExt;
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, MemoryStore,
     MemoryTokenSource, Record, RecordKey, ResourceName, Result, State, TokenSource, Written,

@@ -3,7 +3,7 @@
 //! test binary: `tracing` caches per call site whether anyone listens, and a test running
 //! beside it without a subscriber could make it decide nobody does.
 
-use fencing_core::adapter::RecordOutcomes;
+use fencing_core::adapter::{FenceExt, RecordOutcomes};
 use fencing_core::{
     Error, Fence, FenceCheck, FencingToken, MemoryTokenSource, RecordKey, ResourceName, State,
     TokenSource,

@@ -35,7 +35,7 @@ async fn main() {
     let endpoint = services::dynamodb_endpoint();
     let client = aws::dynamodb_client_at(&endpoint, aws_sdk_dynamodb::Config::builder());
     let table = DynamoTable::new(fencing_testkit::unique_name("bench")).unwrap();
-    table.create(&client).await.unwrap();
+    table.create_if_missing(&client).await.unwrap();
     let store = DynamoStore::new(client.clone(), table);
     let keys = bench::pending_records(&store, ITEMS).await;
     let ledger = ledger(&client).await;
@@ -98,7 +98,7 @@ async fn ledger(client: &Client) -> DynamoStore {
         .unwrap()
         .with_sort_key("entry", DynamoKeyType::Number)
         .unwrap();
-    table.create(client).await.unwrap();
+    table.create_if_missing(client).await.unwrap();
     DynamoStore::new(client.clone(), table)
 }
 

@@ -62,23 +62,7 @@ impl WriteExpression {
         attributes: &[(String, AttributeValue)],
         pin: &StatePin,
     ) -> Result<Self, InvalidInput> {
-        // Only a write with attributes of its own pays for the list of the table's roles.
-        let roles = if attributes.is_empty() {
-            Vec::new()
-        } else {
-            table.roles()
-        };
-        for (name, _) in attributes {
-            if let Some((_, role)) = roles.iter().find(|(attribute, _)| attribute == name) {
-                return Err(InvalidInput::new(
-                    InputKind::Write,
-                    format!(
-                        "attribute {name:?} is the table's {role} attribute, which the fenced \
-                         write itself sets or checks"
-                    ),
-                ));
-            }
-        }
+        check_own_attributes(table, attributes)?;
         let mut expr = WriteExpression::default();
         for (placeholder, attribute) in [
             ("#key", table.key_attribute()),
@@ -96,6 +80,22 @@ impl WriteExpression {
         ] {
             expr.values.insert(placeholder.into(), value);
         }
+        expr.condition = expr.condition_of(write, pin)?;
+        expr.update = expr.update_of(write, attributes);
+        // DynamoDB refuses a request that defines a placeholder its expressions do not use.
+        let used = placeholders_in(&[&expr.condition, expr.update.as_deref().unwrap_or("")]);
+        expr.names.retain(|name, _| used.contains(name.as_str()));
+        expr.values.retain(|value, _| used.contains(value.as_str()));
+        Ok(expr)
+    }
+
+    /// The condition: the fence check, a readable payload, and the states required (or the
+    /// state pinned), their values added to the placeholders.
+    fn condition_of(
+        &mut self,
+        write: &FencedWrite,
+        pin: &StatePin,
+    ) -> Result<String, InvalidInput> {
         let fence_ok = match write.check() {
             FenceCheck::Claim => {
                 "(attribute_not_exists(#fence) OR (attribute_type(#fence, :type_n) \
@@ -111,7 +111,7 @@ impl WriteExpression {
             (Some(_), _) => {}
             (None, StatePin::Absent) => condition.push("attribute_not_exists(#state)".to_owned()),
             (None, StatePin::Is(state)) => {
-                expr.values
+                self.values
                     .insert(":pinned_state".into(), AttributeValue::S(state.to_string()));
                 condition.push("#state = :pinned_state".to_owned());
             }
@@ -129,7 +129,7 @@ impl WriteExpression {
             let mut placeholders = Vec::with_capacity(required.len());
             for (i, state) in required.iter().enumerate() {
                 let placeholder = format!(":required{i}");
-                expr.values
+                self.values
                     .insert(placeholder.clone(), AttributeValue::S(state.to_string()));
                 placeholders.push(placeholder);
             }
@@ -138,38 +138,64 @@ impl WriteExpression {
                 placeholders.join(", ")
             ));
         }
-        expr.condition = condition.join(" AND ");
+        Ok(condition.join(" AND "))
+    }
 
+    /// The update: the fence (a claim), the new state and payload, and the write's own
+    /// attributes, their values added to the placeholders; `None` when it sets nothing.
+    fn update_of(
+        &mut self,
+        write: &FencedWrite,
+        attributes: &[(String, AttributeValue)],
+    ) -> Option<String> {
         let mut set: Vec<String> = Vec::new();
         if write.check() == FenceCheck::Claim {
             set.push("#fence = :token".into());
         }
         if let Some(state) = write.new_state() {
-            expr.values
+            self.values
                 .insert(":new_state".into(), AttributeValue::S(state.to_string()));
             set.push("#state = :new_state".into());
         }
         if let Some(payload) = write.new_payload() {
-            expr.values.insert(
+            self.values.insert(
                 ":new_payload".into(),
                 AttributeValue::B(Blob::new(payload.to_vec())),
             );
             set.push("#payload = :new_payload".into());
         }
         for (i, (name, value)) in attributes.iter().enumerate() {
-            expr.names.insert(format!("#attribute{i}"), name.clone());
-            expr.values.insert(format!(":attribute{i}"), value.clone());
+            self.names.insert(format!("#attribute{i}"), name.clone());
+            self.values.insert(format!(":attribute{i}"), value.clone());
             set.push(format!("#attribute{i} = :attribute{i}"));
         }
-        if !set.is_empty() {
-            expr.update = Some(format!("SET {}", set.join(", ")));
-        }
-        // DynamoDB refuses a request that defines a placeholder its expressions do not use.
-        let used = placeholders_in(&[&expr.condition, expr.update.as_deref().unwrap_or("")]);
-        expr.names.retain(|name, _| used.contains(name.as_str()));
-        expr.values.retain(|value, _| used.contains(value.as_str()));
-        Ok(expr)
+        (!set.is_empty()).then(|| format!("SET {}", set.join(", ")))
     }
+}
+
+/// A write's own attributes may not be one the table's fenced write sets or checks itself.
+fn check_own_attributes(
+    table: &DynamoTable,
+    attributes: &[(String, AttributeValue)],
+) -> Result<(), InvalidInput> {
+    // Only a write with attributes of its own pays for the list of the table's roles.
+    let roles = if attributes.is_empty() {
+        Vec::new()
+    } else {
+        table.roles()
+    };
+    for (name, _) in attributes {
+        if let Some((_, role)) = roles.iter().find(|(attribute, _)| attribute == name) {
+            return Err(InvalidInput::new(
+                InputKind::Write,
+                format!(
+                    "attribute {name:?} is the table's {role} attribute, which the fenced \
+                     write itself sets or checks"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every `#name` and `:value` placeholder the expressions use.

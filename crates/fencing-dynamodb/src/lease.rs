@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::adapter::{Clock, RequestEffect, TokioClock, contention_pause};
+use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock, contention_pause};
 use fencing_core::{
     FencingToken, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
     TokenSource, Ttl,
@@ -45,7 +45,7 @@ pub struct DynamoLease {
 
 impl DynamoLease {
     /// Leases in `table`, through a copy of `client` with the SDK's retries off (create the
-    /// table with [`Self::create_table`]).
+    /// table with [`Self::create_if_missing`]).
     pub fn new(client: Client, table: impl Into<String>) -> Result<Self, InvalidInput> {
         Ok(DynamoLease {
             tokens: Arc::new(DynamoTokenSource::new(client, table)?),
@@ -61,8 +61,8 @@ impl DynamoLease {
     }
 
     /// Creates the lease table (on-demand, the key attribute as a String hash key).
-    pub async fn create_table(&self) -> Result<()> {
-        self.tokens.create_table().await
+    pub async fn create_if_missing(&self) -> Result<()> {
+        self.tokens.create_if_missing().await
     }
 
     /// The counter the tokens come from.

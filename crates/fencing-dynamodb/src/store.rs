@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
-use fencing_core::adapter::{RequestEffect, check_store_name};
+use fencing_core::adapter::{FenceExt, RequestEffect, check_store_name};
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
     Record, RecordKey, Result, Written,

@@ -299,7 +299,7 @@ impl DynamoTable {
     /// waits until it is active. A table of that name that exists already is accepted if its
     /// key schema is exactly that (so creating is idempotent), and refused with a message
     /// naming its key schema otherwise.
-    pub async fn create(&self, client: &Client) -> Result<()> {
+    pub async fn create_if_missing(&self, client: &Client) -> Result<()> {
         create_table(client, &self.name, &self.key.elements(), &self.store_name()).await
     }
 }

@@ -179,7 +179,7 @@ impl DynamoTokenSource {
 
     /// Creates the counter table (on-demand, the key attribute, `resource` unless set, as a
     /// String hash key).
-    pub async fn create_table(&self) -> Result<()> {
+    pub async fn create_if_missing(&self) -> Result<()> {
         let key = [(
             self.key_attribute.as_str(),
             ScalarAttributeType::S,

@@ -14,7 +14,7 @@ use fencing_testkit::conformance::*;
 async fn tokens() -> DynamoTokenSource {
     let tokens =
         DynamoTokenSource::new(common::client(), fencing_testkit::unique_name("tokens")).unwrap();
-    tokens.create_table().await.unwrap();
+    tokens.create_if_missing().await.unwrap();
     tokens
 }
 
@@ -46,7 +46,7 @@ async fn team_table() -> String {
         .unwrap()
         .with_key_attribute("pk")
         .unwrap()
-        .create(&common::client())
+        .create_if_missing(&common::client())
         .await
         .unwrap();
     name

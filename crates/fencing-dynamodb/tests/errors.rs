@@ -79,14 +79,14 @@ async fn a_request_to_a_closed_port_was_not_sent_and_says_so() {
 async fn creating_a_table_that_exists_is_idempotent_or_names_the_key_it_has() {
     let client = common::client();
     let table = DynamoTable::new(fencing_testkit::unique_name("refunds")).unwrap();
-    table.create(&client).await.unwrap();
-    table.create(&client).await.unwrap();
+    table.create_if_missing(&client).await.unwrap();
+    table.create_if_missing(&client).await.unwrap();
 
     let other_key = DynamoTable::new(table.name())
         .unwrap()
         .with_key_attribute("refund_id")
         .unwrap();
-    let err = other_key.create(&client).await.unwrap_err();
+    let err = other_key.create_if_missing(&client).await.unwrap_err();
     let message = err.to_string();
     assert!(
         message.contains("already exists with the key id (S, HASH)"),
@@ -98,7 +98,11 @@ async fn creating_a_table_that_exists_is_idempotent_or_names_the_key_it_has() {
         .unwrap()
         .with_sort_key("entry", DynamoKeyType::Number)
         .unwrap();
-    let message = with_sort_key.create(&client).await.unwrap_err().to_string();
+    let message = with_sort_key
+        .create_if_missing(&client)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         message.contains("not id (S, HASH) + entry (N, RANGE)"),
         "{message}"

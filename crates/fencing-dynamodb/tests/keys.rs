@@ -59,7 +59,7 @@ async fn a_binary_partition_key_holds_the_bytes_its_hex_spells() {
     let table = DynamoTable::new(unique_name("blobs"))
         .unwrap()
         .with_key_type(DynamoKeyType::Binary);
-    table.create(&client).await.unwrap();
+    table.create_if_missing(&client).await.unwrap();
     let store = DynamoStore::new(client.clone(), table.clone());
     store
         .write(&key("00ff6d"), token(7), &FencedWrite::claim())
@@ -131,7 +131,7 @@ async fn a_key_prefix_floor_needs_a_string_partition_key() {
     let table = DynamoTable::new(unique_name("numbered"))
         .unwrap()
         .with_key_type(DynamoKeyType::Number);
-    table.create(&client).await.unwrap();
+    table.create_if_missing(&client).await.unwrap();
     let floor = DynamoFenceFloor::per_resource(client, table, |r| r.to_string());
     let err = floor
         .max_fence(&fencing_core::ResourceName::new("settle:m_4471").unwrap())
@@ -151,7 +151,7 @@ async fn a_lease_keeps_its_item_in_a_teams_table_under_the_teams_key_name() {
         .unwrap()
         .with_key_attribute("pk")
         .unwrap()
-        .create(&client)
+        .create_if_missing(&client)
         .await
         .unwrap();
     let lease = DynamoLease::new(client.clone(), &name)

@@ -48,7 +48,7 @@ async fn raw_counter(client: &Client, table: &str, resource: &ResourceName) -> O
 async fn counters(client: &Client) -> (String, DynamoTokenSource) {
     let table = unique_name("counters");
     let source = DynamoTokenSource::new(client.clone(), &table).unwrap();
-    source.create_table().await.unwrap();
+    source.create_if_missing().await.unwrap();
     (table, source)
 }
 
@@ -273,7 +273,7 @@ async fn a_counter_bound_to_another_table_is_raised_by_the_bound_for_each_second
         .unwrap()
         .with_max_rate(1000)
         .unwrap();
-    source.create_table().await.unwrap();
+    source.create_if_missing().await.unwrap();
     let r = resource("m_4471");
     for _ in 0..5 {
         source.next(&r).await.unwrap();

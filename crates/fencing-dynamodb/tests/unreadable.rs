@@ -416,7 +416,7 @@ async fn a_token_whose_answer_was_lost_is_never_handed_out_twice() {
         fencing_testkit::unique_name("tokens"),
     )
     .unwrap();
-    tokens.create_table().await.unwrap();
+    tokens.create_if_missing().await.unwrap();
     let other = fencing_dynamodb::DynamoTokenSource::new(common::client(), tokens.table()).unwrap();
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let mut issued = Vec::new();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
-use fencing_core::adapter::{Clock, RequestEffect, TokioClock};
+use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock};
 use fencing_core::{
     Error, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
     TokenSource, Ttl,

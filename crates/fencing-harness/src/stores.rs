@@ -233,7 +233,7 @@ pub async fn create(
     .execute(&clients.pool)
     .await?;
     DynamoTable::new(names.ledger_table())?
-        .create(&clients.dynamodb)
+        .create_if_missing(&clients.dynamodb)
         .await?;
     let bucket = names.receipts_bucket();
     clients.s3.create_bucket().bucket(&bucket).send().await?;
@@ -258,7 +258,7 @@ pub async fn create(
         LeaseKind::Postgres => create_pg_lease(names, &clients.pool).await?,
         LeaseKind::Dynamodb => {
             DynamoLease::new(clients.dynamodb.clone(), names.dynamo_lease_table())?
-                .create_table()
+                .create_if_missing()
                 .await?
         }
         // Keys under the run's id need no set-up.

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
+use fencing_core::adapter::LeaseGuardExt;
 use fencing_core::{
     FencingToken, Lease, LeaseGuard, LeaseStatus, ResourceName, Result, TokenSource, Ttl,
 };

@@ -402,6 +402,98 @@ impl Protocol {
         }
     }
 
+    /// Worker `w` acquires the lease with the next token, and its lanes start again.
+    fn acquire(&self, world: &mut World, w: u8) {
+        if world.failovers > 0 {
+            world.replica = Some(Replica {
+                counter: world.counter,
+                bound: world.bound,
+                lease: world.lease,
+            });
+        }
+        let token = self.issue(world);
+        world.lease = Some((w, true));
+        let worker = &mut world.workers[usize::from(w)];
+        worker.attempts_left -= 1;
+        worker.token = Some(token);
+        worker.refused = false;
+        for (l, lane) in (0u8..self.lanes).zip(&mut worker.lanes) {
+            lane.step = self.first_record(l);
+        }
+    }
+
+    /// Worker `w`'s lane `l` performs the effect of its record: a second effect of a record
+    /// already performed before this lane's claim is a violation.
+    fn perform(world: &mut World, w: u8, l: u8) {
+        let worker = world.workers[usize::from(w)];
+        let lane = worker.lanes[usize::from(l)];
+        let Step::Perform(n) = lane.step else {
+            return;
+        };
+        if worker.refused {
+            world.violations.worked_after_refusal = true;
+        }
+        let i = usize::from(n);
+        match world.performed_at[i] {
+            Some(at) if at < lane.claimed_at => world.violations.effect_repeated = true,
+            Some(_) => {}
+            None => world.performed_at[i] = Some(world.tick()),
+        }
+        world.workers[usize::from(w)].lanes[usize::from(l)].step = Step::Confirm(n);
+    }
+
+    /// Worker `w` releases the lease (only its own, still live) and stops, or waits to acquire
+    /// again after a refusal while it has attempts left.
+    fn release(world: &mut World, w: u8) {
+        if world.lease == Some((w, true)) {
+            world.lease = None;
+        }
+        let worker = &mut world.workers[usize::from(w)];
+        let step = if worker.refused && worker.attempts_left > 0 {
+            Step::Idle
+        } else {
+            Step::Finished
+        };
+        for lane in &mut worker.lanes {
+            lane.step = step;
+            lane.retried = false;
+            lane.earlier_applied = false;
+        }
+        worker.token = None;
+    }
+
+    /// What a write the store applied changes: the record, and the checks that watch it (a
+    /// fence that went down, a confirm by a worker whose claim is not the last).
+    fn applied(
+        world: &mut World,
+        (w, l): (u8, u8),
+        i: usize,
+        write: &FencedWrite,
+        token: FencingToken,
+        before: &Record,
+    ) {
+        let after = write.apply(&before.key, token, Some(before));
+        if after.fence < before.fence {
+            world.violations.fence_went_down = true;
+        }
+        world.records[i] = after;
+        match write.check() {
+            FenceCheck::Claim => {
+                world.last_claimer[i] = Some(w);
+                let lane = &world.workers[usize::from(w)].lanes[usize::from(l)];
+                if !lane.earlier_applied {
+                    let at = world.tick();
+                    world.workers[usize::from(w)].lanes[usize::from(l)].claimed_at = at;
+                }
+            }
+            FenceCheck::HolderOnly => {
+                if world.last_claimer[i] != Some(w) {
+                    world.violations.confirmed_by_non_claimer = true;
+                }
+            }
+        }
+    }
+
     /// Worker `w`'s lane `l` sends the write of its step.
     fn write(&self, world: &mut World, w: u8, l: u8, delivery: Delivery) {
         let lifecycle = Lifecycle::default();
@@ -422,25 +514,7 @@ impl Protocol {
         let decided = self.decide(&write, token, &before);
         let applied = delivery != Delivery::RequestLost && decided.is_ok();
         if applied {
-            let after = write.apply(&before.key, token, Some(&before));
-            if after.fence < before.fence {
-                world.violations.fence_went_down = true;
-            }
-            world.records[i] = after;
-            match write.check() {
-                FenceCheck::Claim => {
-                    world.last_claimer[i] = Some(w);
-                    if !lane.earlier_applied {
-                        let at = world.tick();
-                        world.workers[wi].lanes[li].claimed_at = at;
-                    }
-                }
-                FenceCheck::HolderOnly => {
-                    if world.last_claimer[i] != Some(w) {
-                        world.violations.confirmed_by_non_claimer = true;
-                    }
-                }
-            }
+            Self::applied(world, (w, l), i, &write, token, &before);
         }
         let lane = &mut world.workers[wi].lanes[li];
         if delivery != Delivery::Normal {
@@ -594,24 +668,7 @@ impl Model for Protocol {
     fn next_state(&self, world: &World, action: Action) -> Option<World> {
         let mut next = world.clone();
         match action {
-            Action::Acquire(w) => {
-                if next.failovers > 0 {
-                    next.replica = Some(Replica {
-                        counter: next.counter,
-                        bound: next.bound,
-                        lease: next.lease,
-                    });
-                }
-                let token = self.issue(&mut next);
-                next.lease = Some((w, true));
-                let worker = &mut next.workers[usize::from(w)];
-                worker.attempts_left -= 1;
-                worker.token = Some(token);
-                worker.refused = false;
-                for (l, lane) in (0u8..self.lanes).zip(&mut worker.lanes) {
-                    lane.step = self.first_record(l);
-                }
-            }
+            Action::Acquire(w) => self.acquire(&mut next, w),
             Action::Write(w, l, delivery) => {
                 match delivery {
                     Delivery::AnswerLost => next.lost_answers -= 1,
@@ -630,39 +687,8 @@ impl Model for Protocol {
                     };
                 }
             }
-            Action::Perform(w, l) => {
-                let worker = next.workers[usize::from(w)];
-                let lane = worker.lanes[usize::from(l)];
-                if let Step::Perform(n) = lane.step {
-                    if worker.refused {
-                        next.violations.worked_after_refusal = true;
-                    }
-                    let i = usize::from(n);
-                    match next.performed_at[i] {
-                        Some(at) if at < lane.claimed_at => next.violations.effect_repeated = true,
-                        Some(_) => {}
-                        None => next.performed_at[i] = Some(next.tick()),
-                    }
-                    next.workers[usize::from(w)].lanes[usize::from(l)].step = Step::Confirm(n);
-                }
-            }
-            Action::Release(w) => {
-                if next.lease == Some((w, true)) {
-                    next.lease = None;
-                }
-                let worker = &mut next.workers[usize::from(w)];
-                let step = if worker.refused && worker.attempts_left > 0 {
-                    Step::Idle
-                } else {
-                    Step::Finished
-                };
-                for lane in &mut worker.lanes {
-                    lane.step = step;
-                    lane.retried = false;
-                    lane.earlier_applied = false;
-                }
-                worker.token = None;
-            }
+            Action::Perform(w, l) => Self::perform(&mut next, w, l),
+            Action::Release(w) => Self::release(&mut next, w),
             Action::Expire => {
                 next.expiries -= 1;
                 next.lease = next.lease.map(|(owner, _)| (owner, false));

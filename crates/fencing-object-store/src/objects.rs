@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fencing_core::adapter::envelope::{self, Contents};
 use fencing_core::adapter::{
-    PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId, check_conditional_puts,
+    PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId, check_conditional_writes,
 };
 use fencing_core::{Error, FoundFence, Record, RecordKey, Result};
 use object_store::path::Path;
@@ -51,14 +51,14 @@ impl Objects {
     }
 
     /// Before the first write: that the backend refuses the conditional puts it must
-    /// ([`check_conditional_puts`], on probe objects of its own under the prefix, removed
+    /// ([`check_conditional_writes`], on probe objects of its own under the prefix, removed
     /// after). A backend that creates but cannot update (the local file system) would
     /// otherwise take a record's first write and refuse every later one, and one that takes a
     /// stale or dangling `If-Match` as a plain put would let a stale holder's write land.
     pub(crate) async fn check_updates(&self) -> Result<()> {
         self.updates_checked
             .get_or_try_init(|| async {
-                check_conditional_puts(&Unchecked(self), |key: RecordKey| async move {
+                check_conditional_writes(&Unchecked(self), |key: RecordKey| async move {
                     // The probes are this store's own objects: a plain delete is safe.
                     let _ = self.store.delete(&self.location(&key)).await;
                 })

@@ -464,6 +464,13 @@ impl Bench {
                 let _default = tracing::subscriber::set_default(discard);
                 self.fenced_claims(token).await;
             }
+            settlement => self.settle(settlement, token).await,
+        }
+    }
+
+    /// The settlement variants: every refund claimed and confirmed, one way or another.
+    async fn settle(&self, variant: &str, token: FencingToken) {
+        match variant {
             "settlement, row-by-row claims" => {
                 for k in &self.keys {
                     self.store

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{Clock, RequestEffect, TokioClock};
+use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock};
 use fencing_core::{
     Error, FencingToken, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
     TokenSource, Ttl,

@@ -58,6 +58,33 @@ pub(crate) enum Unfit {
     Schema(PgFailure),
 }
 
+/// The answer to [`INSPECT`], column by column.
+struct Inspected {
+    exists: bool,
+    /// Tables whose names differ from the one asked for only in case.
+    differ_in_case: Vec<String>,
+    /// The table's columns, with their type OIDs and SQL types in the same order.
+    names: Vec<String>,
+    oids: Vec<i64>,
+    sql_types: Vec<String>,
+    key_unique: bool,
+    server_version: i32,
+}
+
+impl Inspected {
+    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Inspected {
+            exists: row.try_get(0)?,
+            differ_in_case: row.try_get(1)?,
+            names: row.try_get(2)?,
+            oids: row.try_get(3)?,
+            sql_types: row.try_get(4)?,
+            key_unique: row.try_get(5)?,
+            server_version: row.try_get(6)?,
+        })
+    }
+}
+
 /// `table` does not exist; `differ_in_case` are the tables whose names differ only in case.
 fn missing_table(table: &PgTable, differ_in_case: &[String]) -> Unfit {
     let name = table.name();
@@ -96,19 +123,15 @@ fn key_not_unique(table: &PgTable) -> Unfit {
 impl Schema {
     /// Checks `table` against the answer to [`INSPECT`].
     pub(crate) fn from_row(table: &PgTable, row: &PgRow) -> Result<Schema, Unfit> {
-        let decode = || -> Result<_, sqlx::Error> {
-            Ok((
-                row.try_get::<bool, _>(0)?,
-                row.try_get::<Vec<String>, _>(1)?,
-                row.try_get::<Vec<String>, _>(2)?,
-                row.try_get::<Vec<i64>, _>(3)?,
-                row.try_get::<Vec<String>, _>(4)?,
-                row.try_get::<bool, _>(5)?,
-                row.try_get::<i32, _>(6)?,
-            ))
-        };
-        let (exists, differ_in_case, names, oids, sql_types, key_unique, server_version) =
-            decode().map_err(|e| Unfit::Schema(e.into()))?;
+        let Inspected {
+            exists,
+            differ_in_case,
+            names,
+            oids,
+            sql_types,
+            key_unique,
+            server_version,
+        } = Inspected::from_row(row).map_err(|e| Unfit::Schema(e.into()))?;
         let name = table.name();
         if !exists {
             return Err(missing_table(table, &differ_in_case));

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{RecordOutcomes, RequestEffect, check_distinct, check_store_name};
+use fencing_core::adapter::{
+    FenceExt, RecordOutcomes, RequestEffect, check_distinct, check_store_name,
+};
 use fencing_core::{
     Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
     Record, RecordKey, Result, Written,
@@ -305,7 +307,7 @@ impl PgStore {
             .await
     }
 
-    /// [`Self::write_on`] under `fence`'s token, through [`Fence::run_write_once`]: a
+    /// [`Self::write_on`] under `fence`'s token, through [`FenceExt::run_write_once`]: a
     /// refusal is explained (a counter that went backwards is a regression, not a newer
     /// holder) and the outcome reported as [`Fence::write`] reports it. For writes inside the
     /// caller's transaction, e.g. through [`fencing_core::FencedBatch::run_fenced`]; an

@@ -77,10 +77,19 @@ async fn main() {
     .await;
     bench::report(&results, ACQUISITIONS, "acquisition");
 
-    // The identity check's cost: the default lease (epochs, the counter bound to the server
-    // history, INFO read inside the script) against the same script without it, each on
-    // counters that exist and are bound (established untimed first), alternating acquisition
-    // by acquisition, the ratio paired round by round.
+    identity_check(&lease, &conn, ttl).await;
+    throughput(&server, &client, &lease, &conn, ttl).await;
+}
+
+/// The identity check's cost: the default lease (epochs, the counter bound to the server
+/// history, INFO read inside the script) against the same script without it, each on counters
+/// that exist and are bound (established untimed first), alternating acquisition by
+/// acquisition, the ratio paired round by round.
+async fn identity_check(
+    lease: &RedisLease<MultiplexedConnection>,
+    conn: &MultiplexedConnection,
+    ttl: Ttl,
+) {
     println!(
         "\nOn existing counters, alternating acquisition by acquisition ({IDENTITY_ITEMS} per round, {ROUNDS} rounds):\n"
     );
@@ -98,7 +107,7 @@ async fn main() {
         async |variant, round, item| {
             let r = ResourceName::new(format!("i{round}:{}:{item}", variant.len())).unwrap();
             let lease: &dyn Lease = if variant == identity[0] {
-                &lease
+                lease
             } else {
                 &checked
             };
@@ -113,7 +122,17 @@ async fn main() {
     )
     .await;
     bench::report_paired_ratios(&rounds);
+}
 
+/// Acquisitions a second from 1 and 50 clients, beside `redis-benchmark` sending the same
+/// script.
+async fn throughput(
+    server: &RedisServer,
+    client: &redis::Client,
+    lease: &RedisLease<MultiplexedConnection>,
+    conn: &MultiplexedConnection,
+    ttl: Ttl,
+) {
     println!("\n| clients | RedisLease acquisitions/s | redis-benchmark EVALSHA/s (same script) |");
     println!("| ---: | ---: | ---: |");
     let sha = lease.acquire_script_hash();
@@ -127,8 +146,8 @@ async fn main() {
         .expect("the acquire script takes the benchmark's arguments");
     assert_eq!(token, 1, "a fresh counter's first token");
     for clients in [1, 50] {
-        let ours = concurrent(&client, clients, ttl).await;
-        let raw = redis_benchmark(&server, &acquire_command(sha, "{__rand_int__}"), clients);
+        let ours = concurrent(client, clients, ttl).await;
+        let raw = redis_benchmark(server, &acquire_command(sha, "{__rand_int__}"), clients);
         println!("| {clients} | {ours:.0} | {raw} |");
     }
 }

@@ -48,7 +48,7 @@ impl RedisKeys {
     }
 
     /// The counter key of `resource`.
-    pub fn counter_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
+    pub fn token_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
         Ok(format!("{}{{{}}}", self.counter_prefix, tag(resource)?))
     }
 
@@ -57,7 +57,7 @@ impl RedisKeys {
     /// history may be behind the tokens issued (a failover to a lagging replica, a restart
     /// from an older snapshot), and epoch-prefixed tokens then open a new epoch.
     pub fn history_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
-        Ok(format!("{}:history", self.counter_key(resource)?))
+        Ok(format!("{}:history", self.token_key(resource)?))
     }
 }
 
@@ -90,7 +90,7 @@ mod tests {
         let keys = RedisKeys::default();
         let r = ResourceName::new("settle:m_4471").unwrap();
         assert_eq!(keys.lock_key(&r).unwrap(), "lock:{settle:m_4471}");
-        assert_eq!(keys.counter_key(&r).unwrap(), "fence:{settle:m_4471}");
+        assert_eq!(keys.token_key(&r).unwrap(), "fence:{settle:m_4471}");
         assert_eq!(
             keys.history_key(&r).unwrap(),
             "fence:{settle:m_4471}:history"

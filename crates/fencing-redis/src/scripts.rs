@@ -74,7 +74,7 @@ end
 -- when the counter must be re-established (missing, its epoch used up, or bound to another
 -- history; in mode 2 a floor is taken only for the history it was opened for, and binds the
 -- counter to it).
-local function settle(counter_key, bound, v, mode, floor, opened_for)
+local function settle(token_key, bound, v, mode, floor, opened_for)
   local here = ''
   if mode == '2' then
     local problem
@@ -83,7 +83,7 @@ local function settle(counter_key, bound, v, mode, floor, opened_for)
   end
   if floor ~= '' then
     if opened_for ~= here then return false, redis.status_reply('SEED ' .. here) end
-    v = raise(counter_key, v, floor)
+    v = raise(token_key, v, floor)
     if here ~= '' then redis.call('SET', bound, here) end
   elseif here ~= '' and v ~= false and redis.call('GET', bound) ~= here then
     return false, redis.status_reply('SEED ' .. here)

@@ -16,7 +16,7 @@ use crate::error::RedisFailure;
 use crate::keys::RedisKeys;
 use crate::scripts::SEED;
 
-/// A per-resource `INCR` counter at [`RedisKeys::counter_key`].
+/// A per-resource `INCR` counter at [`RedisKeys::token_key`].
 ///
 /// Redis without persistence forgets counters when it restarts; a Redis restored from a
 /// snapshot or failed over to a lagging replica can hold a counter behind the tokens already
@@ -149,7 +149,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
         lock: Option<LockRequest<'_>>,
     ) -> Result<Option<FencingToken>> {
         let keys = self.client.keys();
-        let counter = keys.counter_key(resource)?;
+        let counter = keys.token_key(resource)?;
         let history = keys.history_key(resource)?;
         let lock_key = keys.lock_key(resource)?;
         let mode = self.reestablish_mode();
@@ -223,7 +223,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
         opened_for: &str,
     ) -> Result<FencingToken> {
         let keys = self.client.keys();
-        let (counter, history) = (keys.counter_key(resource)?, keys.history_key(resource)?);
+        let (counter, history) = (keys.token_key(resource)?, keys.history_key(resource)?);
         let reply: Option<String> = self
             .client
             .run(
@@ -246,7 +246,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
     /// The counter of `resource` (`None` when missing or 0) and, with epochs, the server
     /// history it is read on.
     async fn read(&self, resource: &ResourceName) -> Result<(Option<FencingToken>, String)> {
-        let counter = self.client.keys().counter_key(resource)?;
+        let counter = self.client.keys().token_key(resource)?;
         let (reply, here): (Option<String>, String) = self
             .client
             .run(

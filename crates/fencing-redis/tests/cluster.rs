@@ -200,7 +200,7 @@ async fn a_replica_promoted_by_the_cluster_behind_the_counter_never_reissues_a_t
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let ttl = Ttl::from_millis(500).unwrap();
     let counter = fencing_redis::RedisKeys::default()
-        .counter_key(&resource)
+        .token_key(&resource)
         .unwrap();
     let (master, replica) = cluster.master_and_replica_of(&counter);
     for _ in 0..500 {

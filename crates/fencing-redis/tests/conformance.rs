@@ -185,7 +185,7 @@ async fn a_used_up_epoch_is_followed_by_one_the_durable_source_opened() {
     // without the durable source knowing it was opened.
     let last_of_epoch = (epoch << 32) | 0xFFFF_FFFF;
     let _: () = redis::cmd("SET")
-        .arg(keys.counter_key(&resource).unwrap())
+        .arg(keys.token_key(&resource).unwrap())
         .arg(last_of_epoch.to_string())
         .query_async(&mut conn)
         .await

@@ -180,7 +180,7 @@ async fn a_counter_lowered_by_hand_on_the_same_server_is_not_detected() {
     let lease = RedisLease::new(conn.clone(), epochs());
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let ttl = Ttl::from_millis(100).unwrap();
-    let counter = RedisKeys::default().counter_key(&resource).unwrap();
+    let counter = RedisKeys::default().token_key(&resource).unwrap();
     let first = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     let snapshot: String = redis::cmd("GET")
         .arg(&counter)
@@ -252,7 +252,7 @@ async fn a_counter_holding_garbage_is_refused_and_nothing_is_left_half_written()
     for garbage in ["abc", "-5", "007", "1.5", "99999999999999999999", ""] {
         let resource = ResourceName::new(unique_name("settle")).unwrap();
         let keys = RedisKeys::default();
-        let counter = keys.counter_key(&resource).unwrap();
+        let counter = keys.token_key(&resource).unwrap();
         let _: () = redis::cmd("SET")
             .arg(&counter)
             .arg(garbage)

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use fencing_core::adapter::{CasStore, ObjectCodec, check_conditional_puts, check_store_name};
+use fencing_core::adapter::{CasStore, ObjectCodec, check_conditional_writes, check_store_name};
 use fencing_core::{
     FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result, Written,
 };
@@ -83,7 +83,7 @@ impl S3Store {
     /// that kept the check from ending.
     pub async fn check_conditional_writes(&self) -> Result<()> {
         let (client, bucket) = (self.client(), self.bucket());
-        check_conditional_puts(self.cas.inner(), |key: RecordKey| async move {
+        check_conditional_writes(self.cas.inner(), |key: RecordKey| async move {
             // The probes are this check's own objects: a plain delete is safe.
             if let Ok(object) = bucket.object_key(&key) {
                 let _ = client

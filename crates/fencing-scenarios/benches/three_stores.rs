@@ -100,7 +100,7 @@ async fn main() {
 
     let dynamodb = aws::dynamodb_client(aws_sdk_dynamodb::Config::builder());
     let ledger_table = DynamoTable::new(fencing_testkit::unique_name("ledger")).unwrap();
-    ledger_table.create(&dynamodb).await.unwrap();
+    ledger_table.create_if_missing(&dynamodb).await.unwrap();
     let ledger = DynamoStore::new(dynamodb, ledger_table);
     let s3 = aws::s3_client(aws_sdk_s3::Config::builder());
     let bucket = fencing_testkit::unique_name("receipts");

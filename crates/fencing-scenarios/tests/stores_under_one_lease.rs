@@ -60,7 +60,7 @@ impl Refunds {
 async fn fresh_ledger() -> DynamoStore {
     let client = dynamodb();
     let table = DynamoTable::new(unique_name("ledger")).unwrap();
-    table.create(&client).await.unwrap();
+    table.create_if_missing(&client).await.unwrap();
     DynamoStore::new(client, table)
 }
 

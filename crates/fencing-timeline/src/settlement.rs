@@ -15,18 +15,7 @@ use crate::timeline::{Clock, Mark, Timeline};
 /// simulation's workers do not renew), its stalls, its runs of accepted writes, every refusal,
 /// take-over and look-up, and the gateway's answers that were not a new refund.
 pub fn settlement(config: &SettlementConfig, report: &SettlementReport) -> Timeline {
-    let title = format!(
-        "Settlement of merchant {}: {} refunds under the lease on {} (TTL {} s), fences {}",
-        config.merchant,
-        config.refunds,
-        config.resource(),
-        config.ttl.duration().as_secs(),
-        match config.fencing {
-            Fencing::On => "on",
-            Fencing::Off => "OFF (every write presents token 1)",
-        }
-    );
-    let mut timeline = Timeline::new(title, Clock::WORKED_EXAMPLE);
+    let mut timeline = Timeline::new(title(config), Clock::WORKED_EXAMPLE);
     let mut granted: HashMap<&str, Duration> = HashMap::new();
     for event in &report.events {
         let lane = format!("worker {}", event.worker);
@@ -37,40 +26,8 @@ pub fn settlement(config: &SettlementConfig, report: &SettlementReport) -> Timel
                 timeline.acquired(&lane, at, *token);
             }
             What::Busy => timeline.mark(&lane, at, Mark::note("gives up: the lease stays busy")),
-            What::Accepted {
-                store,
-                key,
-                token,
-                took_over_from,
-                stale,
-                ..
-            } => {
-                timeline.accepted(&lane, at, store, key.as_str(), *stale);
-                if took_over_from.is_some() {
-                    let mark = Mark::TookOver {
-                        store: store.clone(),
-                        record: key.as_str().to_owned(),
-                        token: *token,
-                    };
-                    timeline.mark(&lane, at, mark);
-                }
-            }
-            What::Refused {
-                store,
-                key,
-                check,
-                token,
-                met,
-                ..
-            } => {
-                let mark = Mark::Refused {
-                    store: store.clone(),
-                    record: key.as_str().to_owned(),
-                    write: Some(write_name(*check).to_owned()),
-                    token: *token,
-                    met: met.clone(),
-                };
-                timeline.mark(&lane, at, mark);
+            What::Accepted { .. } | What::Refused { .. } => {
+                mark_write(&mut timeline, &lane, at, &event.what);
             }
             What::Paused { length, .. } => {
                 timeline.mark(&lane, at, Mark::Stalled { length: *length });
@@ -110,6 +67,63 @@ pub fn settlement(config: &SettlementConfig, report: &SettlementReport) -> Timel
         }
     }
     timeline
+}
+
+/// The title: the merchant, the refunds, the lease and whether fences were on.
+fn title(config: &SettlementConfig) -> String {
+    format!(
+        "Settlement of merchant {}: {} refunds under the lease on {} (TTL {} s), fences {}",
+        config.merchant,
+        config.refunds,
+        config.resource(),
+        config.ttl.duration().as_secs(),
+        match config.fencing {
+            Fencing::On => "on",
+            Fencing::Off => "OFF (every write presents token 1)",
+        }
+    )
+}
+
+/// An accepted write (with its take-over, if it took one over) or a refusal, on `lane`.
+fn mark_write(timeline: &mut Timeline, lane: &str, at: Duration, what: &What) {
+    match what {
+        What::Accepted {
+            store,
+            key,
+            token,
+            took_over_from,
+            stale,
+            ..
+        } => {
+            timeline.accepted(lane, at, store, key.as_str(), *stale);
+            if took_over_from.is_some() {
+                let mark = Mark::TookOver {
+                    store: store.clone(),
+                    record: key.as_str().to_owned(),
+                    token: *token,
+                };
+                timeline.mark(lane, at, mark);
+            }
+        }
+        What::Refused {
+            store,
+            key,
+            check,
+            token,
+            met,
+            ..
+        } => {
+            let mark = Mark::Refused {
+                store: store.clone(),
+                record: key.as_str().to_owned(),
+                write: Some(write_name(*check).to_owned()),
+                token: *token,
+                met: met.clone(),
+            };
+            timeline.mark(lane, at, mark);
+        }
+        _ => {}
+    }
 }
 
 fn write_name(check: FenceCheck) -> &'static str {

@@ -93,7 +93,7 @@ impl Ledger {
             .with_key_attribute("merchant")?
             .with_sort_key("payout_id", DynamoKeyType::String)?
             .with_state_attribute("status")?;
-        table.create(&dynamodb).await?;
+        table.create_if_missing(&dynamodb).await?;
         let receipts = S3Store::new(s3, S3Bucket::new(bucket, "receipts/")?)
             .named("receipts")?
             .with_codec(JsonCodec::new());

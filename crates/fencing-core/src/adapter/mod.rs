@@ -3,7 +3,7 @@
 //!
 //! * compare-and-swap over versions ([`CasStore`] over a
 //!   [`VersionedStore`]), the check that a store refuses the puts it must
-//!   ([`check_conditional_puts`]), the object [`envelope`] and the codecs that keep a record
+//!   ([`check_conditional_writes`]), the object [`envelope`] and the codecs that keep a record
 //!   in an object's body ([`ObjectCodec`]: [`EnvelopeCodec`], [`JsonCodec`]);
 //! * epoch-prefixed tokens ([`epoch`]);
 //! * the input checks every name obeys inside a store
@@ -14,7 +14,9 @@
 //!   `FencedWrite::decide` and `apply` are methods of the write);
 //! * the error rule ([`RequestEffect`] for
 //!   `Error::failed_request`), the writes an adapter makes outside `Fence::write`
-//!   ([`RecordOutcomes`] for `Fence::run_write`), the key check of a write of many records
+//!   ([`FenceExt`]: `write_by`, `run_write`, `run_write_once`, and [`RecordOutcomes`] for
+//!   what a write of many records reports), what a lease records on its guards
+//!   ([`LeaseGuardExt`]: `new`, `extended`, `lost`), the key check of a write of many records
 //!   ([`check_distinct`]), and the clock a
 //!   lease's deadline is measured on ([`Clock`]).
 
@@ -70,10 +72,12 @@ pub mod epoch {
 }
 
 pub use crate::cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
-pub use crate::cas_check::{ConditionalPutDefect, check_conditional_puts};
+pub use crate::cas_check::{ConditionalPutDefect, check_conditional_writes};
 pub use crate::clock::{Clock, TokioClock};
 pub use crate::codec::{CodecError, EnvelopeCodec, JsonCodec, ObjectCodec, encode_checked};
 pub use crate::error::RequestEffect;
+pub use crate::fence::FenceExt;
+pub use crate::guard::LeaseGuardExt;
 pub use crate::input::{check_store_name, is_refused_char, refused_char_ranges};
 pub use crate::memory::MemoryVersionedStore;
 pub use crate::retry::contention_pause;

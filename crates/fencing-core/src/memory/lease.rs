@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use super::{MemoryTokenSource, lock};
 use crate::clock::{Clock, TokioClock};
 use crate::error::Result;
-use crate::guard::{LeaseGuard, OwnerId};
+use crate::guard::{LeaseGuard, LeaseGuardExt, OwnerId};
 use crate::lease::{Lease, LeaseStatus};
 use crate::name::ResourceName;
 use crate::token::FencingToken;

@@ -26,7 +26,7 @@ pub(crate) fn caps() -> Capabilities {
 /// A fresh table of fenced records.
 pub(crate) async fn table(client: &Client) -> DynamoTable {
     let table = DynamoTable::new(unique_name("fencing")).unwrap();
-    table.create(client).await.unwrap();
+    table.create_if_missing(client).await.unwrap();
     table
 }
 
@@ -40,7 +40,7 @@ pub(crate) async fn store() -> DynamoStore {
 /// A fresh lease table.
 pub(crate) async fn lease(client: &Client) -> DynamoLease {
     let lease = DynamoLease::new(client.clone(), unique_name("leases")).unwrap();
-    lease.create_table().await.unwrap();
+    lease.create_if_missing().await.unwrap();
     lease
 }
 
@@ -58,7 +58,7 @@ pub(crate) async fn composite_table(client: &Client) -> DynamoTable {
         .unwrap()
         .with_state_attribute("status")
         .unwrap();
-    table.create(client).await.unwrap();
+    table.create_if_missing(client).await.unwrap();
     table
 }
 
@@ -90,7 +90,7 @@ pub(crate) async fn ledger_table(client: &Client) -> DynamoTable {
         .unwrap()
         .with_state_attribute("status")
         .unwrap();
-    table.create(client).await.unwrap();
+    table.create_if_missing(client).await.unwrap();
     table
 }
 

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use fencing_core::adapter::{Clock, TokioClock};
+use fencing_core::adapter::{Clock, LeaseGuardExt, TokioClock};
 use fencing_core::{
     Error, FencingToken, InputKind, Lease, LeaseGuard, OwnerId, ResourceName, RetryPolicy, Ttl,
     acquire,

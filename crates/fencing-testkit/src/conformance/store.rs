@@ -428,28 +428,54 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(
         caps.key("many-older"),
         caps.key("many-newer"),
     );
-    must_claim(store, &older, 5).await;
-    must_claim(store, &newer, 9).await;
-    let newer_before = store.read(&newer).await.unwrap();
     let claim = FencedWrite::claim()
         .set_state(state("sending"))
         .set_payload(caps.payload(b"7"));
+    claims_answer_one_by_one(store, caps, [&missing, &older, &newer], &claim).await;
+    confirms_answer_one_by_one(store, caps, [&missing, &older, &newer]).await;
+    let twice = caps.key("many-twice");
+    let err = store
+        .write_many(&[twice.clone(), twice.clone()], token(7), &claim)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(store.read(&twice).await.unwrap(), None, "nothing written");
+    assert!(
+        store
+            .write_many(&[], token(7), &claim)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A group claim of a missing record, one under a lower fence (5) and one under a higher (9),
+/// with token 7: created, taken over, fenced and left unchanged.
+async fn claims_answer_one_by_one<S: FencedStore + ?Sized>(
+    store: &S,
+    caps: Capabilities,
+    [missing, older, newer]: [&RecordKey; 3],
+    claim: &FencedWrite,
+) {
+    must_claim(store, older, 5).await;
+    must_claim(store, newer, 9).await;
+    let newer_before = store.read(newer).await.unwrap();
     let keys = [missing.clone(), older.clone(), newer.clone()];
-    let claimed = store.write_many(&keys, token(7), &claim).await.unwrap();
+    let claimed = store.write_many(&keys, token(7), claim).await.unwrap();
     assert_eq!(claimed.len(), 3, "one outcome per key: {claimed:?}");
     let created = claimed[0]
         .as_ref()
         .expect("a claim creates a missing record");
-    assert!(created.created && created.record.key == missing);
+    assert!(created.created && created.record.key == *missing);
     let taken = claimed[1]
         .as_ref()
         .expect("a claim takes over a lower fence");
     assert_eq!(taken.previous_fence, Some(token(5)));
-    assert_eq!(taken.record.key, older);
+    assert_eq!(&taken.record.key, older);
     match &claimed[2] {
         Err(Error::Fenced {
             record, presented, ..
-        }) => assert_eq!((record, *presented), (&newer, token(7))),
+        }) => assert_eq!((record, *presented), (newer, token(7))),
         other => panic!("a claim below fence 9 must be fenced: {other:?}"),
     }
     for (k, outcome) in keys.iter().zip(&claimed).take(2) {
@@ -469,11 +495,19 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(
         );
     }
     assert_eq!(
-        store.read(&newer).await.unwrap(),
+        store.read(newer).await.unwrap(),
         newer_before,
         "the refused record is unchanged"
     );
+}
 
+/// A group confirm under token 7 after those claims: applied where the claim was, fenced,
+/// missing; a second confirm finds the record done.
+async fn confirms_answer_one_by_one<S: FencedStore + ?Sized>(
+    store: &S,
+    caps: Capabilities,
+    [missing, older, newer]: [&RecordKey; 3],
+) {
     let absent = caps.key("many-absent");
     let confirm = FencedWrite::holder_only()
         .when_state_in([state("sending")])
@@ -493,7 +527,7 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(
         assert_eq!(written.record.fence, Some(token(7)));
     }
     assert!(
-        matches!(&confirmed[1], Err(Error::Fenced { record, .. }) if record == &newer),
+        matches!(&confirmed[1], Err(Error::Fenced { record, .. }) if record == newer),
         "{:?}",
         confirmed[1]
     );
@@ -510,21 +544,6 @@ pub async fn many_writes_answer_as_single_writes<S: FencedStore + ?Sized>(
     assert!(
         matches!(&again[0], Err(Error::StateMismatch { found: Some(s), .. }) if *s == state("sent")),
         "a second confirm finds the record sent: {again:?}"
-    );
-
-    let twice = caps.key("many-twice");
-    let err = store
-        .write_many(&[twice.clone(), twice.clone()], token(7), &claim)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
-    assert_eq!(store.read(&twice).await.unwrap(), None, "nothing written");
-    assert!(
-        store
-            .write_many(&[], token(7), &claim)
-            .await
-            .unwrap()
-            .is_empty()
     );
 }
 

@@ -99,16 +99,97 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         return ExitCode::from(2);
     }
     let containers = ServiceMode::from_env() == ServiceMode::Containers;
-    let concurrency = args.concurrency.into();
-    let plan_of = |seed: u64, fences| match args.lease.len() {
-        0 => RunPlan::from_seed(seed, fences, sizing, containers),
-        n => {
-            let lease = args.lease[(seed % n as u64) as usize];
-            RunPlan::on_lease(seed, lease, fences, sizing, containers)
+    let plans = plans(&args, sizing, containers);
+    let mut services = match tokio::task::block_in_place(|| start_services(containers)) {
+        Ok(services) => services,
+        Err(why) => {
+            eprintln!("campaign: {why}");
+            return ExitCode::from(2);
         }
     };
-    let soak_seeds =
-        (args.first_seed..).map(|seed| plan_of(seed, true).with_concurrency(concurrency));
+    let current = Arc::new(Mutex::new(String::from("before the first run")));
+    let started = Instant::now();
+    let soak = match args.soak_minutes {
+        Some(minutes) => match sqlx::PgPool::connect(&services.database_url).await {
+            Ok(pool) => Some((
+                started + Duration::from_secs(minutes * 60),
+                soak::Sampler::start(pool, started),
+            )),
+            Err(err) => {
+                eprintln!("campaign: cannot connect to PostgreSQL to sample it: {err}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let schedule = match &soak {
+        Some((deadline, _)) => {
+            Schedule::Until(*deadline, Box::new(soak_plans(&args, sizing, containers)))
+        }
+        None => Schedule::These(&plans),
+    };
+    let campaign = run_all(schedule, &mut services, &args, current.clone());
+    let (results, all_ran) = tokio::select! {
+        results = campaign => results,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!(
+                "\ncampaign: interrupted during {}; its workers, gateway and servers are being stopped",
+                current.lock().expect("never poisoned")
+            );
+            return ExitCode::from(130);
+        }
+    };
+    let wall = started.elapsed();
+    println!("\n{}", report::summary(&results));
+    println!("wall time {:.0} s", wall.as_secs_f64());
+    let steady = soak.map(|(_, sampler)| soak_verdict(sampler, &results, started, wall));
+    let drawn = match draw_pictures(&args, &results) {
+        Ok(drawn) => drawn,
+        Err(why) => {
+            eprintln!("campaign: {why}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(path) = &args.report {
+        let table = steady.as_ref().map(|(table, _)| table.as_str());
+        if let Err(err) = write_report(path, &results, table, wall, containers, &drawn) {
+            eprintln!("campaign: cannot write {}: {err}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("results written to {}", path.display());
+    }
+    let steady = steady.is_none_or(|(_, steady)| steady);
+    if passed(&args, &results) && all_ran && !results.is_empty() && steady {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The soak's table of samples (printed) and whether its figures held steady.
+fn soak_verdict(
+    sampler: soak::Sampler,
+    results: &[RunResult],
+    started: Instant,
+    wall: Duration,
+) -> (String, bool) {
+    let finished: Vec<soak::Finished> = results
+        .iter()
+        .map(|r| soak::Finished {
+            at: r.ended.duration_since(started),
+            refunds: r.audit.sent,
+        })
+        .collect();
+    let (table, steady) = soak::report(&sampler.finish(), &finished, wall);
+    println!("\n{table}");
+    (table, steady)
+}
+
+/// The runs to make, in order: the fenced runs, the controls with fences off, the failover's
+/// controls with the history check off, and the worked example's full runs; or the one
+/// replayed.
+fn plans(args: &Args, sizing: Sizing, containers: bool) -> Vec<RunPlan> {
+    let plan_of = |seed, fences| plan_of(args, seed, fences, sizing, containers);
     let plans: Vec<RunPlan> = match args.replay {
         Some(seed) if args.history_check == "off" => {
             vec![RunPlan::unchecked_failover(seed, sizing)]
@@ -133,67 +214,39 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             plans
         }
     };
-    let plans: Vec<RunPlan> = plans
+    let concurrency = args.concurrency.into();
+    plans
         .into_iter()
         .map(|plan| plan.with_concurrency(concurrency))
-        .collect();
-    let mut services = match tokio::task::block_in_place(|| start_services(containers)) {
-        Ok(services) => services,
-        Err(why) => {
-            eprintln!("campaign: {why}");
-            return ExitCode::from(2);
+        .collect()
+}
+
+/// A soak's runs: fenced, one seed after another, without end.
+fn soak_plans(
+    args: &Args,
+    sizing: Sizing,
+    containers: bool,
+) -> impl Iterator<Item = RunPlan> + Send + '_ {
+    let concurrency = args.concurrency.into();
+    (args.first_seed..).map(move |seed| {
+        plan_of(args, seed, true, sizing, containers).with_concurrency(concurrency)
+    })
+}
+
+/// The plan of `seed`: its lease drawn by the seed, or taken from `--lease` in turn.
+fn plan_of(args: &Args, seed: u64, fences: bool, sizing: Sizing, containers: bool) -> RunPlan {
+    match args.lease.len() {
+        0 => RunPlan::from_seed(seed, fences, sizing, containers),
+        n => {
+            let lease = args.lease[(seed % n as u64) as usize];
+            RunPlan::on_lease(seed, lease, fences, sizing, containers)
         }
-    };
-    let current = Arc::new(Mutex::new(String::from("before the first run")));
-    let started = Instant::now();
-    let soak = match args.soak_minutes {
-        Some(minutes) => match sqlx::PgPool::connect(&services.database_url).await {
-            Ok(pool) => Some((
-                started + Duration::from_secs(minutes * 60),
-                soak::Sampler::start(pool, started),
-            )),
-            Err(err) => {
-                eprintln!("campaign: cannot connect to PostgreSQL to sample it: {err}");
-                return ExitCode::from(2);
-            }
-        },
-        None => None,
-    };
-    let schedule = match &soak {
-        Some((deadline, _)) => Schedule::Until(*deadline, Box::new(soak_seeds)),
-        None => Schedule::These(&plans),
-    };
-    let campaign = run_all(schedule, &mut services, &args, current.clone());
-    let (results, all_ran) = tokio::select! {
-        results = campaign => results,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!(
-                "\ncampaign: interrupted during {}; its workers, gateway and servers are being stopped",
-                current.lock().expect("never poisoned")
-            );
-            return ExitCode::from(130);
-        }
-    };
-    let wall = started.elapsed();
-    println!("\n{}", report::summary(&results));
-    println!("wall time {:.0} s", wall.as_secs_f64());
-    let steady = match soak {
-        Some((_, sampler)) => {
-            let finished: Vec<soak::Finished> = results
-                .iter()
-                .map(|r| soak::Finished {
-                    at: r.ended.duration_since(started),
-                    refunds: r.audit.sent,
-                })
-                .collect();
-            let (table, steady) = soak::report(&sampler.finish(), &finished, wall);
-            println!("\n{table}");
-            Some((table, steady))
-        }
-        None => None,
-    };
-    // The sample run's picture and those of the runs that failed: beside the report, or with
-    // the logs.
+    }
+}
+
+/// The sample run's picture and those of the runs that failed: beside the report, or with
+/// the logs.
+fn draw_pictures(args: &Args, results: &[RunResult]) -> Result<Vec<gallery::Drawn>, String> {
     let (folder, link_base) = match &args.report {
         Some(path) => {
             let stem = path.file_stem().map_or_else(
@@ -205,13 +258,7 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         }
         None => (args.logs.join("pictures"), "pictures".to_owned()),
     };
-    let drawn = match gallery::draw_campaign(&results, &folder, &link_base) {
-        Ok(drawn) => drawn,
-        Err(why) => {
-            eprintln!("campaign: {why}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let drawn = gallery::draw_campaign(results, &folder, &link_base)?;
     for d in &drawn {
         println!(
             "picture of seed {} ({}): {}",
@@ -222,45 +269,50 @@ pub(crate) async fn main(args: Args) -> ExitCode {
                 .display()
         );
     }
-    if let Some(path) = &args.report {
-        let command = std::env::args()
-            .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
-            .collect::<Vec<_>>()
-            .join(" ");
-        let runner = if containers {
-            "FENCING_TEST_SERVICES=containers cargo run -p fencing-harness --"
-        } else {
-            "cargo run -p fencing-harness --"
-        };
-        let command = command.replacen(&std::env::args().next().unwrap_or_default(), runner, 1);
-        let document = match &steady {
-            Some((table, _)) => report::soak_document(&results, table, &command, wall, &drawn),
-            None => report::document(&results, &command, wall, containers, &drawn),
-        };
-        if let Err(err) = std::fs::write(path, document) {
-            eprintln!("campaign: cannot write {}: {err}", path.display());
-            return ExitCode::FAILURE;
-        }
-        println!("results written to {}", path.display());
-    }
+    Ok(drawn)
+}
+
+/// Writes the campaign's report (a soak's, given its `soak_table`) to `path`, with the
+/// command that reproduces it.
+fn write_report(
+    path: &std::path::Path,
+    results: &[RunResult],
+    soak_table: Option<&str>,
+    wall: Duration,
+    containers: bool,
+    drawn: &[gallery::Drawn],
+) -> std::io::Result<()> {
+    let command = std::env::args()
+        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let runner = if containers {
+        "FENCING_TEST_SERVICES=containers cargo run -p fencing-harness --"
+    } else {
+        "cargo run -p fencing-harness --"
+    };
+    let command = command.replacen(&std::env::args().next().unwrap_or_default(), runner, 1);
+    let document = match soak_table {
+        Some(table) => report::soak_document(results, table, &command, wall, drawn),
+        None => report::document(results, &command, wall, containers, drawn),
+    };
+    std::fs::write(path, document)
+}
+
+/// The fenced runs found nothing, and each kind of control caught something (or it proves
+/// nothing), unless one run was replayed.
+fn passed(args: &Args, results: &[RunResult]) -> bool {
     let fenced_clean = results
         .iter()
         .filter(|r| r.plan.fences && r.plan.history_check)
         .all(|r| r.audit.violations.is_empty() && r.incidents.is_empty());
-    // Each kind of control must catch something, or it proves nothing.
     let caught = |control: &dyn Fn(&RunPlan) -> bool| {
         let runs: Vec<_> = results.iter().filter(|r| control(&r.plan)).collect();
         runs.is_empty()
             || args.replay.is_some()
             || runs.iter().any(|r| !r.audit.violations.is_empty())
     };
-    let control_caught = caught(&|plan| !plan.fences) && caught(&|plan| !plan.history_check);
-    let steady = steady.is_none_or(|(_, steady)| steady);
-    if fenced_clean && control_caught && all_ran && !results.is_empty() && steady {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    fenced_clean && caught(&|plan| !plan.fences) && caught(&|plan| !plan.history_check)
 }
 
 /// Which runs to make: these, or one after another from a list without end until a deadline

@@ -284,12 +284,45 @@ pub(crate) fn document(
     } else {
         String::new()
     };
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "# Reliability: the settlement under real faults{}{}{one_lease}
+    let mut out = format!(
+        "# Reliability: the settlement under real faults{}{}{one_lease}\n\n",
+        if containers {
+            ", stores in containers"
+        } else {
+            ""
+        },
+        if concurrency > 1 { ", pipelined" } else { "" }
+    );
+    out.push_str(WHAT_A_RUN_IS);
+    if concurrency > 1 {
+        let _ = write!(
+            out,
+            "Each worker keeps {concurrency} refunds in flight through the batch's pipeline\n\
+             (`--concurrency {concurrency}`): claims, gateway calls and confirms side by side, each\n\
+             confirm followed by the refund's ledger entry, receipt and `filed`, under the rules of\n\
+             one at a time (the first refusal stops every new claim and call; what is in flight\n\
+             finishes, still fenced). The campaign one refund at a time:\n\
+             [reliability.md](reliability.md).\n\n"
+        );
+    }
+    out.push_str(if containers {
+        "PostgreSQL and the AWS emulator ran in containers (`FENCING_TEST_SERVICES=containers`,\n\
+         images from `containers/prepare.sh`), so a store's container could be paused too. The\n\
+         campaign on the machine's own services: [reliability.md](reliability.md).\n\n"
+    } else {
+        "PostgreSQL and the AWS emulator were the machine's own. The campaign with both in\n\
+         containers, where a store's container is also paused past the TTL:\n\
+         [reliability-containers.md](reliability-containers.md).\n\n"
+    });
+    out.push_str(&summary(results));
+    out.push_str(&every_run(results, command, wall));
+    out.push_str(&pictures(drawn));
+    out
+}
 
-This page is written by the harness (`crates/fencing-harness`); every figure below was
+/// How the campaign ran its runs, what faults it struck them with and what the audit checks:
+/// the part of the report that does not change with its figures.
+const WHAT_A_RUN_IS: &str = "This page is written by the harness (`crates/fencing-harness`); every figure below was
 measured by the command at the end, on a 2-core machine, against PostgreSQL, Redis, etcd and
 the moto emulator of S3 and DynamoDB.
 
@@ -390,35 +423,12 @@ same runs back to back for an hour, every process's memory and open files sample
 
 ## Results
 
-",
-        if containers {
-            ", stores in containers"
-        } else {
-            ""
-        },
-        if concurrency > 1 { ", pipelined" } else { "" }
-    );
-    if concurrency > 1 {
-        let _ = write!(
-            out,
-            "Each worker keeps {concurrency} refunds in flight through the batch's pipeline\n\
-             (`--concurrency {concurrency}`): claims, gateway calls and confirms side by side, each\n\
-             confirm followed by the refund's ledger entry, receipt and `filed`, under the rules of\n\
-             one at a time (the first refusal stops every new claim and call; what is in flight\n\
-             finishes, still fenced). The campaign one refund at a time:\n\
-             [reliability.md](reliability.md).\n\n"
-        );
-    }
-    out.push_str(if containers {
-        "PostgreSQL and the AWS emulator ran in containers (`FENCING_TEST_SERVICES=containers`,\n\
-         images from `containers/prepare.sh`), so a store's container could be paused too. The\n\
-         campaign on the machine's own services: [reliability.md](reliability.md).\n\n"
-    } else {
-        "PostgreSQL and the AWS emulator were the machine's own. The campaign with both in\n\
-         containers, where a store's container is also paused past the TTL:\n\
-         [reliability-containers.md](reliability-containers.md).\n\n"
-    });
-    out.push_str(&summary(results));
+";
+
+/// The notes on the summary, the command, every run's line, and a few of the controls'
+/// violations.
+fn every_run(results: &[RunResult], command: &str, wall: Duration) -> String {
+    let mut out = String::new();
     let _ = write!(
         out,
         "
@@ -458,7 +468,6 @@ Every run:
             examples.join("\n")
         );
     }
-    out.push_str(&pictures(drawn));
     out
 }
 

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fencing_harness::audit::{self, AuditReport, WorkerReports};
-use fencing_harness::plan::{FaultKind, PausedStore, RunPlan};
+use fencing_harness::plan::{Fault, FaultKind, PausedStore, RunPlan};
 use fencing_harness::stores::{self, Clients, RunNames};
 use fencing_test_support::services::{EtcdCluster, MotoServer, RedisServer, TestContainer};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -114,264 +114,38 @@ pub(crate) async fn run(
     let journal = dir.join("journal.jsonl");
     let (gateway, gateway_addr) = start_gateway(&services.program, &journal).await?;
     let (events, mut inbox) = mpsc::unbounded_channel();
-    // What a run fails over is the run's own: Redis behind Sentinel, or the PostgreSQL
-    // lease's primary and standby.
-    let mut failover = match plan
-        .faults
-        .iter()
-        .find(|f| matches!(f.kind, FaultKind::RedisFailover | FaultKind::PgFailover))
-    {
-        Some(fault) => Some(Failover::start(fault.kind).await?),
-        None => None,
-    };
-    if let Some(Failover::Postgres(postgres)) = &failover {
-        let pool = sqlx::PgPool::connect(&postgres.url()).await?;
-        stores::create_pg_lease(&names, &pool).await?;
-        pool.close().await;
-    }
-    let mut lease_args = match &failover {
-        Some(Failover::Redis(_)) => Vec::new(),
-        _ => vec!["--redis-url".to_owned(), services.redis.url()],
-    };
-    lease_args.extend(failover.iter().flat_map(Failover::worker_args));
-    let kill_target = plan
-        .faults
-        .iter()
-        .find(|f| f.kind == FaultKind::KillAfterCall)
-        .map(|f| RunPlan::refund_key(f.at));
-    let mut spawner = Spawner {
+    let failover = start_failover(plan, &names).await?;
+    let spawner = Spawner {
+        lease_args: lease_args(services, failover.as_ref()),
         services,
         plan,
         names: &names,
         gateway: gateway_addr,
         dir,
         events,
-        lease_args,
         next: 0,
     };
-    let mut workers: HashMap<String, Worker> = HashMap::new();
-    for _ in 0..2 {
-        let (name, worker) = spawner.spawn(kill_target.as_deref())?;
-        workers.insert(name, worker);
+    let mut watch = Watch::start(plan, &clients, &names, spawner, failover, started, dir)?;
+    while !watch.workers.is_empty() {
+        match watch.next_event(&mut inbox).await {
+            Some(Event::Line(name, line)) => watch.on_line(name, line).await?,
+            Some(Event::Exited(name, code)) => watch.on_exit(&name, code),
+            Some(Event::LagEnded) => {}
+            None => break,
+        }
+        watch.fail_over_when_due()?;
+        watch.strike_due_faults().await?;
     }
-
-    let mut injected: BTreeMap<FaultKind, usize> = BTreeMap::new();
-    let mut incidents = Vec::new();
-    let mut pending: Vec<_> = plan
-        .faults
-        .iter()
-        .filter(|f| f.kind != FaultKind::KillAfterCall)
-        .cloned()
-        .collect();
-    let mut filed = 0usize;
-    let mut deliveries = 0usize;
-    let mut reported = WorkerReports::default();
-    let mut last_writer: Option<String> = None;
-    // Since when the replica lags, until the failover; whether the lease changed hands then.
-    let mut lagging: Option<(Instant, bool)> = None;
-    let mut failovers: Vec<FailoverTiming> = Vec::new();
-    // When the primary was killed, until the first token after it.
-    let mut awaiting_token: Option<Instant> = None;
-    let mut log = std::fs::File::create(dir.join("events.log"))?;
-    let mut picture = RunPicture::new(plan);
-    let deadline = started + run_budget(plan);
-    while !workers.is_empty() {
-        let wake = lagging.map_or(deadline, |(since, _)| (since + LONGEST_LAG).min(deadline));
-        let event = match tokio::time::timeout_at(wake.into(), inbox.recv()).await {
-            Ok(Some(event)) => event,
-            Ok(None) => break,
-            Err(_) if Instant::now() < deadline => Event::LagEnded,
-            Err(_) => {
-                incidents.push(format!(
-                    "past its deadline of {} s with {filed} filed: workers killed",
-                    run_budget(plan).as_secs()
-                ));
-                for worker in workers.values() {
-                    signal("KILL", worker.pid);
-                }
-                break;
-            }
-        };
-        match event {
-            Event::Line(name, line) => {
-                use std::io::Write;
-                writeln!(log, "{:>7} {name}: {line}", started.elapsed().as_millis())?;
-                picture.line(started.elapsed(), &name, &line);
-                if line.starts_with("filed ") {
-                    filed += 1;
-                }
-                if line.starts_with("received ") {
-                    deliveries += 1;
-                }
-                reported.record(&line);
-                if line.starts_with("acquired ") {
-                    if let Some(killed_at) = awaiting_token.take()
-                        && let Some(failover) = failovers.last_mut()
-                    {
-                        failover.first_token = Some(killed_at.elapsed());
-                    }
-                    if let Some((_, handed_over)) = &mut lagging {
-                        *handed_over = true;
-                    }
-                }
-                // The holder, as far as the campaign can tell: the last to acquire or file.
-                if line.starts_with("filed ") || line.starts_with("acquired ") {
-                    last_writer = Some(name.clone());
-                }
-                if let Some(key) = line.strip_prefix("called ")
-                    && Some(key) == kill_target.as_deref()
-                    && let Some(worker) = workers.get(&name)
-                    && !worker.killed
-                {
-                    // The worker stops itself right after this line; kill it there.
-                    wait_until_stopped(worker.pid).await;
-                    let mut crew = Crew {
-                        workers: &mut workers,
-                        spawner: &mut spawner,
-                        last_writer: &mut last_writer,
-                    };
-                    crew.kill_and_replace(&name, started.elapsed(), &mut picture)?;
-                    *injected.entry(FaultKind::KillAfterCall).or_default() += 1;
-                }
-            }
-            Event::Exited(name, code) => {
-                picture.exited(started.elapsed(), &name);
-                if let Some(worker) = workers.remove(&name)
-                    && !worker.killed
-                    && code != Some(0)
-                {
-                    incidents.push(format!("worker {name} exited with {code:?}"));
-                }
-            }
-            Event::LagEnded => {}
-        }
-        if let (Some((since, handed_over)), Some(deployment)) = (lagging, &mut failover)
-            && (handed_over || since.elapsed() >= LONGEST_LAG)
-        {
-            lagging = None;
-            let killed_at = Instant::now();
-            let took = tokio::task::block_in_place(|| deployment.fail_over())?;
-            failovers.push(FailoverTiming {
-                kind: deployment.kind(),
-                promoted: took,
-                first_token: None,
-            });
-            awaiting_token = Some(killed_at);
-            picture.service_fault(
-                started.elapsed(),
-                &format!(
-                    "{} primary killed{}; the lagging {} promoted in {} ms",
-                    deployment.server(),
-                    if handed_over {
-                        " after a hand-over"
-                    } else {
-                        ""
-                    },
-                    deployment.follower(),
-                    took.as_millis()
-                ),
-            );
-            *injected.entry(deployment.kind()).or_default() += 1;
-        }
-        while let Some(fault) = pending.first().filter(|f| filed >= f.at).cloned() {
-            let holder = last_writer
-                .as_ref()
-                .and_then(|name| Some((name, workers.get(name)?)))
-                .filter(|(_, w)| !w.killed)
-                .map(|(name, w)| (name.clone(), w.pid));
-            // Stalling (or killing) a worker that only waits for the lease proves nothing: the
-            // fault waits until the campaign knows the holder again.
-            if matches!(
-                fault.kind,
-                FaultKind::Stall | FaultKind::RedisFailover | FaultKind::PgFailover
-            ) && holder.is_none()
-            {
-                break;
-            }
-            pending.remove(0);
-            let at = started.elapsed();
-            let applied = match fault.kind {
-                FaultKind::Stall => match holder {
-                    Some((name, pid)) => {
-                        picture.stalled(at, &name, fault.pause);
-                        signal("STOP", pid);
-                        tokio::spawn(async move {
-                            tokio::time::sleep(fault.pause).await;
-                            signal("CONT", pid);
-                        });
-                        true
-                    }
-                    None => false,
-                },
-                FaultKind::RedisRestart => {
-                    picture.service_fault(at, "Redis restarted, nothing persisted");
-                    tokio::task::block_in_place(|| spawner.services.redis.restart());
-                    true
-                }
-                FaultKind::PgTerminate => {
-                    picture.service_fault(at, "the workers' PostgreSQL connections terminated");
-                    terminate_backends(&clients, &names).await? > 0
-                }
-                FaultKind::EtcdLeaderKill => {
-                    picture.service_fault(
-                        at,
-                        &format!("etcd leader killed for {} ms", fault.pause.as_millis()),
-                    );
-                    kill_etcd_leader(&mut spawner.services.etcd, fault.pause).await?;
-                    true
-                }
-                FaultKind::ContainerPause => match &spawner.services.containers {
-                    Some((postgres, aws)) => {
-                        let container = match fault.store {
-                            PausedStore::Postgres => postgres,
-                            PausedStore::Aws => aws,
-                        };
-                        picture.service_fault(
-                            at,
-                            &format!(
-                                "{} container paused for {} ms",
-                                match fault.store {
-                                    PausedStore::Postgres => "PostgreSQL",
-                                    PausedStore::Aws => "AWS emulator",
-                                },
-                                fault.pause.as_millis()
-                            ),
-                        );
-                        tokio::task::block_in_place(|| container.pause());
-                        tokio::time::sleep(fault.pause).await;
-                        tokio::task::block_in_place(|| container.unpause());
-                        true
-                    }
-                    None => false,
-                },
-                // The holder is killed while the replica (standby) lags, so that the lease
-                // changes hands on the primary alone; the failover follows that hand-over
-                // (counted then).
-                FaultKind::RedisFailover | FaultKind::PgFailover => match (&mut failover, holder) {
-                    (Some(deployment), Some((name, _))) => {
-                        // Killed first: its lease lasts a TTL more, time enough to make the
-                        // replica lag before anyone else can acquire.
-                        let mut crew = Crew {
-                            workers: &mut workers,
-                            spawner: &mut spawner,
-                            last_writer: &mut last_writer,
-                        };
-                        crew.kill_and_replace(&name, at, &mut picture)?;
-                        tokio::task::block_in_place(|| deployment.lag())?;
-                        let what = format!("{} {}", deployment.server(), deployment.follower());
-                        picture.service_fault(at, &format!("{what} made to lag"));
-                        lagging = Some((Instant::now(), false));
-                        false
-                    }
-                    _ => false,
-                },
-                FaultKind::KillAfterCall => false,
-            };
-            if applied {
-                *injected.entry(fault.kind).or_default() += 1;
-            }
-        }
-    }
+    let Watch {
+        failover,
+        injected,
+        incidents,
+        failovers,
+        deliveries,
+        reported,
+        picture,
+        ..
+    } = watch;
     drop(gateway);
     drop(failover);
     let audit = audit::audit(&names, plan, &clients, &journal, &reported).await?;
@@ -396,6 +170,352 @@ pub(crate) async fn run(
         result.draw(&dir.join("timeline.svg"))?;
     }
     Ok(result)
+}
+
+/// How a worker reaches the servers of the run's lease: the campaign's Redis, unless the run
+/// fails Redis over behind sentinels of its own, and the failover's servers.
+fn lease_args(services: &Services, failover: Option<&Failover>) -> Vec<String> {
+    let mut args = match failover {
+        Some(Failover::Redis(_)) => Vec::new(),
+        _ => vec!["--redis-url".to_owned(), services.redis.url()],
+    };
+    args.extend(failover.into_iter().flat_map(Failover::worker_args));
+    args
+}
+
+/// What a run fails over is the run's own: Redis behind Sentinel, or the PostgreSQL lease's
+/// primary and standby (its lease table made there).
+async fn start_failover(plan: &RunPlan, names: &RunNames) -> Result<Option<Failover>, RunError> {
+    let Some(fault) = plan
+        .faults
+        .iter()
+        .find(|f| matches!(f.kind, FaultKind::RedisFailover | FaultKind::PgFailover))
+    else {
+        return Ok(None);
+    };
+    let failover = Failover::start(fault.kind).await?;
+    if let Failover::Postgres(postgres) = &failover {
+        let pool = sqlx::PgPool::connect(&postgres.url()).await?;
+        stores::create_pg_lease(names, &pool).await?;
+        pool.close().await;
+    }
+    Ok(Some(failover))
+}
+
+/// A run under way, as the campaign watches it: its workers, the faults still to strike, and
+/// what it has seen so far.
+struct Watch<'a> {
+    plan: &'a RunPlan,
+    clients: &'a Clients,
+    names: &'a RunNames,
+    spawner: Spawner<'a>,
+    workers: HashMap<String, Worker>,
+    failover: Option<Failover>,
+    started: Instant,
+    deadline: Instant,
+    /// The refund after whose gateway call a worker is killed, if the plan says so.
+    kill_target: Option<String>,
+    /// The faults not struck yet, in order.
+    pending: Vec<Fault>,
+    injected: BTreeMap<FaultKind, usize>,
+    incidents: Vec<String>,
+    filed: usize,
+    deliveries: usize,
+    reported: WorkerReports,
+    /// The holder, as far as the campaign can tell: the last to acquire or file.
+    last_writer: Option<String>,
+    /// Since when the replica lags, until the failover; whether the lease changed hands then.
+    lagging: Option<(Instant, bool)>,
+    failovers: Vec<FailoverTiming>,
+    /// When the primary was killed, until the first token after it.
+    awaiting_token: Option<Instant>,
+    log: std::fs::File,
+    picture: RunPicture,
+}
+
+impl<'a> Watch<'a> {
+    /// Starts the run's two workers.
+    fn start(
+        plan: &'a RunPlan,
+        clients: &'a Clients,
+        names: &'a RunNames,
+        mut spawner: Spawner<'a>,
+        failover: Option<Failover>,
+        started: Instant,
+        dir: &Path,
+    ) -> Result<Self, RunError> {
+        let kill_target = plan
+            .faults
+            .iter()
+            .find(|f| f.kind == FaultKind::KillAfterCall)
+            .map(|f| RunPlan::refund_key(f.at));
+        let mut workers = HashMap::new();
+        for _ in 0..2 {
+            let (name, worker) = spawner.spawn(kill_target.as_deref())?;
+            workers.insert(name, worker);
+        }
+        Ok(Watch {
+            plan,
+            clients,
+            names,
+            spawner,
+            workers,
+            failover,
+            started,
+            deadline: started + run_budget(plan),
+            kill_target,
+            pending: plan
+                .faults
+                .iter()
+                .filter(|f| f.kind != FaultKind::KillAfterCall)
+                .cloned()
+                .collect(),
+            injected: BTreeMap::new(),
+            incidents: Vec::new(),
+            filed: 0,
+            deliveries: 0,
+            reported: WorkerReports::default(),
+            last_writer: None,
+            lagging: None,
+            failovers: Vec::new(),
+            awaiting_token: None,
+            log: std::fs::File::create(dir.join("events.log"))?,
+            picture: RunPicture::new(plan),
+        })
+    }
+
+    /// The next event, or the end of a lag; `None` when the workers' output ended, or past
+    /// the run's deadline (the workers then killed, an incident noted).
+    async fn next_event(&mut self, inbox: &mut mpsc::UnboundedReceiver<Event>) -> Option<Event> {
+        let wake = self.lagging.map_or(self.deadline, |(since, _)| {
+            (since + LONGEST_LAG).min(self.deadline)
+        });
+        match tokio::time::timeout_at(wake.into(), inbox.recv()).await {
+            Ok(event) => event,
+            Err(_) if Instant::now() < self.deadline => Some(Event::LagEnded),
+            Err(_) => {
+                self.incidents.push(format!(
+                    "past its deadline of {} s with {} filed: workers killed",
+                    run_budget(self.plan).as_secs(),
+                    self.filed
+                ));
+                for worker in self.workers.values() {
+                    signal("KILL", worker.pid);
+                }
+                None
+            }
+        }
+    }
+
+    /// A line of worker `name`'s output: logged, drawn, counted; the kill after a call
+    /// struck when it names the target.
+    async fn on_line(&mut self, name: String, line: String) -> Result<(), RunError> {
+        use std::io::Write;
+        let elapsed = self.started.elapsed();
+        writeln!(self.log, "{:>7} {name}: {line}", elapsed.as_millis())?;
+        self.picture.line(elapsed, &name, &line);
+        if line.starts_with("filed ") {
+            self.filed += 1;
+        }
+        if line.starts_with("received ") {
+            self.deliveries += 1;
+        }
+        self.reported.record(&line);
+        if line.starts_with("acquired ") {
+            if let Some(killed_at) = self.awaiting_token.take()
+                && let Some(failover) = self.failovers.last_mut()
+            {
+                failover.first_token = Some(killed_at.elapsed());
+            }
+            if let Some((_, handed_over)) = &mut self.lagging {
+                *handed_over = true;
+            }
+        }
+        if line.starts_with("filed ") || line.starts_with("acquired ") {
+            self.last_writer = Some(name.clone());
+        }
+        if let Some(key) = line.strip_prefix("called ")
+            && Some(key) == self.kill_target.as_deref()
+            && let Some(worker) = self.workers.get(&name)
+            && !worker.killed
+        {
+            // The worker stops itself right after this line; kill it there.
+            wait_until_stopped(worker.pid).await;
+            self.kill_and_replace(&name, self.started.elapsed())?;
+            *self.injected.entry(FaultKind::KillAfterCall).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    /// Worker `name` exited: an incident unless it was killed or exited cleanly.
+    fn on_exit(&mut self, name: &str, code: Option<i32>) {
+        self.picture.exited(self.started.elapsed(), name);
+        if let Some(worker) = self.workers.remove(name)
+            && !worker.killed
+            && code != Some(0)
+        {
+            self.incidents
+                .push(format!("worker {name} exited with {code:?}"));
+        }
+    }
+
+    /// Fails over once the lagging replica's lease changed hands, or it lagged as long as it
+    /// may.
+    fn fail_over_when_due(&mut self) -> Result<(), RunError> {
+        let (Some((since, handed_over)), Some(deployment)) = (self.lagging, &mut self.failover)
+        else {
+            return Ok(());
+        };
+        if !handed_over && since.elapsed() < LONGEST_LAG {
+            return Ok(());
+        }
+        self.lagging = None;
+        let killed_at = Instant::now();
+        let took = tokio::task::block_in_place(|| deployment.fail_over())?;
+        self.failovers.push(FailoverTiming {
+            kind: deployment.kind(),
+            promoted: took,
+            first_token: None,
+        });
+        self.awaiting_token = Some(killed_at);
+        self.picture.service_fault(
+            self.started.elapsed(),
+            &format!(
+                "{} primary killed{}; the lagging {} promoted in {} ms",
+                deployment.server(),
+                if handed_over {
+                    " after a hand-over"
+                } else {
+                    ""
+                },
+                deployment.follower(),
+                took.as_millis()
+            ),
+        );
+        *self.injected.entry(deployment.kind()).or_default() += 1;
+        Ok(())
+    }
+
+    /// Strikes every pending fault whose time has come (by refunds filed).
+    async fn strike_due_faults(&mut self) -> Result<(), RunError> {
+        while let Some(fault) = self.pending.first().filter(|f| self.filed >= f.at).cloned() {
+            let holder = self
+                .last_writer
+                .as_ref()
+                .and_then(|name| Some((name, self.workers.get(name)?)))
+                .filter(|(_, w)| !w.killed)
+                .map(|(name, w)| (name.clone(), w.pid));
+            // Stalling (or killing) a worker that only waits for the lease proves nothing: the
+            // fault waits until the campaign knows the holder again.
+            if matches!(
+                fault.kind,
+                FaultKind::Stall | FaultKind::RedisFailover | FaultKind::PgFailover
+            ) && holder.is_none()
+            {
+                break;
+            }
+            self.pending.remove(0);
+            if self.strike(&fault, holder).await? {
+                *self.injected.entry(fault.kind).or_default() += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Strikes `fault` (on `holder`, for the faults that strike the holder); whether it
+    /// counts as injected now.
+    async fn strike(
+        &mut self,
+        fault: &Fault,
+        holder: Option<(String, u32)>,
+    ) -> Result<bool, RunError> {
+        let at = self.started.elapsed();
+        let services = &mut *self.spawner.services;
+        Ok(match fault.kind {
+            FaultKind::Stall => match holder {
+                Some((name, pid)) => {
+                    self.picture.stalled(at, &name, fault.pause);
+                    signal("STOP", pid);
+                    let pause = fault.pause;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(pause).await;
+                        signal("CONT", pid);
+                    });
+                    true
+                }
+                None => false,
+            },
+            FaultKind::RedisRestart => {
+                self.picture
+                    .service_fault(at, "Redis restarted, nothing persisted");
+                tokio::task::block_in_place(|| services.redis.restart());
+                true
+            }
+            FaultKind::PgTerminate => {
+                self.picture
+                    .service_fault(at, "the workers' PostgreSQL connections terminated");
+                terminate_backends(self.clients, self.names).await? > 0
+            }
+            FaultKind::EtcdLeaderKill => {
+                self.picture.service_fault(
+                    at,
+                    &format!("etcd leader killed for {} ms", fault.pause.as_millis()),
+                );
+                kill_etcd_leader(&mut services.etcd, fault.pause).await?;
+                true
+            }
+            FaultKind::ContainerPause => match &services.containers {
+                Some((postgres, aws)) => {
+                    let (container, what) = match fault.store {
+                        PausedStore::Postgres => (postgres, "PostgreSQL"),
+                        PausedStore::Aws => (aws, "AWS emulator"),
+                    };
+                    self.picture.service_fault(
+                        at,
+                        &format!("{what} container paused for {} ms", fault.pause.as_millis()),
+                    );
+                    tokio::task::block_in_place(|| container.pause());
+                    tokio::time::sleep(fault.pause).await;
+                    tokio::task::block_in_place(|| container.unpause());
+                    true
+                }
+                None => false,
+            },
+            // The holder is killed while the replica (standby) lags, so that the lease
+            // changes hands on the primary alone; the failover follows that hand-over
+            // (counted then).
+            FaultKind::RedisFailover | FaultKind::PgFailover => {
+                if let Some((name, _)) = holder.filter(|_| self.failover.is_some()) {
+                    // Killed first: its lease lasts a TTL more, time enough to make the
+                    // replica lag before anyone else can acquire.
+                    self.kill_and_replace(&name, at)?;
+                    let deployment = self.failover.as_mut().expect("checked above");
+                    tokio::task::block_in_place(|| deployment.lag())?;
+                    let what = format!("{} {}", deployment.server(), deployment.follower());
+                    self.picture
+                        .service_fault(at, &format!("{what} made to lag"));
+                    self.lagging = Some((Instant::now(), false));
+                }
+                false
+            }
+            FaultKind::KillAfterCall => false,
+        })
+    }
+
+    /// SIGKILLs worker `name` and starts a new one in its place.
+    fn kill_and_replace(&mut self, name: &str, at: Duration) -> Result<(), RunError> {
+        if let Some(worker) = self.workers.get_mut(name) {
+            signal("KILL", worker.pid);
+            worker.killed = true;
+        }
+        self.picture.killed(at, name);
+        if self.last_writer.as_deref() == Some(name) {
+            self.last_writer = None;
+        }
+        let (name, worker) = self.spawner.spawn(None)?;
+        self.workers.insert(name, worker);
+        Ok(())
+    }
 }
 
 /// Generous: a healthy run takes a fraction of it.
@@ -467,35 +587,6 @@ impl Spawner<'_> {
             let _ = events.send(Event::Exited(worker_name, code));
         });
         Ok((name, Worker { pid, killed: false }))
-    }
-}
-
-/// The run's workers, as the campaign strikes them.
-struct Crew<'a, 'b> {
-    workers: &'a mut HashMap<String, Worker>,
-    spawner: &'a mut Spawner<'b>,
-    last_writer: &'a mut Option<String>,
-}
-
-impl Crew<'_, '_> {
-    /// SIGKILLs worker `name` and starts a new one in its place.
-    fn kill_and_replace(
-        &mut self,
-        name: &str,
-        at: Duration,
-        picture: &mut RunPicture,
-    ) -> Result<(), RunError> {
-        if let Some(worker) = self.workers.get_mut(name) {
-            signal("KILL", worker.pid);
-            worker.killed = true;
-        }
-        picture.killed(at, name);
-        if self.last_writer.as_deref() == Some(name) {
-            *self.last_writer = None;
-        }
-        let (name, worker) = self.spawner.spawn(None)?;
-        self.workers.insert(name, worker);
-        Ok(())
     }
 }
 

@@ -217,121 +217,160 @@ fn grew(first: u64, last: u64, slack: u64) -> bool {
 /// The per-window table and the verdict of a soak, in Markdown; the verdict's `bool` is true
 /// when nothing grew.
 pub(crate) fn report(samples: &[Sample], finished: &[Finished], wall: Duration) -> (String, bool) {
-    let window = window_length(wall);
-    // Whole windows only: the seconds past the last one (the run that was under way when the
-    // soak's time ran out) belong to it, not to a window of their own.
-    let windows = (wall.as_secs() / window.as_secs().max(1)).max(1) as usize;
-    let index = |at: Duration| ((at.as_secs() / window.as_secs().max(1)) as usize).min(windows - 1);
-    let mut most: Vec<BTreeMap<Role, Usage>> = vec![BTreeMap::new(); windows];
-    let mut connections = vec![0u64; windows];
-    let mut seen = vec![false; windows];
-    for sample in samples {
-        let w = index(sample.at);
-        seen[w] = true;
-        connections[w] = connections[w].max(sample.pg_connections);
-        for (role, usage) in &sample.usage {
-            let m = most[w].entry(*role).or_default();
-            m.rss_kib = m.rss_kib.max(usage.rss_kib);
-            m.open_files = m.open_files.max(usage.open_files);
-        }
-    }
-    let mut refunds = vec![0usize; windows];
-    let mut runs = vec![0usize; windows];
-    for run in finished {
-        refunds[index(run.at)] += run.refunds;
-        runs[index(run.at)] += 1;
-    }
-    let mut out = String::new();
-    let roles: Vec<&str> = Role::ALL.iter().map(|r| r.name()).collect();
-    let _ = writeln!(
-        out,
-        "| window | runs | refunds | refunds/s | resident MiB ({}) | open files (same order) | PostgreSQL connections |",
-        roles.join(" / ")
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---|---|---:|");
-    let used: Vec<usize> = (0..windows).filter(|&w| seen[w] || runs[w] > 0).collect();
-    for &w in &used {
-        let from = window * w as u32;
-        let to = if w + 1 == windows {
-            wall
-        } else {
-            window * (w as u32 + 1)
-        };
-        let secs = (to.saturating_sub(from)).as_secs_f64().max(1.0);
-        let cell = |f: fn(&Usage) -> String| {
-            Role::ALL
-                .iter()
-                .map(|r| most[w].get(r).map_or("-".to_owned(), f))
-                .collect::<Vec<_>>()
-                .join(" / ")
-        };
-        let _ = writeln!(
-            out,
-            "| {}–{} min | {} | {} | {:.1} | {} | {} | {} |",
-            from.as_secs() / 60,
-            to.as_secs() / 60,
-            runs[w],
-            refunds[w],
-            refunds[w] as f64 / secs,
-            cell(|u| format!("{:.0}", u.rss_kib as f64 / 1024.0)),
-            cell(|u| u.open_files.to_string()),
-            connections[w]
-        );
-    }
+    let windows = Windows::of(samples, finished, wall);
+    let (mut out, used) = windows.table(wall);
     // The first window holds the warm-up (imports, first connections): growth is measured
     // from the second, where there is one.
-    let Some(&last) = used.iter().rev().find(|&&w| seen[w]) else {
+    let Some(&last) = used.iter().rev().find(|&&w| windows.seen[w]) else {
         return (out, false);
     };
     let first = used[if used.len() > 2 { 1 } else { 0 }];
-    let mut grown = Vec::new();
-    for role in Role::ALL {
-        let (Some(a), Some(b)) = (most[first].get(&role), most[last].get(&role)) else {
-            continue;
-        };
-        if grew(a.rss_kib, b.rss_kib, 16 * 1024) {
-            grown.push(format!(
-                "{} resident memory {:.0} → {:.0} MiB",
-                role.name(),
-                a.rss_kib as f64 / 1024.0,
-                b.rss_kib as f64 / 1024.0
-            ));
-        }
-        if grew(a.open_files, b.open_files, 8) {
-            grown.push(format!(
-                "{} open files {} → {}",
-                role.name(),
-                a.open_files,
-                b.open_files
-            ));
-        }
-    }
-    if grew(connections[first], connections[last], 4) {
-        grown.push(format!(
-            "PostgreSQL connections {} → {}",
-            connections[first], connections[last]
-        ));
-    }
+    let grown = windows.growth(first, last);
     let _ = writeln!(out);
+    let from_minute = (windows.window * first as u32).as_secs() / 60;
     if grown.is_empty() {
         let _ = writeln!(
             out,
-            "Nothing grew: from the window at {} min to the last, no process's resident memory \
-             rose by more than a quarter (and 16 MiB), no open-file count by more than a \
-             quarter (and 8), and the PostgreSQL connections by no more than a quarter (and 4).",
-            (window * first as u32).as_secs() / 60
+            "Nothing grew: from the window at {from_minute} min to the last, no process's \
+             resident memory rose by more than a quarter (and 16 MiB), no open-file count by \
+             more than a quarter (and 8), and the PostgreSQL connections by no more than a \
+             quarter (and 4)."
         );
     } else {
         let _ = writeln!(
             out,
-            "Grew, from the window at {} min to the last:",
-            (window * first as u32).as_secs() / 60
+            "Grew, from the window at {from_minute} min to the last:"
         );
         for line in &grown {
             let _ = writeln!(out, "* {line}");
         }
     }
     (out, grown.is_empty())
+}
+
+/// A soak's samples and finished runs, window by window.
+struct Windows {
+    /// Each window's length.
+    window: Duration,
+    /// The most each role used in each window.
+    most: Vec<BTreeMap<Role, Usage>>,
+    /// The most PostgreSQL connections in each window.
+    connections: Vec<u64>,
+    /// Whether a sample fell in each window.
+    seen: Vec<bool>,
+    refunds: Vec<usize>,
+    runs: Vec<usize>,
+}
+
+impl Windows {
+    fn of(samples: &[Sample], finished: &[Finished], wall: Duration) -> Self {
+        let window = window_length(wall);
+        // Whole windows only: the seconds past the last one (the run that was under way when
+        // the soak's time ran out) belong to it, not to a window of their own.
+        let count = (wall.as_secs() / window.as_secs().max(1)).max(1) as usize;
+        let index =
+            |at: Duration| ((at.as_secs() / window.as_secs().max(1)) as usize).min(count - 1);
+        let mut windows = Windows {
+            window,
+            most: vec![BTreeMap::new(); count],
+            connections: vec![0; count],
+            seen: vec![false; count],
+            refunds: vec![0; count],
+            runs: vec![0; count],
+        };
+        for sample in samples {
+            let w = index(sample.at);
+            windows.seen[w] = true;
+            windows.connections[w] = windows.connections[w].max(sample.pg_connections);
+            for (role, usage) in &sample.usage {
+                let m = windows.most[w].entry(*role).or_default();
+                m.rss_kib = m.rss_kib.max(usage.rss_kib);
+                m.open_files = m.open_files.max(usage.open_files);
+            }
+        }
+        for run in finished {
+            windows.refunds[index(run.at)] += run.refunds;
+            windows.runs[index(run.at)] += 1;
+        }
+        windows
+    }
+
+    /// The table, a line per window that saw a sample or a run, and those windows.
+    fn table(&self, wall: Duration) -> (String, Vec<usize>) {
+        let count = self.seen.len();
+        let mut out = String::new();
+        let roles: Vec<&str> = Role::ALL.iter().map(|r| r.name()).collect();
+        let _ = writeln!(
+            out,
+            "| window | runs | refunds | refunds/s | resident MiB ({}) | open files (same order) | PostgreSQL connections |",
+            roles.join(" / ")
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---|---|---:|");
+        let used: Vec<usize> = (0..count)
+            .filter(|&w| self.seen[w] || self.runs[w] > 0)
+            .collect();
+        for &w in &used {
+            let from = self.window * w as u32;
+            let to = if w + 1 == count {
+                wall
+            } else {
+                self.window * (w as u32 + 1)
+            };
+            let secs = (to.saturating_sub(from)).as_secs_f64().max(1.0);
+            let cell = |f: fn(&Usage) -> String| {
+                Role::ALL
+                    .iter()
+                    .map(|r| self.most[w].get(r).map_or("-".to_owned(), f))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let _ = writeln!(
+                out,
+                "| {}–{} min | {} | {} | {:.1} | {} | {} | {} |",
+                from.as_secs() / 60,
+                to.as_secs() / 60,
+                self.runs[w],
+                self.refunds[w],
+                self.refunds[w] as f64 / secs,
+                cell(|u| format!("{:.0}", u.rss_kib as f64 / 1024.0)),
+                cell(|u| u.open_files.to_string()),
+                self.connections[w]
+            );
+        }
+        (out, used)
+    }
+
+    /// What grew from window `first` to window `last`, a line each.
+    fn growth(&self, first: usize, last: usize) -> Vec<String> {
+        let mut grown = Vec::new();
+        for role in Role::ALL {
+            let (Some(a), Some(b)) = (self.most[first].get(&role), self.most[last].get(&role))
+            else {
+                continue;
+            };
+            if grew(a.rss_kib, b.rss_kib, 16 * 1024) {
+                grown.push(format!(
+                    "{} resident memory {:.0} → {:.0} MiB",
+                    role.name(),
+                    a.rss_kib as f64 / 1024.0,
+                    b.rss_kib as f64 / 1024.0
+                ));
+            }
+            if grew(a.open_files, b.open_files, 8) {
+                grown.push(format!(
+                    "{} open files {} → {}",
+                    role.name(),
+                    a.open_files,
+                    b.open_files
+                ));
+            }
+        }
+        let (first, last) = (self.connections[first], self.connections[last]);
+        if grew(first, last, 4) {
+            grown.push(format!("PostgreSQL connections {first} → {last}"));
+        }
+        grown
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{FencedBatch, FencedStore, Lease, LeaseRenewal, MismatchPolicy, RecordKey, Ttl};
+use fencing_core::{
+    FencedBatch, FencedStore, Lease, LeaseGuard, LeaseRenewal, MismatchPolicy, RecordKey, Ttl,
+};
 use fencing_harness::plan::LeaseKind;
 use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
@@ -109,142 +111,45 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             .with(library_events::LibraryEvents::printed())
             .init();
     }
-    let names = RunNames::new(&args.run);
-    let application_name = format!("harness_{}_{}", names.id(), args.name);
-    let clients =
-        match Clients::connect(&args.database_url, &application_name, &args.aws_endpoint).await {
-            Ok(clients) => clients,
-            Err(err) => return unfit(format!("cannot connect to PostgreSQL: {err}")),
-        };
-    let run_stores = match RunStores::new(&names, &clients) {
-        Ok(stores) => stores,
-        Err(err) => return unfit(err.to_string()),
+    let worker = match Worker::connect(&args).await {
+        Ok(worker) => worker,
+        Err(why) => return unfit(why),
     };
-    let server = match args.lease {
-        LeaseKind::Redis if !args.redis_sentinels.is_empty() => {
-            match sentinel_connection(&args.redis_sentinels, args.redis_service.as_deref()) {
-                Ok(redis) => Some(LeaseServer::RedisSentinel(redis)),
-                Err(why) => return unfit(why),
-            }
-        }
-        LeaseKind::Redis => match redis_connection(args.redis_url.as_deref()).await {
-            Ok(redis) => Some(LeaseServer::Redis(redis)),
-            Err(why) => return unfit(why),
-        },
-        LeaseKind::Etcd => match etcd_client(&args.etcd_endpoints).await {
-            Ok(client) => Some(LeaseServer::Etcd(Box::new(client))),
-            Err(why) => return unfit(why),
-        },
-        LeaseKind::Postgres => match &args.lease_database_url {
-            Some(url) => match lease_database(url, &application_name).await {
-                Ok(pool) => Some(LeaseServer::Postgres(pool)),
-                Err(err) => {
-                    return unfit(format!("cannot connect to the lease's PostgreSQL: {err}"));
-                }
-            },
-            None => None,
-        },
-        LeaseKind::Dynamodb => None,
-    };
-    if let Err(why) = preflight(&run_stores).await {
-        return unfit(why);
-    }
-    let history_check = args.history_check == Switch::On;
-    let lease = match stores::lease(args.lease, &names, &clients, server, history_check) {
-        Ok(lease) => lease,
-        Err(err) => return unfit(err.to_string()),
-    };
-    let lease: Arc<dyn Lease> = match args.fences {
-        Switch::On => lease,
-        Switch::Off => Arc::new(OneTokenLease::new(lease)),
-    };
-    let ttl = match Ttl::from_millis(args.ttl_ms) {
-        Ok(ttl) => ttl,
-        Err(err) => return unfit(err.to_string()),
-    };
-    let settlement = settle::Settlement {
-        pool: clients.pool.clone(),
-        stores: run_stores.clone(),
-        gateway: args.gateway.clone(),
-        stop_after_call: args.stop_after_call.clone(),
-    };
-    let queue = match clients.job_queue(&names).await {
-        Ok(queue) => queue,
-        Err(err) => return unfit(format!("no job queue for run {}: {err}", names.id())),
-    };
-    let visibility = queue::visibility_for(ttl.duration());
-    let resource = names.resource();
     let mut acquisitions = 0u32;
     loop {
-        let message = match queue.receive(visibility).await {
-            Ok(Some(message)) => message,
-            Ok(None) => {
-                match settlement.job_finished_by().await {
-                    Ok(Some(_)) => {
-                        println!("done");
-                        return ExitCode::SUCCESS;
-                    }
-                    Ok(None) => {}
-                    Err(err) => println!("failed reading the job: {err}"),
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            Err(err) => {
-                println!("failed receiving: {err}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
+        let Some(message) = worker.receive().await else {
+            println!("done");
+            return ExitCode::SUCCESS;
         };
         println!("received {} (receive {})", message.id, message.receives);
         let _keeper = VisibilityKeeper::start(
-            queue.clone(),
+            worker.queue.clone(),
             message.clone(),
-            visibility,
-            ttl.duration() / 3,
+            worker.visibility,
+            worker.ttl.duration() / 3,
         );
-        // An earlier holder finished the job and did not live to delete its message.
-        match settlement.job_finished_by().await {
-            Ok(Some(finisher)) => {
-                delete(
-                    &queue,
-                    &message,
-                    &format!("{}, finished by {finisher}", args.name),
-                )
-                .await;
-                continue;
-            }
-            Ok(None) => {}
-            Err(err) => {
-                println!("failed reading the job: {err}");
-                continue;
-            }
+        if worker.finished_before(&message).await {
+            continue;
         }
-        let guard = loop {
-            match lease.try_acquire(&resource, ttl).await {
-                Ok(Some(guard)) => break guard,
-                Ok(None) => tokio::time::sleep(Duration::from_millis(50)).await,
-                Err(err) => {
-                    println!("failed acquiring: {err}");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        };
+        let guard = worker.acquire().await;
         acquisitions += 1;
         let holder = format!("{}#{acquisitions}", args.name);
         println!("acquired {holder} token {}", guard.token());
-        let renewal = LeaseRenewal::start(lease.clone(), guard.clone(), ttl.duration() / 3);
+        let lease = &worker.lease;
+        let renewal = LeaseRenewal::start(lease.clone(), guard.clone(), worker.ttl.duration() / 3);
+        let stores = &worker.stores;
         let batch_stores: [Arc<dyn FencedStore>; 4] = [
-            run_stores.job.clone(),
-            run_stores.refunds.clone(),
-            run_stores.ledger.clone(),
-            run_stores.receipts.clone(),
+            stores.job.clone(),
+            stores.refunds.clone(),
+            stores.ledger.clone(),
+            stores.receipts.clone(),
         ];
         let batch = match FencedBatch::new(lease.clone(), guard, batch_stores) {
             Ok(batch) => batch.with_mismatch_policy(MismatchPolicy::Skip),
             Err(err) => return unfit(err.to_string()),
         };
-        let finished = settlement
+        let finished = worker
+            .settlement
             .run_job(&batch, &holder, args.concurrency.into())
             .await;
         renewal.stop();
@@ -252,12 +157,146 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         match (finished, released) {
             (Ok(Some(filed)), released) => {
                 println!("ended {holder}: {filed} filed, job finished, {released:?}");
-                delete(&queue, &message, &holder).await;
+                delete(&worker.queue, &message, &holder).await;
             }
             (Ok(None), released) => println!("ended {holder}: refunds left, {released:?}"),
             (Err(err), _) => println!("ended {holder}: {err}"),
         }
     }
+}
+
+/// What a worker holds across deliveries of the job.
+struct Worker {
+    name: String,
+    stores: RunStores,
+    lease: Arc<dyn Lease>,
+    resource: fencing_core::ResourceName,
+    ttl: Ttl,
+    settlement: settle::Settlement,
+    queue: JobQueue,
+    /// How long a received message stays invisible, in whole seconds (SQS's unit).
+    visibility: i32,
+}
+
+impl Worker {
+    /// Connects to every server the run uses and checks the stores; an error says what is
+    /// unfit.
+    async fn connect(args: &Args) -> Result<Worker, String> {
+        let names = RunNames::new(&args.run);
+        let application_name = format!("harness_{}_{}", names.id(), args.name);
+        let clients = Clients::connect(&args.database_url, &application_name, &args.aws_endpoint)
+            .await
+            .map_err(|err| format!("cannot connect to PostgreSQL: {err}"))?;
+        let stores = RunStores::new(&names, &clients).map_err(|err| err.to_string())?;
+        let server = lease_server(args, &application_name).await?;
+        preflight(&stores).await?;
+        let history_check = args.history_check == Switch::On;
+        let lease = stores::lease(args.lease, &names, &clients, server, history_check)
+            .map_err(|err| err.to_string())?;
+        let lease: Arc<dyn Lease> = match args.fences {
+            Switch::On => lease,
+            Switch::Off => Arc::new(OneTokenLease::new(lease)),
+        };
+        let ttl = Ttl::from_millis(args.ttl_ms).map_err(|err| err.to_string())?;
+        let queue = clients
+            .job_queue(&names)
+            .await
+            .map_err(|err| format!("no job queue for run {}: {err}", names.id()))?;
+        Ok(Worker {
+            name: args.name.clone(),
+            settlement: settle::Settlement {
+                pool: clients.pool.clone(),
+                stores: stores.clone(),
+                gateway: args.gateway.clone(),
+                stop_after_call: args.stop_after_call.clone(),
+            },
+            stores,
+            lease,
+            resource: names.resource(),
+            visibility: queue::visibility_for(ttl.duration()),
+            ttl,
+            queue,
+        })
+    }
+
+    /// The job's next delivery, waiting for one; `None` once the queue is empty and the job
+    /// finished.
+    async fn receive(&self) -> Option<JobMessage> {
+        loop {
+            match self.queue.receive(self.visibility).await {
+                Ok(Some(message)) => return Some(message),
+                Ok(None) => {
+                    match self.settlement.job_finished_by().await {
+                        Ok(Some(_)) => return None,
+                        Ok(None) => {}
+                        Err(err) => println!("failed reading the job: {err}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(err) => {
+                    println!("failed receiving: {err}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    /// True when `message` needs no work: an earlier holder finished the job and did not live
+    /// to delete its message (deleted now), or the job could not be read (it comes back).
+    async fn finished_before(&self, message: &JobMessage) -> bool {
+        match self.settlement.job_finished_by().await {
+            Ok(Some(finisher)) => {
+                let by = format!("{}, finished by {finisher}", self.name);
+                delete(&self.queue, message, &by).await;
+                true
+            }
+            Ok(None) => false,
+            Err(err) => {
+                println!("failed reading the job: {err}");
+                true
+            }
+        }
+    }
+
+    /// The merchant's lease, waiting while another holds it.
+    async fn acquire(&self) -> LeaseGuard {
+        loop {
+            match self.lease.try_acquire(&self.resource, self.ttl).await {
+                Ok(Some(guard)) => return guard,
+                Ok(None) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(err) => {
+                    println!("failed acquiring: {err}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The server the run's lease lives on, connected (none for a lease in the run's own
+/// PostgreSQL or in DynamoDB).
+async fn lease_server(args: &Args, application_name: &str) -> Result<Option<LeaseServer>, String> {
+    Ok(match args.lease {
+        LeaseKind::Redis if !args.redis_sentinels.is_empty() => {
+            let redis = sentinel_connection(&args.redis_sentinels, args.redis_service.as_deref())?;
+            Some(LeaseServer::RedisSentinel(redis))
+        }
+        LeaseKind::Redis => Some(LeaseServer::Redis(
+            redis_connection(args.redis_url.as_deref()).await?,
+        )),
+        LeaseKind::Etcd => Some(LeaseServer::Etcd(Box::new(
+            etcd_client(&args.etcd_endpoints).await?,
+        ))),
+        LeaseKind::Postgres => match &args.lease_database_url {
+            Some(url) => Some(LeaseServer::Postgres(
+                lease_database(url, application_name)
+                    .await
+                    .map_err(|err| format!("cannot connect to the lease's PostgreSQL: {err}"))?,
+            )),
+            None => None,
+        },
+        LeaseKind::Dynamodb => None,
+    })
 }
 
 /// Deletes the job's message, saying so (`by` names who, for the audit). A failure leaves it
