@@ -54,7 +54,10 @@ where
             store,
             effect,
             false,
-            format!("{detail}: the table does not exist (DynamoTable::create_if_missing creates it)").into(),
+            format!(
+                "{detail}: the table does not exist (DynamoTable::create_if_missing creates it)"
+            )
+            .into(),
         );
     }
     fencing_aws::request_failed(store, effect, err)
