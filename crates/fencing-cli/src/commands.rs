@@ -1,7 +1,10 @@
 //! The subcommands.
 
 use fencing_core::adapter::{ConditionalPutDefect, epoch};
-use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, RecordKey, ResourceName};
+use fencing_core::{
+    Error, Fence, FencedStore, FencedWrite, FencingToken, MemoryTokenSource, RecordKey,
+    ResourceName, TokenSource,
+};
 use serde_json::json;
 
 use crate::Backend;
@@ -441,7 +444,7 @@ async fn fence_left(opened: &Opened, key: &RecordKey, newer: FencingToken) -> Pr
             Some(fence) if fence == newer => match &opened.objects {
                 // S3 deletes conditionally: the probe leaves nothing among the prefix's
                 // objects for their readers to trip on.
-                Some(ObjectStore::S3(s3)) => match s3.delete(key, newer).await {
+                Some(ObjectStore::S3(s3)) => match delete_as(s3, key, newer).await {
                     Ok(_) => Probed::Passed(newer),
                     Err(e) => Probed::Failed(format!("could not delete the probe object: {e}")),
                 },
@@ -454,6 +457,20 @@ async fn fence_left(opened: &Opened, key: &RecordKey, newer: FencingToken) -> Pr
         },
         Err(e) => Probed::Failed(format!("could not read the probe record back: {e}")),
     }
+}
+
+/// Deletes the probe's object as the holder of `token`: the probe holds no lease, so its
+/// fence's counter is one of its own, advanced to the token (a refusal is then a newer
+/// holder's, never taken for a counter gone backwards).
+async fn delete_as(
+    s3: &fencing_s3::S3Store,
+    key: &RecordKey,
+    token: FencingToken,
+) -> fencing_core::Result<fencing_core::Record> {
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("fencing:probe")?;
+    source.advance_to(&resource, token).await?;
+    s3.delete(&Fence::new(&resource, token, &source), key).await
 }
 
 /// Probes every store; the exit code says the worst found: a store that misbehaved (1), else

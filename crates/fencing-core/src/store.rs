@@ -256,6 +256,8 @@ impl RecordOutcomes for () {}
 
 impl RecordOutcomes for Written {}
 
+impl RecordOutcomes for Record {}
+
 impl RecordOutcomes for Vec<Written> {}
 
 macro_rules! forward_store {

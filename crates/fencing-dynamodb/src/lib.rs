@@ -14,7 +14,7 @@
 //! * [`DynamoTokenSource`] counts with `ADD`, stopping at `i64::MAX`; [`DynamoLease`] takes the
 //!   lease and its token in one request, judging expiry on the writers' clocks.
 //! * [`DynamoWrite`] sets attributes of your own in the same fenced `UpdateItem`
-//!   ([`DynamoStore::write_with`]); [`DynamoStore::read_with_attributes`] reads them back.
+//!   ([`DynamoStore::write_with`]); [`DynamoStore::read_with`] reads them back.
 //! * [`DynamoFenceFloor`] scans for the highest fence, to seed another token source.
 //! * [`DynamoFenceCondition`] merges the fence into an `UpdateItem` of your own.
 

@@ -359,7 +359,7 @@ impl DynamoStore {
 
     /// The record `key` names and the item's other attributes (every attribute but the key,
     /// fence, state and payload), in one strongly consistent `GetItem`.
-    pub async fn read_with_attributes(
+    pub async fn read_with(
         &self,
         key: &RecordKey,
     ) -> Result<Option<(Record, HashMap<String, AttributeValue>)>> {

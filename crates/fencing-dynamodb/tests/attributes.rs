@@ -77,12 +77,12 @@ async fn attributes_are_set_with_the_fence_and_a_stale_holder_sets_none() {
     let done = Lifecycle::default().done().to_string();
     assert_eq!(item["status"], AttributeValue::S(done));
 
-    let (record, attributes) = store.read_with_attributes(&key).await.unwrap().unwrap();
+    let (record, attributes) = store.read_with(&key).await.unwrap().unwrap();
     assert_eq!(record.fence, Some(token(34)));
     assert_eq!(attributes.len(), 2, "only the team's own: {attributes:?}");
     assert_eq!(attributes["amount_cents"], AttributeValue::N("1250".into()));
     let missing = store.table().record_key("m_4471", Some("816")).unwrap();
-    assert_eq!(store.read_with_attributes(&missing).await.unwrap(), None);
+    assert_eq!(store.read_with(&missing).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -144,7 +144,7 @@ async fn a_write_with_attributes_whose_answer_is_lost_is_resent_and_recognised()
     store.write_with(&fence, &key, confirm).await.unwrap();
     assert_eq!(faults.lost(), 2);
 
-    let (record, attributes) = store.read_with_attributes(&key).await.unwrap().unwrap();
+    let (record, attributes) = store.read_with(&key).await.unwrap().unwrap();
     assert_eq!(record.state.as_ref(), Some(lifecycle.done()));
     assert_eq!(attributes["gateway"], AttributeValue::S("acme".into()));
     assert_eq!(
@@ -176,8 +176,8 @@ async fn a_transaction_sets_every_items_attributes_or_none() {
     ];
     let err = store.transact_with(&holder, &both).await.unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
-    assert_eq!(store.read_with_attributes(&first).await.unwrap(), None);
-    let (_, kept) = store.read_with_attributes(&second).await.unwrap().unwrap();
+    assert_eq!(store.read_with(&first).await.unwrap(), None);
+    let (_, kept) = store.read_with(&second).await.unwrap().unwrap();
     assert_eq!(kept["amount_cents"], AttributeValue::N("700".into()));
 
     let third = store.table().record_key("m_4471", Some("817")).unwrap();
@@ -187,7 +187,7 @@ async fn a_transaction_sets_every_items_attributes_or_none() {
     ];
     store.transact_with(&holder, &fresh).await.unwrap();
     for (key, cents) in [(&first, "1250"), (&third, "300")] {
-        let (record, attributes) = store.read_with_attributes(key).await.unwrap().unwrap();
+        let (record, attributes) = store.read_with(key).await.unwrap().unwrap();
         assert_eq!(record.fence, Some(token(34)));
         assert_eq!(attributes["amount_cents"], AttributeValue::N(cents.into()));
     }
@@ -230,7 +230,7 @@ async fn a_dropped_write_with_attributes_sets_all_of_it_or_nothing() {
             if let Some(ended) = output {
                 ended.unwrap();
             }
-            let (record, attributes) = store.read_with_attributes(key).await.unwrap().unwrap();
+            let (record, attributes) = store.read_with(key).await.unwrap().unwrap();
             let claimed = record.fence == Some(token(34));
             assert_eq!(
                 attributes.contains_key("gateway"),
@@ -238,7 +238,7 @@ async fn a_dropped_write_with_attributes_sets_all_of_it_or_nothing() {
                 "{record:?} {attributes:?}"
             );
             store.write_with(&fence, key, claim()).await.unwrap();
-            let (record, attributes) = store.read_with_attributes(key).await.unwrap().unwrap();
+            let (record, attributes) = store.read_with(key).await.unwrap().unwrap();
             assert_eq!(record.fence, Some(token(34)));
             assert_eq!(attributes["gateway"], AttributeValue::S("acme".into()));
         },

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{CasStore, check_store_name};
+use fencing_core::adapter::{CasStore, FenceExt, check_store_name};
 use fencing_core::{
-    Error, FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result, Written,
+    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InvalidInput, Record,
+    RecordKey, Result, Written,
 };
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -81,14 +82,18 @@ impl FencedObjectStore {
         self.cas.inner().check_updates().await
     }
 
-    /// Deletes `key` as its holder: accepted only with the token of the record's fence. The
+    /// Deletes `key` as its holder: accepted only with `fence`'s token, the record's fence. The
     /// backend has no conditional delete, so this writes a **tombstone** over the record by a
     /// conditional update on the version just read: readers ([`FencedStore::read`]) find no
     /// record, and a write that creates the record again needs a token at least the fence
     /// the tombstone keeps ([`fencing_core::Error::Fenced`] otherwise). Returns the record
-    /// deleted.
-    pub async fn delete(&self, key: &RecordKey, token: FencingToken) -> Result<Record> {
-        self.cas.delete(key, token).await
+    /// deleted. A refusal is explained and the outcome reported as [`Fence::write`]'s; an
+    /// ambiguous outcome is returned, not sent again.
+    pub async fn delete(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Record> {
+        let attempt = self.cas.delete(key, fence.token());
+        fence
+            .run_write_once(self.cas.name(), &[key], FenceCheck::HolderOnly, attempt)
+            .await
     }
 }
 

@@ -5,10 +5,10 @@
 //!   name is checked and quoted here ([`PgIdent`]), since sqlx quotes none.
 //! * [`PgStore`] implements [`fencing_core::FencedStore`]: each write is one statement
 //!   `UPDATE … WHERE key = $1 AND fence <= $token AND state = ANY(…)` that also returns the
-//!   fence and state it met, so a refusal says which fence refused it. Its `*_on` methods (and
-//!   `write_in`)
-//!   join the caller's own connection or transaction; [`PgStore::write_together`] claims a
-//!   whole batch in one transaction.
+//!   fence and state it met, so a refusal says which fence refused it. Its `*_in` methods
+//!   join the caller's own connection or transaction, its `*_with` methods set columns of
+//!   the caller's own with the fence, and [`PgStore::write_together`] claims a whole batch in
+//!   one statement (docs/adapters.md, "Verbs").
 //! * [`PgTokenSource`] and [`PgLease`] keep counters and leases in tables: durable tokens, and
 //!   expiry judged by `now()` on the server.
 //! * [`PgFenceFloor`] reports `MAX(fence)` to seed any token source.

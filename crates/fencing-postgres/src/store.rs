@@ -31,11 +31,11 @@ use crate::table::PgTable;
 /// columns exist, the key column is unique and of a supported type ([`crate::PgKeyType`]).
 /// A failure is reported and checked again next time.
 ///
-/// The `*_on` methods take the caller's own connection or transaction instead of the pool
+/// The `*_in` methods take the caller's own connection or transaction instead of the pool
 /// (`&mut *conn` of a pooled connection, `&mut *tx` of a transaction) and use it alone, the
-/// table's shape included when it is not known yet; [`Self::write_in`] and
-/// [`Self::write_together_on`] take a [`Fence`] too, so fenced writes join other work in one
-/// transaction with a regression still told from a stale holder. They take a plain
+/// table's shape included when it is not known yet; the writes among them take a [`Fence`],
+/// so fenced writes join other work in one transaction with a regression still told from a
+/// stale holder. They take a plain
 /// `&mut PgConnection` (not any `sqlx::Acquire`) so that they can be called from inside an
 /// `#[async_trait]` method, such as a pipeline's [`fencing_core::RecordWrites`].
 #[derive(Clone, Debug)]
@@ -186,7 +186,7 @@ impl PgStore {
     }
 
     /// Reads one record on the caller's connection or transaction.
-    pub async fn read_on(
+    pub async fn read_in(
         &self,
         conn: &mut PgConnection,
         key: &RecordKey,
@@ -210,25 +210,6 @@ impl PgStore {
             .transpose()
         })
         .await
-    }
-
-    /// Applies one fenced write on the caller's connection or transaction; `write` is a
-    /// [`FencedWrite`] or a [`PgWrite`] that also sets other columns.
-    ///
-    /// One statement checks fence and state, applies the change and returns what the row
-    /// held: on PostgreSQL 18 and later a plain `UPDATE … RETURNING` of the old values (a
-    /// refusal is then explained by reading the row); before 18, the row locked and read
-    /// first in the same statement, so a refusal names the fence it met. A claim without a
-    /// state condition on a missing row inserts it; the table's other columns need defaults.
-    pub async fn write_on(
-        &self,
-        conn: &mut PgConnection,
-        key: &RecordKey,
-        token: FencingToken,
-        write: impl Into<PgWrite>,
-    ) -> Result<Written> {
-        self.write_via(Via::Caller(conn), key, token, &write.into())
-            .await
     }
 
     async fn write_via(
@@ -307,12 +288,21 @@ impl PgStore {
             .await
     }
 
-    /// [`Self::write_on`] under `fence`'s token, through [`FenceExt::run_write_once`]: a
-    /// refusal is explained (a counter that went backwards is a regression, not a newer
-    /// holder) and the outcome reported as [`Fence::write`] reports it. For writes inside the
-    /// caller's transaction, e.g. through [`fencing_core::FencedBatch::run_fenced`]; an
-    /// ambiguous outcome is returned, not retried, since the transaction it was part of is
-    /// gone.
+    /// Applies one fenced write of `key` under `fence`'s token on the caller's connection or
+    /// transaction; `write` is a [`FencedWrite`] or a [`PgWrite`] that also sets other
+    /// columns.
+    ///
+    /// One statement checks fence and state, applies the change and returns what the row
+    /// held: on PostgreSQL 18 and later a plain `UPDATE … RETURNING` of the old values (a
+    /// refusal is then explained by reading the row); before 18, the row locked and read
+    /// first in the same statement, so a refusal names the fence it met. A claim without a
+    /// state condition on a missing row inserts it; the table's other columns need defaults.
+    ///
+    /// It goes through [`FenceExt::run_write_once`]: a refusal is explained (a counter that
+    /// went backwards is a regression, not a newer holder) and the outcome reported as
+    /// [`Fence::write`] reports it. For writes inside the caller's transaction, e.g. through
+    /// [`fencing_core::FencedBatch::run_fenced`]; an ambiguous outcome is returned, not
+    /// retried, since the transaction it was part of is gone.
     pub async fn write_in(
         &self,
         conn: &mut PgConnection,
@@ -321,7 +311,7 @@ impl PgStore {
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
         let write = write.into();
-        let attempt = self.write_on(conn, key, fence.token(), &write);
+        let attempt = self.write_via(Via::Caller(conn), key, fence.token(), &write);
         fence
             .run_write_once(&self.name, &[key], write.write().check(), attempt)
             .await
@@ -340,7 +330,7 @@ impl PgStore {
     /// can leave a `BEGIN` that was on its way open on the server, unknown to the connection.
     /// [`Self::write_together`], on the store's own pool, closes such a connection instead of
     /// returning it.
-    pub async fn write_together_on(
+    pub async fn write_together_in(
         &self,
         conn: &mut PgConnection,
         fence: &Fence<'_>,
@@ -473,7 +463,7 @@ impl PgStore {
         Ok((written, skipped))
     }
 
-    /// [`Self::write_together_on`] on the store's pool. (This was `PgStore::write_many`
+    /// [`Self::write_together_in`] on the store's pool. (This was `PgStore::write_many`
     /// before `write_many` became [`FencedStore::write_many`], which answers per record and
     /// takes a bare token: code that calls `write_many(&fence, …)` wants this.)
     pub async fn write_together(

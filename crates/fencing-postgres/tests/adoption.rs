@@ -76,7 +76,7 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
         .set("amount_cents", 7025)
         .unwrap();
     // On the store's pool under a fence: Fence::write's rules, a refusal explained.
-    let (source, resource) = common::issued_up_to(33).await;
+    let (source, resource) = fencing_testkit::issued_up_to(33).await;
     let stale = Fence::new(&resource, token(32), &source);
     let err = payouts
         .write_with(&stale, &key(P1), &confirm)
@@ -122,11 +122,12 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
     let stale = PgWrite::new(lifecycle.confirm())
         .set("gateway_ref", "stale")
         .unwrap();
+    let (source, resource) = fencing_testkit::issued_up_to(33).await;
     let err = payouts
-        .write_on(
+        .write_in(
             &mut payouts.pool().acquire().await.unwrap(),
+            &Fence::new(&resource, token(32), &source),
             &key(P1),
-            token(32),
             &stale,
         )
         .await
@@ -347,12 +348,13 @@ async fn writes_the_table_cannot_carry_are_refused_before_sending() {
             .unwrap(),
         PgWrite::new(lifecycle.claim().set_payload(b"x".to_vec())),
     ];
+    let (source, resource) = fencing_testkit::issued_up_to(5).await;
     for write in &cases {
         let err = payouts
-            .write_on(
+            .write_in(
                 &mut payouts.pool().acquire().await.unwrap(),
+                &Fence::new(&resource, token(5), &source),
                 &key(P1),
-                token(5),
                 write,
             )
             .await
@@ -395,7 +397,7 @@ async fn after_a_batch_claim_only_records_in_flight_before_it_are_looked_up() {
         .write(&key(P2), token(3), &lifecycle.claim())
         .await
         .unwrap();
-    let (source, resource) = common::issued_up_to(33).await;
+    let (source, resource) = fencing_testkit::issued_up_to(33).await;
     let mine = token(33);
     let fence = Fence::new(&resource, mine, &source);
     let claimed = payouts
@@ -441,7 +443,7 @@ async fn a_write_in_the_callers_transaction_tells_a_regression_from_a_newer_hold
         .write(&key(P1), token(40), &lifecycle.claim())
         .await
         .unwrap();
-    let (source, resource) = common::issued_up_to(33).await;
+    let (source, resource) = fencing_testkit::issued_up_to(33).await;
     let mine = token(33);
     let fence = Fence::new(&resource, mine, &source);
     let mut tx = schema.pool.begin().await.unwrap();
@@ -483,11 +485,12 @@ async fn a_value_its_column_cannot_hold_fails_the_whole_statement_and_writes_not
         .unwrap()
         .set("amount_cents", "seventy")
         .unwrap();
+    let (source, resource) = fencing_testkit::issued_up_to(7).await;
     let err = payouts
-        .write_on(
+        .write_in(
             &mut payouts.pool().acquire().await.unwrap(),
+            &Fence::new(&resource, token(7), &source),
             &key(P1),
-            token(7),
             &confirm,
         )
         .await

@@ -48,7 +48,7 @@ async fn a_first_write_in_the_callers_transaction_needs_no_second_connection() {
     let schema = Schema::new().await;
     let pool = pool_of_one().await;
     let store = PgStore::new(pool.clone(), schema.table.clone());
-    let (source, resource) = common::issued_up_to(5).await;
+    let (source, resource) = fencing_testkit::issued_up_to(5).await;
     let fence = Fence::new(
         &resource,
         fencing_core::FencingToken::new(5).unwrap(),
@@ -60,16 +60,16 @@ async fn a_first_write_in_the_callers_transaction_needs_no_second_connection() {
         .await
         .expect("no second connection is asked for");
     assert_eq!(written.record.fence, Some(fence.token()));
-    let read = store.read_on(&mut tx, &key(1)).await.unwrap().unwrap();
+    let read = store.read_in(&mut tx, &key(1)).await.unwrap().unwrap();
     assert_eq!(read.fence, Some(fence.token()));
     tx.commit().await.unwrap();
     // And a fresh store's first read and write_together on the caller's connection too.
     let fresh = PgStore::new(pool.clone(), schema.table.clone());
     let mut conn = pool.acquire().await.unwrap();
-    assert!(fresh.read_on(&mut conn, &key(2)).await.unwrap().is_none());
+    assert!(fresh.read_in(&mut conn, &key(2)).await.unwrap().is_none());
     let fresh = PgStore::new(pool.clone(), schema.table.clone());
     let together = fresh
-        .write_together_on(&mut conn, &fence, &[key(1)], FencedWrite::claim())
+        .write_together_in(&mut conn, &fence, &[key(1)], FencedWrite::claim())
         .await
         .unwrap();
     assert_eq!(together.keys(), vec![key(1)]);

@@ -32,7 +32,7 @@ async fn record(store: &PgStore, key: &RecordKey) -> Record {
 async fn a_write_in_dropped_inside_the_callers_transaction_is_applied_or_not() {
     let schema = common::Schema::new().await;
     let store = schema.store();
-    let (source, resource) = common::issued_up_to(7).await;
+    let (source, resource) = fencing_testkit::issued_up_to(7).await;
     let fence = Fence::new(&resource, token(7), &source);
     let claim = Lifecycle::default().claim();
     for commit in [true, false] {
@@ -79,7 +79,7 @@ async fn a_write_in_dropped_inside_the_callers_transaction_is_applied_or_not() {
 async fn a_group_written_together_and_dropped_is_applied_whole_or_not_at_all() {
     let schema = common::Schema::new().await;
     let store = schema.store();
-    let (source, resource) = common::issued_up_to(7).await;
+    let (source, resource) = fencing_testkit::issued_up_to(7).await;
     let fence = Fence::new(&resource, token(7), &source);
     let lifecycle = Lifecycle::default();
     let claim = lifecycle.claim();
@@ -106,7 +106,7 @@ async fn a_group_written_together_and_dropped_is_applied_whole_or_not_at_all() {
                 .unwrap();
             let mut claimed = 0;
             for key in keys {
-                let record = store.read_on(&mut snapshot, key).await.unwrap().unwrap();
+                let record = store.read_in(&mut snapshot, key).await.unwrap().unwrap();
                 claimed += usize::from(record.state.as_ref() == Some(lifecycle.in_flight()));
             }
             snapshot.commit().await.unwrap();

@@ -137,8 +137,10 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
     let mut conn = sqlx::PgConnection::connect_with(&options.application_name(&application))
         .await
         .unwrap();
+    let (source, resource) = fencing_testkit::issued_up_to(33).await;
+    let fence = Fence::new(&resource, token, &source);
     store
-        .write_on(&mut conn, &k, token, &lifecycle.claim())
+        .write_in(&mut conn, &fence, &k, &lifecycle.claim())
         .await
         .unwrap();
 
@@ -153,7 +155,7 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
     backend_gone(&schema.pool, &application).await;
 
     let err = store
-        .write_on(&mut conn, &k, token, &lifecycle.confirm())
+        .write_in(&mut conn, &fence, &k, &lifecycle.confirm())
         .await
         .unwrap_err();
     assert!(

@@ -93,7 +93,7 @@ async fn without_named_prepared_statements_fenced_writes_work_behind_transaction
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
-    let (source, resource) = common::issued_up_to(8).await;
+    let (source, resource) = fencing_testkit::issued_up_to(8).await;
     let fence = Fence::new(&resource, token(8), &source);
     let keys: Vec<_> = (0..40).map(|i| key(&format!("r_{i:03}"))).collect();
     let again = unnamed
@@ -111,7 +111,7 @@ async fn server_connections_terminated_under_the_pooler_lose_no_write_and_double
     let store = PgStore::new(pool.clone(), schema.table.clone()).for_transaction_pooling();
     let lifecycle = Lifecycle::default();
     let create = fencing_core::FencedWrite::claim().set_state(lifecycle.pending().clone());
-    let (source, resource) = common::issued_up_to(9).await;
+    let (source, resource) = fencing_testkit::issued_up_to(9).await;
     let fence = Fence::new(&resource, token(9), &source);
     let mut terminated = 0;
     for i in 0..12 {
@@ -220,7 +220,7 @@ async fn the_lease_token_source_and_floor_work_behind_transaction_pooling_too() 
 async fn two_workers_in_transactions_on_two_server_connections_never_wait_for_a_third() {
     let schema = Schema::new().await;
     let bouncer = PgBouncer::start(postgres_port(), 2);
-    let (source, resource) = common::issued_up_to(9).await;
+    let (source, resource) = fencing_testkit::issued_up_to(9).await;
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
     let worker = |i: usize| {
         let (table, barrier, url) = (schema.table.clone(), barrier.clone(), bouncer.url("test"));

@@ -39,7 +39,7 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
     let sent = FencedWrite::claim().set_state(lifecycle.done().clone());
     store.write(&keys[3], token(2), &sent).await.unwrap();
 
-    let (source, resource) = common::issued_up_to(33).await;
+    let (source, resource) = fencing_testkit::issued_up_to(33).await;
     let mine = token(33);
     let fence = Fence::new(&resource, mine, &source);
     let mut asked = keys.clone();
@@ -115,12 +115,14 @@ async fn fenced_writes_join_the_callers_transaction() {
     pending_rows(&store, std::slice::from_ref(&k)).await;
     let lifecycle = Lifecycle::default();
 
+    let (source, resource) = fencing_testkit::issued_up_to(33).await;
+    let fence = Fence::new(&resource, token(33), &source);
     let mut tx = schema.pool.begin().await.unwrap();
     store
-        .write_on(&mut tx, &k, token(33), &lifecycle.claim())
+        .write_in(&mut tx, &fence, &k, &lifecycle.claim())
         .await
         .unwrap();
-    let inside = store.read_on(&mut tx, &k).await.unwrap().unwrap();
+    let inside = store.read_in(&mut tx, &k).await.unwrap().unwrap();
     assert_eq!(inside.fence, Some(token(33)));
     tx.rollback().await.unwrap();
     let after = store.read(&k).await.unwrap().unwrap();
@@ -132,7 +134,7 @@ async fn fenced_writes_join_the_callers_transaction() {
 
     let mut tx = schema.pool.begin().await.unwrap();
     store
-        .write_on(&mut tx, &k, token(33), &lifecycle.claim())
+        .write_in(&mut tx, &fence, &k, &lifecycle.claim())
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -589,9 +591,15 @@ async fn a_claim_waiting_on_a_row_being_changed_reports_what_the_change_left() {
     let refund = key("r_0815");
     pending_rows(&store, std::slice::from_ref(&refund)).await;
 
+    let (source, resource) = fencing_testkit::issued_up_to(34).await;
     let mut earlier_holder = schema.pool.begin().await.unwrap();
     store
-        .write_on(&mut earlier_holder, &refund, token(33), lifecycle.claim())
+        .write_in(
+            &mut earlier_holder,
+            &Fence::new(&resource, token(33), &source),
+            &refund,
+            lifecycle.claim(),
+        )
         .await
         .unwrap();
     let takeover = tokio::spawn({

@@ -4,9 +4,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use fencing_core::adapter::{CasStore, ObjectCodec, check_conditional_writes, check_store_name};
+use fencing_core::adapter::{
+    CasStore, FenceExt, ObjectCodec, check_conditional_writes, check_store_name,
+};
 use fencing_core::{
-    FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey, Result, Written,
+    Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey,
+    Result, Written,
 };
 
 use crate::bucket::S3Bucket;
@@ -97,10 +100,16 @@ impl S3Store {
         .await
     }
 
-    /// Deletes `key` as its holder: accepted only with the token of the object's fence, by a
-    /// `DeleteObject` with `If-Match` on the ETag just read. Returns the record deleted.
-    pub async fn delete(&self, key: &RecordKey, token: FencingToken) -> Result<Record> {
-        self.cas.delete(key, token).await
+    /// Deletes `key` as its holder: accepted only with `fence`'s token, the object's fence,
+    /// by a `DeleteObject` with `If-Match` on the ETag just read. Returns the record deleted.
+    /// A refusal is explained and the outcome reported as [`Fence::write`]'s; an ambiguous
+    /// outcome is returned, not sent again (the object a first attempt deleted would refuse
+    /// the second).
+    pub async fn delete(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Record> {
+        let attempt = self.cas.delete(key, fence.token());
+        fence
+            .run_write_once(self.cas.name(), &[key], FenceCheck::HolderOnly, attempt)
+            .await
     }
 }
 

@@ -113,6 +113,8 @@ async fn a_byte_identical_newer_write_cannot_be_overwritten_by_a_stale_holder() 
 
 #[tokio::test]
 async fn a_stale_holders_put_and_delete_after_a_takeover_are_refused() {
+    let (source, resource) = fencing_testkit::issued_up_to(34).await;
+    let holder = |n: u64| Fence::new(&resource, token(n), &source);
     let store = common::store().await;
     let lifecycle = Lifecycle::default();
     let k = key("r_815");
@@ -127,12 +129,12 @@ async fn a_stale_holders_put_and_delete_after_a_takeover_are_refused() {
         a.write(&k, token(33), &lifecycle.confirm())
             .await
             .unwrap_err(),
-        a.delete(&k, token(33)).await.unwrap_err(),
+        a.delete(&holder(33), &k).await.unwrap_err(),
     ] {
         assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
     }
     b.write(&k, token(34), &lifecycle.confirm()).await.unwrap();
-    let deleted = b.delete(&k, token(34)).await.unwrap();
+    let deleted = b.delete(&holder(34), &k).await.unwrap();
     assert_eq!(deleted.state.as_ref(), Some(lifecycle.done()));
     assert_eq!(store.read(&k).await.unwrap(), None);
 }
@@ -161,6 +163,8 @@ async fn a_confirm_whose_answer_was_lost_is_recognised_by_its_write_id() {
 
 #[tokio::test]
 async fn an_object_that_is_not_a_readable_envelope_is_never_written_over() {
+    let (source, resource) = fencing_testkit::issued_up_to(9).await;
+    let holder = |n: u64| Fence::new(&resource, token(n), &source);
     let store = common::store().await;
     let good = envelope::encode(
         &Record {
@@ -191,7 +195,7 @@ async fn an_object_that_is_not_a_readable_envelope_is_never_written_over() {
             let err = store.write(&key(id), token(9), &write).await.unwrap_err();
             assert!(err.to_string().contains("not written over"), "{id}: {err}");
         }
-        assert!(store.delete(&key(id), token(9)).await.is_err());
+        assert!(store.delete(&holder(9), &key(id)).await.is_err());
         assert_eq!(
             get_raw(&store, &format!("m_4471/{id}")).await.0,
             body,
@@ -208,6 +212,8 @@ async fn tampered_store(tamper: &TamperRequests) -> S3Store {
 
 #[tokio::test]
 async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_conflict() {
+    let (source, resource) = fencing_testkit::issued_up_to(34).await;
+    let holder = |n: u64| Fence::new(&resource, token(n), &source);
     let tamper = TamperRequests::default();
     let store = tampered_store(&tamper).await;
     let k = key("r_815");
@@ -226,7 +232,7 @@ async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_con
     assert_eq!(store.read(&k).await.unwrap(), before);
 
     tamper.misroute("DELETE", 1);
-    let err = store.delete(&k, token(1)).await.unwrap_err();
+    let err = store.delete(&holder(1), &k).await.unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
     assert_eq!(tamper.seen("DELETE"), 1, "the refused delete, sent once");
@@ -235,6 +241,8 @@ async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_con
 
 #[tokio::test]
 async fn a_delete_that_meets_a_changed_object_is_a_conflict_settled_by_reading_again() {
+    let (source, resource) = fencing_testkit::issued_up_to(34).await;
+    let holder = |n: u64| Fence::new(&resource, token(n), &source);
     let tamper = TamperRequests::default();
     let store = tampered_store(&tamper).await;
     let k = key("r_815");
@@ -243,7 +251,7 @@ async fn a_delete_that_meets_a_changed_object_is_a_conflict_settled_by_reading_a
         .await
         .unwrap();
     tamper.stale_if_match("DELETE", 1);
-    let deleted = store.delete(&k, token(34)).await.unwrap();
+    let deleted = store.delete(&holder(34), &k).await.unwrap();
     assert_eq!(deleted.fence, Some(token(34)));
     assert_eq!(
         tamper.seen("DELETE"),
@@ -314,6 +322,8 @@ async fn the_floor_is_the_highest_fence_under_the_prefix_or_one_resources() {
 
 #[tokio::test]
 async fn bad_input_is_refused_before_anything_is_sent() {
+    let (source, resource) = fencing_testkit::issued_up_to(1).await;
+    let holder = |n: u64| Fence::new(&resource, token(n), &source);
     for bucket in [
         "",
         "ab",
@@ -337,7 +347,7 @@ async fn bad_input_is_refused_before_anything_is_sent() {
             .await
             .unwrap_err(),
         store.read(&long).await.unwrap_err(),
-        store.delete(&long, token(1)).await.unwrap_err(),
+        store.delete(&holder(1), &long).await.unwrap_err(),
     ] {
         assert!(
             matches!(&err, Error::InvalidInput(e) if e.kind() == InputKind::RecordKey),

@@ -31,7 +31,22 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
-use fencing_core::{FencingToken, LeaseGuard};
+use fencing_core::{FencingToken, LeaseGuard, MemoryTokenSource, ResourceName, TokenSource};
+
+/// A token source that has issued every token up to `n` for `settle:m_4471`, and that
+/// resource: what a [`fencing_core::Fence`] with token `n` (or below, for a stale holder)
+/// needs in a test that writes without a lease, so that a refusal by a fence up to `n` is a
+/// newer holder's, not a counter gone backwards.
+pub async fn issued_up_to(n: u64) -> (MemoryTokenSource, ResourceName) {
+    let source = MemoryTokenSource::new();
+    let resource = ResourceName::new("settle:m_4471").expect("a valid name");
+    let token = FencingToken::new(n).expect("a token from 1");
+    source
+        .advance_to(&resource, token)
+        .await
+        .expect("a memory counter advances");
+    (source, resource)
+}
 
 /// Whether writers present their lease's token, or all present the same one.
 ///

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use fencing_core::adapter::ConditionalPutDefect;
 use fencing_core::adapter::envelope::{self, Contents};
-use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, FoundFence, RecordKey};
+use fencing_core::{Error, Fence, FencedStore, FencedWrite, FencingToken, FoundFence, RecordKey};
 use fencing_object_store::FencedObjectStore;
 use futures_util::stream::BoxStream;
 use object_store::memory::InMemory;
@@ -148,6 +148,8 @@ pub(crate) async fn a_byte_identical_newer_write_changes_the_object(backend: Arc
 pub(crate) async fn a_delete_leaves_a_tombstone_that_keeps_the_fence(
     backend: Arc<dyn ObjectStore>,
 ) {
+    let (source, resource) = fencing_testkit::issued_up_to(35).await;
+    let holder = |n: u64| Fence::new(&resource, token(n), &source);
     let store = store_on(&backend);
     let k = key("r_815");
     store
@@ -158,9 +160,9 @@ pub(crate) async fn a_delete_leaves_a_tombstone_that_keeps_the_fence(
         .write(&k, token(34), &FencedWrite::claim())
         .await
         .unwrap();
-    let err = store.delete(&k, token(33)).await.unwrap_err();
+    let err = store.delete(&holder(33), &k).await.unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
-    let deleted = store.delete(&k, token(34)).await.unwrap();
+    let deleted = store.delete(&holder(34), &k).await.unwrap();
     assert_eq!(deleted.fence, Some(token(34)));
     assert_eq!(store.read(&k).await.unwrap(), None);
     let (body, _) = raw(&backend, &store.location(&k)).await;
@@ -168,7 +170,7 @@ pub(crate) async fn a_delete_leaves_a_tombstone_that_keeps_the_fence(
         envelope::decode_contents(&k, &body),
         Ok((Contents::Tombstone(Some(f)), _)) if f == token(34)
     ));
-    let err = store.delete(&k, token(34)).await.unwrap_err();
+    let err = store.delete(&holder(34), &k).await.unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
 
     let stale = store_on(&backend);

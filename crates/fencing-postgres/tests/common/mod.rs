@@ -2,7 +2,6 @@
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
-use fencing_core::{FencingToken, MemoryTokenSource, ResourceName, TokenSource};
 use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_test_support::services;
 use fencing_testkit::unique_name;
@@ -64,16 +63,4 @@ impl Schema {
         self.execute(sql).await;
         self.pool.close().await;
     }
-}
-
-/// A token source that has issued tokens up to `n` for `settle:m_4471`, and that resource:
-/// what a `Fence` with token `n` (or below, for a stale holder) needs.
-pub(crate) async fn issued_up_to(n: u64) -> (MemoryTokenSource, ResourceName) {
-    let source = MemoryTokenSource::new();
-    let resource = ResourceName::new("settle:m_4471").unwrap();
-    source
-        .advance_to(&resource, FencingToken::new(n).unwrap())
-        .await
-        .unwrap();
-    (source, resource)
 }
