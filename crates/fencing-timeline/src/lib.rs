@@ -10,10 +10,10 @@
 //! ```
 //! use std::time::Duration;
 //! use fencing_core::FencingToken;
-//! use fencing_timeline::{Clock, Mark, Picture, Timeline};
+//! use fencing_timeline::{TimeLabels, Mark, Picture, Timeline};
 //!
 //! let s = Duration::from_secs;
-//! let mut timeline = Timeline::new("r_815", Clock::WORKED_EXAMPLE);
+//! let mut timeline = Timeline::new("r_815", TimeLabels::WORKED_EXAMPLE);
 //! timeline.acquired("worker A", s(0), FencingToken::new(33)?);
 //! timeline.accepted("worker A", s(26), "refunds", "r_815", false);
 //! timeline.mark("worker A", s(26), Mark::Stalled { length: s(8) });
@@ -44,4 +44,4 @@ mod timeline;
 
 pub use picture::{DrawError, Part, Picture, Region};
 pub use settlement::settlement;
-pub use timeline::{Clock, Lane, Mark, Moment, Tenure, Timeline, WriteRun};
+pub use timeline::{Lane, Mark, Moment, Tenure, TimeLabels, Timeline, WriteRun};

@@ -280,14 +280,14 @@ fn draw_axis(
 ) -> Result<(), DrawError> {
     let area = root.margin(TITLE, 0, 0, RIGHT);
     let area = area.shrink((0, 0), (WIDTH as i32 - RIGHT, lanes_bottom - TITLE + AXIS));
-    let clock = timeline.clock();
+    let labels = timeline.labels();
     let mut chart = ChartBuilder::on(&area)
         .x_label_area_size(AXIS)
         .y_label_area_size(GUTTER)
         .build_cartesian_2d((0f64..scale.end).step(step.as_secs_f64()), 0f64..1f64)
         .map_err(failed)?;
     let read = |secs: &f64| {
-        clock.read(Duration::from_millis(
+        labels.read(Duration::from_millis(
             (secs.max(0.0) * 1000.0).round() as u64
         ))
     };
@@ -300,9 +300,9 @@ fn draw_axis(
         .x_label_style(font(SMALL))
         .light_line_style(TRANSPARENT)
         .bold_line_style(RGBColor(211, 215, 207))
-        .x_desc(match clock {
-            crate::Clock::TimeOfDay { .. } => "time of day",
-            crate::Clock::Elapsed => "time since the run began",
+        .x_desc(match labels {
+            crate::TimeLabels::TimeOfDay { .. } => "time of day",
+            crate::TimeLabels::Elapsed => "time since the run began",
         })
         .axis_desc_style(font(SMALL))
         .draw()
@@ -646,7 +646,7 @@ fn draw_legend(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timeline::Clock;
+    use crate::timeline::TimeLabels;
     use fencing_core::FencingToken;
 
     fn s(n: f64) -> Duration {
@@ -658,7 +658,7 @@ mod tests {
     }
 
     fn sample() -> Timeline {
-        let mut t = Timeline::new("two workers", Clock::WORKED_EXAMPLE);
+        let mut t = Timeline::new("two workers", TimeLabels::WORKED_EXAMPLE);
         t.acquired("worker A", s(0.0), token(33));
         t.accepted("worker A", s(0.1), "refunds", "r_001", false);
         t.accepted("worker A", s(26.0), "refunds", "r_815", false);
@@ -710,7 +710,7 @@ mod tests {
     fn hostile_timelines_still_draw() {
         let mut t = Timeline::new(
             "<script>alert(1)</script> & \"quotes\"",
-            Clock::WORKED_EXAMPLE,
+            TimeLabels::WORKED_EXAMPLE,
         );
         t.acquired("", s(5.0), token(2));
         t.lease_ended("", s(1.0));
@@ -808,7 +808,7 @@ mod tests {
 
     #[test]
     fn an_empty_timeline_is_a_picture_with_its_title_and_axis() {
-        let picture = Picture::draw(&Timeline::new("nothing", Clock::Elapsed)).unwrap();
+        let picture = Picture::draw(&Timeline::new("nothing", TimeLabels::Elapsed)).unwrap();
         assert!(picture.svg().contains("nothing"));
         assert!(picture.svg().contains("0 s"));
         assert!(picture.regions().is_empty());

@@ -8,14 +8,14 @@ use fencing_core::FenceCheck;
 use fencing_testkit::Fencing;
 use fencing_testkit::settlement::{CallResult, SettlementConfig, SettlementReport, What};
 
-use crate::timeline::{Clock, Mark, Timeline};
+use crate::timeline::{Mark, TimeLabels, Timeline};
 
 /// The run `report` of `config` as a timeline: a lane per worker, its lease from grant to
 /// release (or to its expiry, one TTL after the grant, when the release found it lost: the
 /// simulation's workers do not renew), its stalls, its runs of accepted writes, every refusal,
 /// take-over and look-up, and the gateway's answers that were not a new refund.
 pub fn settlement(config: &SettlementConfig, report: &SettlementReport) -> Timeline {
-    let mut timeline = Timeline::new(title(config), Clock::WORKED_EXAMPLE);
+    let mut timeline = Timeline::new(title(config), TimeLabels::WORKED_EXAMPLE);
     let mut granted: HashMap<&str, Duration> = HashMap::new();
     for event in &report.events {
         let lane = format!("worker {}", event.worker);

@@ -8,7 +8,7 @@ use fencing_core::FencingToken;
 
 /// How the time axis is labelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Clock {
+pub enum TimeLabels {
     /// A wall clock that reads `start` (time since midnight) when the run begins: the worked
     /// example's `10:00:00.000`, in its virtual time.
     TimeOfDay {
@@ -19,18 +19,18 @@ pub enum Clock {
     Elapsed,
 }
 
-impl Clock {
-    /// The worked example's clock: `10:00:00` at the start.
-    pub const WORKED_EXAMPLE: Clock = Clock::TimeOfDay {
+impl TimeLabels {
+    /// The worked example's labels: `10:00:00` at the start.
+    pub const WORKED_EXAMPLE: TimeLabels = TimeLabels::TimeOfDay {
         start: Duration::from_secs(10 * 3600),
     };
 
-    /// `at` as this clock reads it: whole seconds where it has no fraction, else to the
+    /// `at` as these labels read it: whole seconds where it has no fraction, else to the
     /// millisecond (elapsed seconds drop their trailing zeros: `1.25 s`).
     pub fn read(self, at: Duration) -> String {
         let millis = at.subsec_millis();
         match self {
-            Clock::TimeOfDay { start } => {
+            TimeLabels::TimeOfDay { start } => {
                 let t = start.saturating_add(at);
                 let secs = t.as_secs();
                 let hms = format!(
@@ -44,8 +44,8 @@ impl Clock {
                     ms => format!("{hms}.{ms:03}"),
                 }
             }
-            Clock::Elapsed if millis == 0 => format!("{} s", at.as_secs()),
-            Clock::Elapsed => {
+            TimeLabels::Elapsed if millis == 0 => format!("{} s", at.as_secs()),
+            TimeLabels::Elapsed => {
                 let text = format!("{:.3}", at.as_secs_f64());
                 format!("{} s", text.trim_end_matches('0'))
             }
@@ -249,17 +249,17 @@ impl Lane {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Timeline {
     title: String,
-    clock: Clock,
+    labels: TimeLabels,
     lanes: Vec<Lane>,
     end: Duration,
 }
 
 impl Timeline {
-    /// An empty timeline with a title, on `clock`.
-    pub fn new(title: impl Into<String>, clock: Clock) -> Self {
+    /// An empty timeline with a title, its times labelled by `labels`.
+    pub fn new(title: impl Into<String>, labels: TimeLabels) -> Self {
         Timeline {
             title: title.into(),
-            clock,
+            labels,
             lanes: Vec::new(),
             end: Duration::ZERO,
         }
@@ -270,9 +270,9 @@ impl Timeline {
         &self.title
     }
 
-    /// The clock.
-    pub fn clock(&self) -> Clock {
-        self.clock
+    /// How its times are labelled.
+    pub fn labels(&self) -> TimeLabels {
+        self.labels
     }
 
     /// The lanes, in the order of their first event.
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn writes_group_into_runs_per_store_until_a_mark() {
-        let mut t = Timeline::new("t", Clock::Elapsed);
+        let mut t = Timeline::new("t", TimeLabels::Elapsed);
         t.accepted("A", ms(1), "refunds", "r_1", false);
         t.accepted("A", ms(2), "ledger", "r_1", false);
         t.accepted("A", ms(3), "refunds", "r_2", false);
@@ -440,7 +440,7 @@ mod tests {
 
     #[test]
     fn an_acquisition_starts_new_runs_and_only_the_first_end_counts() {
-        let mut t = Timeline::new("t", Clock::Elapsed);
+        let mut t = Timeline::new("t", TimeLabels::Elapsed);
         t.acquired("A", ms(0), token(3));
         t.accepted("A", ms(1), "s", "r_1", false);
         t.lease_ended("A", ms(30));
@@ -465,20 +465,20 @@ mod tests {
 
     #[test]
     fn a_stall_reaches_the_end_of_the_timeline() {
-        let mut t = Timeline::new("t", Clock::Elapsed);
+        let mut t = Timeline::new("t", TimeLabels::Elapsed);
         t.mark("A", ms(10), Mark::Stalled { length: ms(500) });
         assert_eq!(t.end(), ms(510));
     }
 
     #[test]
     fn clocks_read_as_the_run_tells_time() {
-        let c = Clock::WORKED_EXAMPLE;
+        let c = TimeLabels::WORKED_EXAMPLE;
         assert_eq!(c.read(Duration::from_secs(34)), "10:00:34");
         assert_eq!(c.read(ms(26_048)), "10:00:26.048");
         assert_eq!(c.read(Duration::from_secs(3_600 * 15)), "01:00:00");
-        assert_eq!(Clock::Elapsed.read(Duration::from_secs(12)), "12 s");
-        assert_eq!(Clock::Elapsed.read(ms(1_250)), "1.25 s");
-        assert_eq!(Clock::Elapsed.read(ms(100)), "0.1 s");
+        assert_eq!(TimeLabels::Elapsed.read(Duration::from_secs(12)), "12 s");
+        assert_eq!(TimeLabels::Elapsed.read(ms(1_250)), "1.25 s");
+        assert_eq!(TimeLabels::Elapsed.read(ms(100)), "0.1 s");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fencing_core::FencingToken;
 use fencing_harness::plan::RunPlan;
-use fencing_timeline::{Clock, Mark, Timeline};
+use fencing_timeline::{Mark, TimeLabels, Timeline};
 
 /// The stores a worker writes, as the picture names them.
 const REFUNDS: &str = "refunds (PostgreSQL)";
@@ -50,7 +50,7 @@ impl RunPicture {
             }
         );
         RunPicture {
-            timeline: Timeline::new(title, Clock::Elapsed),
+            timeline: Timeline::new(title, TimeLabels::Elapsed),
             ttl: plan.sizing.ttl,
             fences: plan.fences,
             holding: Vec::new(),
