@@ -1,11 +1,20 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 //!
-//! This facade re-exports [`fencing_core`]; each store adapter joins it behind its feature, as
+//! This facade re-exports the job-facing names of [`fencing_core`]; each store adapter joins it behind its feature, as
 //! a module named after the store ([`postgres`], [`redis`], [`dynamodb`], [`s3`], [`etcd`],
 //! [`object_store`]) and, by its types, in the [`prelude`].
 
-pub use fencing_core::*;
+/// The core's job-facing names, each listed: what an adapter author needs besides is in
+/// `fencing_core::adapter`, which this crate does not re-export.
+pub use fencing_core::{
+    BatchScope, BoxError, CounterHistory, EffectOutcome, EffectStart, Error, Fence, FenceCheck,
+    FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, Finished, FoundFence,
+    InputKind, InvalidInput, Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease,
+    MemoryStore, MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Pipeline, RateBound, Record,
+    RecordKey, RecordWrites, ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord,
+    State, StoreRef, TokenSource, Ttl, Written, acquire, async_trait, seed_from_floors,
+};
 
 /// What a job names: `use fencing::prelude::*;` brings the handful of core names a job writes
 /// down (the lease and its guard, the fence, the batch, the store, the effect it implements,
@@ -13,7 +22,7 @@ pub use fencing_core::*;
 /// of the enabled adapters. Everything else is at the crate root (`fencing::RetryPolicy`,
 /// `fencing::seed_from_floors`, …). It leaves the names `redis`, `postgres`, `dynamodb`,
 /// `s3`, `etcd` and `object_store` to the crates (and modules) of your own, so `redis::Client`
-/// still means the `redis` crate. What an adapter author needs is in [`adapter`].
+/// still means the `redis` crate. What an adapter author needs is in `fencing_core::adapter`.
 pub mod prelude {
     pub use fencing_core::{
         BoxError, EffectOutcome, Error, Fence, FencedBatch, FencedStore, FencingToken, Finished,

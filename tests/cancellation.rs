@@ -8,12 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::adapter::{CasStore, MemoryVersionedStore};
 use fencing::{
     Fence, FenceCheck, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard,
     Lifecycle, MemoryLease, MemoryStore, MemoryTokenSource, Record, RecordKey, ResourceName,
     RetryPolicy, SideEffect, TokenSource, Ttl,
 };
+use fencing_core::adapter::{CasStore, MemoryVersionedStore};
 use fencing_testkit::cancellation::{Parked, Steps, drop_at_every_step};
 use fencing_testkit::faults::{Fault, FaultyStore, RecordingEffect};
 

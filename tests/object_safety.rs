@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use fencing::adapter::{Clock, TokioClock};
 use fencing::{FenceFloor, FencedStore, Lease, MemoryLease, MemoryStore, TokenSource};
+use fencing_core::adapter::{Clock, TokioClock};
 
 fn lease<L: Lease>(_: &L) {}
 fn tokens<T: TokenSource>(_: &T) {}
