@@ -184,6 +184,7 @@ impl LocalPostgres {
     /// another server just left) is started again, up to five times.
     pub fn start(&mut self) {
         let log = self.log();
+        self.remove_socket_locks();
         let mut tries = 0;
         loop {
             tries += 1;
@@ -252,6 +253,23 @@ impl LocalPostgres {
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = std::fs::remove_file(self.data.join("postmaster.pid"));
+    }
+
+    /// Removes the socket's lock files from the data directory, which is also the socket's:
+    /// ones a killed postmaster left, or ones `pg_basebackup` copied from the primary. A
+    /// server finds one naming a process that still counts as alive (a killed postmaster not
+    /// yet reaped, on a machine whose first process does not reap) and refuses to start: "lock
+    /// file … already exists. Is another postmaster (PID …) using socket file …". Only for a
+    /// server of this fixture that is not running.
+    fn remove_socket_locks(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.data) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(".s.PGSQL.") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Moves this server, stopped, to the port of `gone`, which must be stopped too: the
