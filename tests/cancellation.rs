@@ -156,6 +156,7 @@ impl<S: FencedStore> World<S> {
             .run(async |batch| {
                 for key in &self.keys {
                     batch
+                        .fence()
                         .run_effect(&store, key, &self.lifecycle, gateway)
                         .await?;
                 }

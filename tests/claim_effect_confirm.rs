@@ -168,7 +168,7 @@ async fn a_batch_does_not_abort_on_its_own_write_whose_answer_was_lost() {
     let batch = FencedBatch::new(lease, guard, [store.clone() as Arc<dyn FencedStore>]).unwrap();
     for write in [lifecycle.claim(), lifecycle.confirm()] {
         store.inject(Some(write.check()), Fault::LoseAnswer);
-        batch.write("refunds", &key, &write).await.unwrap();
+        batch.fence().write(&*store, &key, &write).await.unwrap();
     }
     assert_eq!(store.injected(), 2);
     assert_eq!(batch.aborted_by(), None);

@@ -54,23 +54,27 @@ impl Setup {
 async fn a_refusal_in_one_store_aborts_the_batch_in_every_store() {
     let setup = Setup::new();
     let a = setup.batch().await;
-    a.write("ledger", &key("m_4471"), &FencedWrite::claim())
+    a.fence()
+        .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap();
 
     tokio::time::sleep(Duration::from_secs(31)).await;
     let b = setup.batch().await;
-    b.write("ledger", &key("m_4471"), &FencedWrite::claim())
+    b.fence()
+        .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap();
 
     // B has not touched the refunds store, so its fence cannot yet refuse A there:
-    a.write("refunds", &key("r_815"), &FencedWrite::claim())
+    a.fence()
+        .write(&setup.refunds, &key("r_815"), &FencedWrite::claim())
         .await
         .unwrap();
     // … but the ledger can, and its refusal names it.
     let err = a
-        .write("ledger", &key("m_4471"), &FencedWrite::claim())
+        .fence()
+        .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap_err();
     assert!(
@@ -81,7 +85,8 @@ async fn a_refusal_in_one_store_aborts_the_batch_in_every_store() {
 
     let before = setup.refunds.records();
     let err = a
-        .write("refunds", &key("r_816"), &FencedWrite::claim())
+        .fence()
+        .write(&setup.refunds, &key("r_816"), &FencedWrite::claim())
         .await
         .unwrap_err();
     assert!(
@@ -131,17 +136,20 @@ async fn batch_runs_effects_and_seeds_from_every_store() {
     let batch = setup.batch().await;
     let effect = RecordingEffect::new();
     let outcome = batch
-        .run_effect("refunds", &key("r_001"), &lifecycle, &effect)
+        .fence()
+        .run_effect(&setup.refunds, &key("r_001"), &lifecycle, &effect)
         .await
         .unwrap();
     assert_eq!(outcome, EffectOutcome::Performed(1));
     let again = batch
-        .run_effect("refunds", &key("r_001"), &lifecycle, &effect)
+        .fence()
+        .run_effect(&setup.refunds, &key("r_001"), &lifecycle, &effect)
         .await
         .unwrap();
     assert_eq!(again, EffectOutcome::AlreadyDone);
     batch
-        .write("ledger", &key("m_4471"), &FencedWrite::claim())
+        .fence()
+        .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap();
     let token = batch.token();
@@ -176,7 +184,12 @@ async fn the_same_store_twice_or_an_unknown_store_is_bad_input() {
     let setup = Setup::new();
     let batch = setup.batch().await;
     let err = batch
-        .write("nowhere", &key("r_001"), &FencedWrite::claim())
+        .fence()
+        .write(
+            &MemoryStore::new("nowhere"),
+            &key("r_001"),
+            &FencedWrite::claim(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput(ref e) if e.kind() == InputKind::StoreSet));
@@ -213,7 +226,8 @@ async fn under_the_skip_policy_a_cancelled_or_missing_record_is_reported_and_the
     for k in ["r_001", "r_002", "r_404", "r_003"] {
         outcomes.push(
             batch
-                .run_effect("refunds", &key(k), &lifecycle, &effect)
+                .fence()
+                .run_effect(&setup.refunds, &key(k), &lifecycle, &effect)
                 .await,
         );
     }
@@ -251,16 +265,19 @@ async fn under_the_skip_policy_a_fence_refusal_still_aborts() {
     tokio::time::sleep(Duration::from_secs(31)).await;
     let b = setup.batch().await;
     let effect = RecordingEffect::new();
-    b.run_effect("refunds", &key("r_815"), &lifecycle, &effect)
+    b.fence()
+        .run_effect(&setup.refunds, &key("r_815"), &lifecycle, &effect)
         .await
         .unwrap();
     let err = a
-        .run_effect("refunds", &key("r_815"), &lifecycle, &effect)
+        .fence()
+        .run_effect(&setup.refunds, &key("r_815"), &lifecycle, &effect)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
     let err = a
-        .run_effect("refunds", &key("r_816"), &lifecycle, &effect)
+        .fence()
+        .run_effect(&setup.refunds, &key("r_816"), &lifecycle, &effect)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
@@ -293,8 +310,9 @@ async fn a_batch_aborted_by_a_state_mismatch_still_releases_its_lease() {
     );
     let batch = setup.batch().await;
     let err = batch
+        .fence()
         .run_effect(
-            "refunds",
+            &setup.refunds,
             &key("r_002"),
             &Lifecycle::default(),
             &RecordingEffect::new(),
@@ -338,8 +356,9 @@ async fn a_batch_that_outlived_its_ttl_without_a_newer_holder_finishes_late_not_
     pending_refunds(&setup, &["r_001"]);
     let batch = setup.batch().await;
     batch
+        .fence()
         .run_effect(
-            "refunds",
+            &setup.refunds,
             &key("r_001"),
             &Lifecycle::default(),
             &RecordingEffect::new(),
@@ -362,6 +381,7 @@ async fn a_scope_releases_on_error_and_refuses_a_bad_store_set_before_acquiring(
     )
     .run(async |batch| {
         batch
+            .fence()
             .write(&refunds, &key("r_404"), &FencedWrite::holder_only())
             .await
     })
@@ -389,15 +409,17 @@ async fn a_scope_releases_on_error_and_refuses_a_bad_store_set_before_acquiring(
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_store_handle_writes_and_with_fence_aborts_like_a_write() {
+async fn a_write_through_the_batchs_fence_is_the_batchs() {
     let setup = Setup::new();
     let refunds: Arc<dyn FencedStore> = Arc::new(setup.refunds.clone());
     let elsewhere: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("elsewhere"));
     let a = setup.batch().await;
-    a.write(&refunds, &key("r_1"), &FencedWrite::claim())
+    a.fence()
+        .write(&refunds, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap();
     let err = a
+        .fence()
         .write(&elsewhere, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -405,15 +427,13 @@ async fn a_store_handle_writes_and_with_fence_aborts_like_a_write() {
 
     tokio::time::sleep(Duration::from_secs(31)).await;
     let b = setup.batch().await;
-    b.write(&refunds, &key("r_1"), &FencedWrite::claim())
+    b.fence()
+        .write(&refunds, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap();
     let err = a
-        .run_fenced(&refunds, async |fence| {
-            fence
-                .write(&*refunds, &key("r_1"), &FencedWrite::claim())
-                .await
-        })
+        .fence()
+        .write(&*refunds, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
@@ -436,7 +456,8 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
     for k in ["r_001", "r_002"] {
         claims.push(
             batch
-                .write("refunds", &key(k), &lifecycle.claim())
+                .fence()
+                .write(&setup.refunds, &key(k), &lifecycle.claim())
                 .await
                 .unwrap(),
         );
@@ -444,15 +465,17 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
     let confirmed = std::sync::Mutex::new(Vec::new());
     for claimed in &claims {
         batch
+            .fence()
             .run_effect_then(
-                "refunds",
+                &setup.refunds,
                 EffectStart::Claimed(claimed),
                 &lifecycle,
                 &effect,
                 async |receipt: &u32| {
                     confirmed.lock().unwrap().push(*receipt);
                     batch
-                        .write("refunds", &claimed.record.key, &lifecycle.confirm())
+                        .fence()
+                        .write(&setup.refunds, &claimed.record.key, &lifecycle.confirm())
                         .await
                         .map(drop)
                 },
@@ -474,12 +497,14 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
 
     // A claim that did not leave the record in flight is refused before any call.
     let plain = batch
-        .write("refunds", &key("r_003"), &FencedWrite::claim())
+        .fence()
+        .write(&setup.refunds, &key("r_003"), &FencedWrite::claim())
         .await
         .unwrap();
     let err = batch
+        .fence()
         .run_effect_then(
-            "refunds",
+            &setup.refunds,
             EffectStart::Claimed(&plain),
             &lifecycle,
             &effect,
@@ -494,13 +519,23 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
 /// The steps for one refund across two stores, each idempotent: the refund's effect and
 /// confirm (done already: nothing sent), then its ledger entry (a claim that creates it or
 /// writes the same state again under the newer fence).
-async fn refund_and_post(batch: &FencedBatch, key: &RecordKey, effect: &RecordingEffect) {
+async fn refund_and_post(
+    setup: &Setup,
+    batch: &FencedBatch,
+    key: &RecordKey,
+    effect: &RecordingEffect,
+) {
     batch
-        .run_effect("refunds", key, &Lifecycle::default(), effect)
+        .fence()
+        .run_effect(&setup.refunds, key, &Lifecycle::default(), effect)
         .await
         .unwrap();
     let posted = FencedWrite::claim().set_state(fencing::State::new("posted").unwrap());
-    batch.write("ledger", key, &posted).await.unwrap();
+    batch
+        .fence()
+        .write(&setup.ledger, key, &posted)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -512,7 +547,13 @@ async fn a_crash_between_two_stores_is_completed_by_the_next_holder_without_a_se
     // A confirms the refund in one store and dies before the ledger entry in the other: the
     // two stores are not one transaction, so for now the refund is sent and not posted.
     let a = setup.batch().await;
-    a.run_effect("refunds", &key("r_815"), &Lifecycle::default(), &effect)
+    a.fence()
+        .run_effect(
+            &setup.refunds,
+            &key("r_815"),
+            &Lifecycle::default(),
+            &effect,
+        )
         .await
         .unwrap();
     drop(a);
@@ -521,7 +562,7 @@ async fn a_crash_between_two_stores_is_completed_by_the_next_holder_without_a_se
     // The next holder runs the same steps: the refund is already done, the entry is written.
     tokio::task::yield_now().await;
     let b = setup.batch().await;
-    refund_and_post(&b, &key("r_815"), &effect).await;
+    refund_and_post(&setup, &b, &key("r_815"), &effect).await;
     let entry = setup.ledger.records().pop().expect("the ledger entry");
     assert_eq!(entry.fence, Some(b.token()));
     assert_eq!(entry.state, Some(fencing::State::new("posted").unwrap()));
@@ -598,12 +639,14 @@ async fn an_abort_by_a_token_regression_is_told_from_a_newer_holder() {
         .unwrap();
     let batch = setup.batch().await;
     let err = batch
-        .write("ledger", &key("m_4471"), &FencedWrite::claim())
+        .fence()
+        .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
     let err = batch
-        .write("refunds", &key("r_815"), &FencedWrite::claim())
+        .fence()
+        .write(&setup.refunds, &key("r_815"), &FencedWrite::claim())
         .await
         .unwrap_err();
     assert!(
@@ -623,4 +666,127 @@ async fn an_abort_by_a_token_regression_is_told_from_a_newer_holder() {
             .is_some_and(|text| text.contains("token regression")),
         "the regression is the abort's source: {source:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abort_it() {
+    use fencing_core::adapter::FenceExt;
+    let setup = Setup::new();
+    pending_refunds(&setup, &["r_1", "r_2", "r_3"]);
+    let a = setup.batch().await;
+    a.fence()
+        .write_many(
+            &setup.refunds,
+            &[key("r_1"), key("r_2")],
+            &FencedWrite::claim(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let b = setup.batch().await;
+    b.fence()
+        .write(&setup.refunds, &key("r_2"), &FencedWrite::claim())
+        .await
+        .unwrap();
+
+    // A grouped write: one record refused among accepted ones aborts the batch.
+    let each = a
+        .fence()
+        .write_many(
+            &setup.refunds,
+            &[key("r_3"), key("r_2")],
+            &FencedWrite::claim(),
+        )
+        .await
+        .unwrap();
+    assert!(each[0].is_ok(), "{:?}", each[0]);
+    assert!(
+        matches!(each[1], Err(Error::Fenced { .. })),
+        "{:?}",
+        each[1]
+    );
+    assert_eq!(a.aborted_by(), Some(("refunds".to_owned(), key("r_2"))));
+
+    // An adapter's own request under the batch's fence is refused unsent once it aborted.
+    let sent = std::sync::atomic::AtomicBool::new(false);
+    let err = a
+        .fence()
+        .run_write(
+            "ledger",
+            &[&key("m_4471")],
+            fencing::FenceCheck::Claim,
+            async || {
+                sent.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
+    assert!(
+        !sent.load(std::sync::atomic::Ordering::SeqCst),
+        "nothing sent"
+    );
+
+    // In a batch not aborted, an adapter's refused request aborts it like a write.
+    let c = b;
+    let refusal = Error::Fenced {
+        store: "ledger".to_owned(),
+        record: key("m_4471"),
+        presented: c.token(),
+        found: fencing::FoundFence::Fence(c.token().next().unwrap()),
+    };
+    let mut refusals = vec![refusal];
+    let err = c
+        .fence()
+        .run_write(
+            "ledger",
+            &[&key("m_4471")],
+            fencing::FenceCheck::Claim,
+            async || Err::<(), _>(refusals.pop().expect("sent once")),
+        )
+        .await
+        .unwrap_err();
+    // Above every token issued: explained as a regression, and still the batch's abort.
+    assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
+    assert_eq!(c.aborted_by(), Some(("ledger".to_owned(), key("m_4471"))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_skipped_in_a_callers_confirm_is_reported_once() {
+    let setup = Setup::new();
+    pending_refunds(&setup, &["r_1"]);
+    let batch = setup
+        .batch()
+        .await
+        .with_mismatch_policy(MismatchPolicy::Skip);
+    let lifecycle = Lifecycle::default();
+    let effect = RecordingEffect::default();
+    let fence = batch.fence();
+    // The caller's confirm requires a state the record is not in: its write through the
+    // batch's fence notes the skip, and so does the effect helper it returns the error to.
+    let confirm = async |_: &_| {
+        fence
+            .write(
+                &setup.refunds,
+                &key("r_1"),
+                &FencedWrite::holder_only().when_state_in([lifecycle.done().clone()]),
+            )
+            .await
+            .map(drop)
+    };
+    let err = fence
+        .run_effect_then(
+            &setup.refunds,
+            EffectStart::Claim(&key("r_1")),
+            &lifecycle,
+            &effect,
+            confirm,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_mismatch(), "{err:?}");
+    assert_eq!(batch.skipped().len(), 1, "{:?}", batch.skipped());
+    assert_eq!(batch.aborted_by(), None);
+    assert_eq!(batch.finish().await.unwrap(), Finished::Released);
 }

@@ -1,59 +1,20 @@
 //! One lease, one token, several stores: each store checks its own fence.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
-use crate::effect::{EffectOutcome, EffectStart, Lifecycle, SideEffect};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::guard::LeaseGuard;
 use crate::input::{InputKind, InvalidInput};
+use crate::latch::{Latch, MismatchPolicy};
 use crate::lease::Lease;
 use crate::name::{RecordKey, ResourceName};
 use crate::outcome::{Finished, SkippedRecord};
 use crate::retry::{RetryPolicy, acquire};
-use crate::store::{FencedStore, FencedWrite, Written};
+use crate::store::FencedStore;
 use crate::telemetry;
 use crate::token::FencingToken;
 use crate::ttl::Ttl;
-
-/// What a record that is missing, or in a state a write does not start from, does to a batch.
-///
-/// Neither is a sign of a newer holder: the fence is checked before the state, so a record
-/// that a newer holder claimed is refused as [`Error::Fenced`] (or [`Error::TokenRegression`]),
-/// and those always abort the batch whatever the policy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum MismatchPolicy {
-    /// Abort the batch, as for a fence refusal.
-    #[default]
-    Abort,
-    /// Leave the record alone, report it ([`FencedBatch::skipped`]) and go on.
-    Skip,
-}
-
-/// A store of a batch, named either by the store itself (a handle that cannot be misspelled:
-/// the `Arc` the batch was built from, or any reference to that store) or by its name.
-pub trait StoreRef {
-    /// The name of the store this refers to ([`FencedStore::name`]).
-    fn store_name(&self) -> &str;
-}
-
-impl StoreRef for str {
-    fn store_name(&self) -> &str {
-        self
-    }
-}
-
-impl StoreRef for String {
-    fn store_name(&self) -> &str {
-        self
-    }
-}
-
-impl<S: FencedStore + ?Sized> StoreRef for S {
-    fn store_name(&self) -> &str {
-        self.name()
-    }
-}
 
 /// A batch of fenced writes under one lease acquisition, across several stores.
 ///
@@ -83,7 +44,7 @@ impl<S: FencedStore + ?Sized> StoreRef for S {
 /// let resource = ResourceName::new("settle:m_4471")?;
 /// let guard = lease.try_acquire(&resource, Ttl::from_secs(30)?).await?.expect("free");
 /// let batch = FencedBatch::new(lease, guard, [refunds.clone(), ledger.clone()])?;
-/// batch.write(&ledger, &RecordKey::new("m_4471")?, &FencedWrite::claim()).await?;
+/// batch.fence().write(&*ledger, &RecordKey::new("m_4471")?, &FencedWrite::claim()).await?;
 /// assert_eq!(batch.finish().await?, Finished::Released);
 /// # Ok(()) }
 /// ```
@@ -91,11 +52,8 @@ impl<S: FencedStore + ?Sized> StoreRef for S {
 pub struct FencedBatch {
     lease: Arc<dyn Lease>,
     guard: Option<LeaseGuard>,
-    stores: Vec<Arc<dyn FencedStore>>,
-    policy: MismatchPolicy,
-    /// The rejection that aborted the batch.
-    aborted: Mutex<Option<Error>>,
-    skipped: Mutex<Vec<SkippedRecord>>,
+    /// The batch's stores, its policy, and what its fence met.
+    latch: Latch,
 }
 
 impl FencedBatch {
@@ -113,10 +71,10 @@ impl FencedBatch {
             Ok(()) => Ok(FencedBatch {
                 lease,
                 guard: Some(guard),
-                stores,
-                policy: MismatchPolicy::default(),
-                aborted: Mutex::new(None),
-                skipped: Mutex::new(Vec::new()),
+                latch: Latch::new(
+                    stores.iter().map(|s| s.name().to_owned()).collect(),
+                    MismatchPolicy::default(),
+                ),
             }),
             Err(err) => {
                 release_in_background(lease, guard);
@@ -142,7 +100,7 @@ impl FencedBatch {
     /// let token = FencedBatch::scope(lease.clone(), &resource, Ttl::from_secs(30)?, [refunds.clone()])
     ///     .mismatch_policy(MismatchPolicy::Skip)
     ///     .run(async |batch| {
-    ///         batch.write(&refunds, &RecordKey::new("r_1")?, &FencedWrite::claim()).await?;
+    ///         batch.fence().write(&*refunds, &RecordKey::new("r_1")?, &FencedWrite::claim()).await?;
     ///         Ok(batch.token())
     ///     })
     ///     .await?;
@@ -168,7 +126,7 @@ impl FencedBatch {
 
     /// The same batch, treating missing records and unexpected states as `policy` says.
     pub fn with_mismatch_policy(mut self, policy: MismatchPolicy) -> Self {
-        self.policy = policy;
+        self.latch.set_policy(policy);
         self
     }
 
@@ -186,99 +144,26 @@ impl FencedBatch {
 
     /// The store and record whose rejection aborted the batch, if one did.
     pub fn aborted_by(&self) -> Option<(String, RecordKey)> {
-        let aborted = lock(&self.aborted);
-        let (store, record) = aborted.as_ref()?.rejected_at()?;
-        Some((store.to_owned(), record.clone()))
-    }
-
-    /// [`Error::BatchAborted`] with the rejection that aborted the batch, if one did.
-    fn abort(&self) -> Option<Error> {
-        let cause = lock(&self.aborted).as_ref()?.rejection_copy()?;
-        let (store, record) = cause.rejected_at()?;
-        Some(Error::BatchAborted {
-            store: store.to_owned(),
-            record: record.clone(),
-            cause: Box::new(cause),
-        })
+        self.latch.aborted_by()
     }
 
     /// The records left alone under [`MismatchPolicy::Skip`], in the order met.
     pub fn skipped(&self) -> Vec<SkippedRecord> {
-        lock(&self.skipped).clone()
+        self.latch.skipped()
     }
 
-    /// One fenced write to `store` (the store itself, or its name).
+    /// The fence every write of this batch presents, and the one handle the batch writes
+    /// with: [`Fence::write`], [`Fence::write_many`], [`Fence::run_effect`],
+    /// [`Fence::run_effect_then`], [`Fence::pipeline`], and an adapter's own fenced
+    /// methods taking it (a write in the caller's transaction, a store's batch write).
     ///
-    /// Under [`MismatchPolicy::Skip`] a missing record or unexpected state is still returned
-    /// as an error, and recorded in [`Self::skipped`], but does not abort the batch.
-    pub async fn write(
-        &self,
-        store: &(impl StoreRef + ?Sized),
-        key: &RecordKey,
-        write: &FencedWrite,
-    ) -> Result<Written> {
-        let target = self.writable(store)?;
-        let result = self.fence().write(&**target, key, write).await;
-        self.note(result)
-    }
-
-    /// Runs `op` with this batch's fence, for writes the batch cannot make itself: a write in
-    /// the caller's transaction, a store's batch write. Refused like any write once the batch
-    /// has aborted, and its rejections abort the batch (or are skipped) exactly like
-    /// [`Self::write`]'s. `op` should turn a fence refusal into a regression where it is one
-    /// (a fence above everything issued); the adapters' fence-taking methods do.
-    pub async fn run_fenced<T>(
-        &self,
-        store: &(impl StoreRef + ?Sized),
-        op: impl AsyncFnOnce(&Fence<'_>) -> Result<T>,
-    ) -> Result<T> {
-        self.writable(store)?;
-        let result = op(&self.fence()).await;
-        self.note(result)
-    }
-
-    /// [`Fence::run_effect`] on `store`, under this batch's token. Under
-    /// [`MismatchPolicy::Skip`], a record the claim cannot start from (missing, or in a state
-    /// other than pending, in flight or done) is returned as its error, as [`Self::write`]
-    /// returns it ([`Error::is_mismatch`]), recorded in [`Self::skipped`], and does not abort
-    /// the batch.
-    pub async fn run_effect<E: SideEffect + ?Sized>(
-        &self,
-        store: &(impl StoreRef + ?Sized),
-        key: &RecordKey,
-        lifecycle: &Lifecycle,
-        effect: &E,
-    ) -> Result<EffectOutcome<E::Receipt>> {
-        let target = self.writable(store)?;
-        let result = self
-            .fence()
-            .run_effect(&**target, key, lifecycle, effect)
-            .await;
-        self.note(result)
-    }
-
-    /// [`Fence::run_effect_then`] on `store`, under this batch's token: a claim made now or
-    /// already made (a batch claim), then the effect, then the caller's `confirm` (say, in a
-    /// transaction with a ledger entry). Rejections from the claim or from `confirm` abort
-    /// the batch (or are skipped) as for [`Self::run_effect`].
-    pub async fn run_effect_then<E, C>(
-        &self,
-        store: &(impl StoreRef + ?Sized),
-        claim: EffectStart<'_>,
-        lifecycle: &Lifecycle,
-        effect: &E,
-        confirm: C,
-    ) -> Result<EffectOutcome<E::Receipt>>
-    where
-        E: SideEffect + ?Sized,
-        C: AsyncFnOnce(&E::Receipt) -> Result<()>,
-    {
-        let target = self.writable(store)?;
-        let result = self
-            .fence()
-            .run_effect_then(&**target, claim, lifecycle, effect, confirm)
-            .await;
-        self.note(result)
+    /// Every write through it is the batch's: it is refused unsent once the batch has
+    /// aborted ([`Error::BatchAborted`]) or when its store is not one of the batch's
+    /// ([`Error::InvalidInput`]), and its first rejection aborts the batch, except a missing
+    /// record or an unexpected state under [`MismatchPolicy::Skip`], which is still returned
+    /// as its error and recorded in [`Self::skipped`].
+    pub fn fence(&self) -> Fence<'_> {
+        self.guard().fence().latched(&self.latch)
     }
 
     /// Ends the batch and releases its lease, whether or not it aborted (the release is
@@ -293,7 +178,7 @@ impl FencedBatch {
             .expect("the guard is only taken by finish or drop");
         let (resource, token) = (guard.resource().clone(), guard.token());
         let released = self.lease.release(guard).await;
-        let finished = match (self.abort(), released) {
+        let finished = match (self.latch.abort(), released) {
             (Some(abort), _) => Err(abort),
             (None, Ok(())) => Ok(Finished::Released),
             (None, Err(Error::LeaseLost { .. })) => Ok(Finished::LeaseLost),
@@ -301,63 +186,6 @@ impl FencedBatch {
         };
         telemetry::batch_finished(&resource, token, finished.as_ref().copied());
         finished
-    }
-
-    /// The fence every write of this batch presents. Writes made through it directly are not
-    /// noted by the batch: use it inside [`Self::run_effect_then`]'s confirm (whose outcome
-    /// the batch notes) and [`Self::run_fenced`]'s operation, or note them with those.
-    pub fn fence(&self) -> Fence<'_> {
-        self.guard().fence()
-    }
-
-    /// The store named by `store`, or why the batch refuses to write to it.
-    pub(crate) fn writable(
-        &self,
-        store: &(impl StoreRef + ?Sized),
-    ) -> Result<&Arc<dyn FencedStore>> {
-        if let Some(abort) = self.abort() {
-            return Err(abort);
-        }
-        let name = store.store_name();
-        self.stores
-            .iter()
-            .find(|s| s.name() == name)
-            .ok_or_else(|| {
-                InvalidInput::new(
-                    InputKind::StoreSet,
-                    format!("no store named {name:?} in this batch"),
-                )
-                .into()
-            })
-    }
-
-    /// Notes `err` as [`Self::write`] would, and returns it unless the batch's policy
-    /// skipped it (a mismatch under [`MismatchPolicy::Skip`]).
-    pub(crate) fn note_error(&self, err: Error) -> Option<Error> {
-        let skips = self.policy == MismatchPolicy::Skip && SkippedRecord::of(&err).is_some();
-        let noted = self.note::<()>(Err(err)).err();
-        if skips { None } else { noted }
-    }
-
-    fn note<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(err) = &result {
-            match SkippedRecord::of(err) {
-                Some(skipped) if self.policy == MismatchPolicy::Skip => {
-                    telemetry::batch_skipped(self.token(), &skipped);
-                    lock(&self.skipped).push(skipped);
-                    return result;
-                }
-                _ => {}
-            }
-            if let Some((store, record)) = err.rejected_at() {
-                let mut aborted = lock(&self.aborted);
-                if aborted.is_none() {
-                    telemetry::batch_aborted(self.guard().resource(), self.token(), store, record);
-                    *aborted = err.rejection_copy();
-                }
-            }
-        }
-        result
     }
 }
 
@@ -435,14 +263,11 @@ fn release_in_background(lease: Arc<dyn Lease>, guard: LeaseGuard) {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::memory::MemoryStore;
+    use crate::store::FencedWrite;
 
     use crate::memory::MemoryLease;
 
@@ -480,11 +305,12 @@ mod tests {
             FencedBatch::scope(lease, &r, ttl, [refunds.clone()])
                 .mismatch_policy(policy)
                 .run(async |batch| {
-                    batch
-                        .write("refunds", &present, &FencedWrite::claim())
+                    let fence = batch.fence();
+                    fence
+                        .write(&*refunds, &present, &FencedWrite::claim())
                         .await?;
-                    assert!(batch.write("refunds", &missing, &confirm).await.is_err());
-                    batch.write("refunds", &present, &confirm).await?;
+                    assert!(fence.write(&*refunds, &missing, &confirm).await.is_err());
+                    fence.write(&*refunds, &present, &confirm).await?;
                     Ok(batch.skipped().len())
                 })
                 .await
@@ -492,13 +318,5 @@ mod tests {
         assert_eq!(run(MismatchPolicy::Skip).await.unwrap(), 1);
         let err = run(MismatchPolicy::Abort).await.unwrap_err();
         assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
-    }
-
-    #[test]
-    fn a_store_is_named_by_itself_its_name_or_an_owned_name() {
-        let store = MemoryStore::new("refunds");
-        assert_eq!(store.store_name(), "refunds");
-        assert_eq!("refunds".store_name(), "refunds");
-        assert_eq!(String::from("refunds").store_name(), "refunds");
     }
 }

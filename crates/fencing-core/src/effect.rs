@@ -6,7 +6,7 @@ use crate::error::{BoxError, Error, Result};
 use crate::fence::Fence;
 use crate::input::{InputKind, InvalidInput};
 use crate::name::{RecordKey, State};
-use crate::store::{FencedStore, FencedWrite, Record, Written};
+use crate::store::{FencedStore, FencedWrite, Record, RecordOutcomes, Written};
 use crate::telemetry;
 
 /// Something outside every fenced store, made safe by an idempotency key: a payment
@@ -116,6 +116,8 @@ pub enum EffectOutcome<R> {
     AlreadyDone,
 }
 
+impl<R> RecordOutcomes for EffectOutcome<R> {}
+
 /// How [`Fence::run_effect_then`] starts: by claiming the record now, or from a claim this
 /// holder already made.
 #[derive(Clone, Copy, Debug)]
@@ -135,7 +137,8 @@ impl<'a> Fence<'a> {
     /// * A record found in flight (claimed under a lower fence by a holder whose lease ended,
     ///   or by this holder before an ambiguous failure) is taken over, and the effect is first
     ///   looked up by its idempotency key; it is performed only if it did not happen.
-    /// * Any rejection is returned as it is: abort the batch. An effect error is returned as
+    /// * Any rejection is returned as it is; a batch's fence ([`crate::FencedBatch::fence`])
+    ///   notes it, and the batch aborts. An effect error is returned as
     ///   [`Error::Effect`] and leaves the record in flight under this fence.
     /// * A fence made from a guard that [has ended locally](crate::LeaseGuard::has_ended_locally)
     ///   by the time the effect would start (its deadline passed while the claim was out, or
@@ -152,13 +155,19 @@ impl<'a> Fence<'a> {
         S: FencedStore + ?Sized,
         E: SideEffect + ?Sized,
     {
+        let fence = self.admit(store.name())?;
         let confirm = async |_: &E::Receipt| {
             // A confirm whose answer was lost and whose retry finds the record done is
             // recognised as this holder's own by `Fence::write`.
-            self.write(store, key, &lifecycle.confirm()).await.map(drop)
+            fence
+                .write(store, key, &lifecycle.confirm())
+                .await
+                .map(drop)
         };
-        self.run_effect_then(store, EffectStart::Claim(key), lifecycle, effect, confirm)
-            .await
+        let outcome = fence
+            .run_effect_then(store, EffectStart::Claim(key), lifecycle, effect, confirm)
+            .await;
+        self.noted(outcome)
     }
 
     /// [`Self::run_effect`] with a confirm of the caller's own (say, the confirm and a ledger
@@ -182,29 +191,38 @@ impl<'a> Fence<'a> {
         E: SideEffect + ?Sized,
         C: AsyncFnOnce(&E::Receipt) -> Result<()>,
     {
-        let claimed_now;
-        let claimed = match claim {
-            EffectStart::Claim(key) => match self.write(store, key, &lifecycle.claim()).await {
-                Err(err) if lifecycle.is_done(&err) => return Ok(EffectOutcome::AlreadyDone),
-                other => {
-                    claimed_now = other?;
-                    &claimed_now
+        let fence = self.admit(store.name())?;
+        let outcome = async {
+            let claimed_now;
+            let claimed = match claim {
+                EffectStart::Claim(key) => {
+                    match fence.write(store, key, &lifecycle.claim()).await {
+                        Err(err) if lifecycle.is_done(&err) => {
+                            return Ok(EffectOutcome::AlreadyDone);
+                        }
+                        other => {
+                            claimed_now = other?;
+                            &claimed_now
+                        }
+                    }
                 }
-            },
-            EffectStart::Claimed(written) => {
-                self.check_claimed(&written.record.key, written, lifecycle)?;
-                written
-            }
-        };
-        let (receipt, was_recovered) = self
-            .perform_claimed(store.name(), claimed, lifecycle, effect)
-            .await?;
-        confirm(&receipt).await?;
-        Ok(if was_recovered {
-            EffectOutcome::Recovered(receipt)
-        } else {
-            EffectOutcome::Performed(receipt)
-        })
+                EffectStart::Claimed(written) => {
+                    fence.check_claimed(&written.record.key, written, lifecycle)?;
+                    written
+                }
+            };
+            let (receipt, was_recovered) = fence
+                .perform_claimed(store.name(), claimed, lifecycle, effect)
+                .await?;
+            confirm(&receipt).await?;
+            Ok(if was_recovered {
+                EffectOutcome::Recovered(receipt)
+            } else {
+                EffectOutcome::Performed(receipt)
+            })
+        }
+        .await;
+        self.noted(outcome)
     }
 
     /// Refuses a claim's answer that does not leave `key` in flight under this fence's token.

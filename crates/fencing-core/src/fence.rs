@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use crate::error::{Error, FoundFence, RequestEffect, Result};
 use crate::guard::{LeaseGuard, LeaseGuardExt};
+use crate::latch::Latch;
 use crate::name::{RecordKey, ResourceName};
 use crate::rules::is_regression;
 use crate::store::{FenceCheck, FencedStore, FencedWrite, RecordOutcomes, Written};
@@ -35,6 +36,8 @@ pub struct Fence<'a> {
     token: FencingToken,
     source: &'a dyn TokenSource,
     guard: Option<&'a LeaseGuard>,
+    /// The batch that notes this fence's writes, for a batch's fence.
+    latch: Option<&'a Latch>,
     ambiguous_retries: u32,
 }
 
@@ -65,7 +68,47 @@ impl<'a> Fence<'a> {
             token,
             source,
             guard: None,
+            latch: None,
             ambiguous_retries: Self::DEFAULT_AMBIGUOUS_RETRIES,
+        }
+    }
+
+    /// The same fence, its writes noted by `latch` (a batch's fence).
+    pub(crate) fn latched(self, latch: &'a Latch) -> Self {
+        Fence {
+            latch: Some(latch),
+            ..self
+        }
+    }
+
+    /// The fence to send a write to `store` with, or why it must not be sent: a batch's fence
+    /// refuses every write once the batch has aborted, and a write to a store outside the
+    /// batch. The fence returned notes nothing; what it met is noted once, by [`Self::noted`].
+    pub(crate) fn admit(&self, store: &str) -> Result<Fence<'a>> {
+        if let Some(latch) = self.latch {
+            latch.admit(store)?;
+        }
+        Ok(Fence {
+            latch: None,
+            ..*self
+        })
+    }
+
+    /// `result` noted by this fence's batch, if it has one: a rejection aborts the batch, a
+    /// mismatch is skipped or aborts it as its policy says.
+    pub(crate) fn noted<T: RecordOutcomes>(&self, result: Result<T>) -> Result<T> {
+        match self.latch {
+            Some(latch) => latch.note(self.resource, self.token, result),
+            None => result,
+        }
+    }
+
+    /// Notes `err` in this fence's batch, and returns it unless the batch's policy leaves its
+    /// record alone.
+    pub(crate) fn note_error(&self, err: Error) -> Option<Error> {
+        match self.latch {
+            Some(latch) => latch.note_error(self.resource, self.token, err),
+            None => Some(err),
         }
     }
 
@@ -128,6 +171,26 @@ impl<'a> Fence<'a> {
     /// ambiguous): records of that request may or may not have been written, those of an
     /// earlier answered round were.
     pub async fn write_many<S: FencedStore + ?Sized>(
+        &self,
+        store: &S,
+        keys: &[RecordKey],
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        let fence = self.admit(store.name())?;
+        let outcomes = fence.write_many_unnoted(store, keys, write).await;
+        if let Some(latch) = self.latch {
+            let errors: Vec<&Error> = match &outcomes {
+                Ok(each) => each.iter().filter_map(|o| o.as_ref().err()).collect(),
+                Err(err) => vec![err],
+            };
+            for err in errors {
+                latch.note_one(self.resource, self.token, err);
+            }
+        }
+        outcomes
+    }
+
+    async fn write_many_unnoted<S: FencedStore + ?Sized>(
         &self,
         store: &S,
         keys: &[RecordKey],
@@ -414,10 +477,11 @@ impl FenceExt for Fence<'_> {
         S: FencedStore + ?Sized,
         F: Future<Output = Result<Written>>,
     {
+        let fence = self.admit(store.name())?;
         let started = Instant::now();
-        let result = self.write_unobserved(store, key, write, send).await;
-        self.observe(store.name(), &[key], write.check(), started, &result);
-        result
+        let result = fence.write_unobserved(store, key, write, send).await;
+        fence.observe(store.name(), &[key], write.check(), started, &result);
+        self.noted(result)
     }
 
     async fn run_write<T: RecordOutcomes>(
@@ -427,22 +491,23 @@ impl FenceExt for Fence<'_> {
         check: FenceCheck,
         mut attempt: impl AsyncFnMut() -> Result<T>,
     ) -> Result<T> {
+        let fence = self.admit(store)?;
         let started = Instant::now();
         let mut retries = 0;
         let result = loop {
             match attempt().await {
-                Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
+                Err(err) if err.is_ambiguous() && retries < fence.ambiguous_retries => {
                     retries += 1;
                     if let Some(first) = records.first() {
-                        telemetry::ambiguous_retry(store, first, self.token, retries);
+                        telemetry::ambiguous_retry(store, first, fence.token, retries);
                     }
                 }
-                Err(err) => break Err(self.explain_and_repair(err).await),
+                Err(err) => break Err(fence.explain_and_repair(err).await),
                 done => break done,
             }
         };
-        self.observe(store, records, check, started, &result);
-        result
+        fence.observe(store, records, check, started, &result);
+        self.noted(result)
     }
 
     async fn run_write_once<T: RecordOutcomes>(
@@ -452,12 +517,13 @@ impl FenceExt for Fence<'_> {
         check: FenceCheck,
         attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
+        let fence = self.admit(store)?;
         let started = Instant::now();
         let result = match attempt.await {
-            Err(err) => Err(self.explain_and_repair(err).await),
+            Err(err) => Err(fence.explain_and_repair(err).await),
             done => done,
         };
-        self.observe(store, records, check, started, &result);
-        result
+        fence.observe(store, records, check, started, &result);
+        self.noted(result)
     }
 }

@@ -48,6 +48,7 @@ mod codec;
 mod envelope;
 mod epoch;
 mod fence;
+mod latch;
 mod renewal;
 mod retry;
 
@@ -64,12 +65,13 @@ pub mod adapter;
 /// The attribute every implementation of this crate's traits needs, a job's [`SideEffect`]
 /// included (re-exported so that implementors need no dependency of their own).
 pub use async_trait::async_trait;
-pub use batch::{BatchScope, FencedBatch, MismatchPolicy, StoreRef};
+pub use batch::{BatchScope, FencedBatch};
 pub use effect::{EffectOutcome, EffectStart, Lifecycle, SideEffect};
 pub use error::{BoxError, Error, FoundFence, Result};
 pub use fence::Fence;
 pub use guard::{LeaseGuard, OwnerId};
 pub use input::{InputKind, InvalidInput};
+pub use latch::MismatchPolicy;
 pub use lease::{Lease, LeaseStatus};
 pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
 pub use name::{RecordKey, ResourceName, State};

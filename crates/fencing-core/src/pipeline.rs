@@ -11,7 +11,6 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use crate::batch::{FencedBatch, StoreRef};
 use crate::effect::{EffectOutcome, Lifecycle, SideEffect};
 use crate::error::{Error, Result};
 use crate::fence::Fence;
@@ -20,9 +19,9 @@ use crate::name::RecordKey;
 use crate::store::{FencedStore, Written, check_distinct};
 use crate::ttl::Ttl;
 
-/// Settles many records of one store through a [`FencedBatch`]: each record is claimed,
-/// its side effect performed (or looked up) and confirmed, as [`FencedBatch::run_effect`]
-/// does one record, but with records side by side ([`FencedBatch::pipeline`]).
+/// Settles many records of one store under one fence ([`Fence::pipeline`]): each record is
+/// claimed, its side effect performed (or looked up) and confirmed, as [`Fence::run_effect`]
+/// does one record, but with records side by side.
 ///
 /// * **Claims** go out in groups ([`Self::group_size`], one [`FencedStore::write_many`] per
 ///   group), never more than [`Self::window`] records claimed and not yet confirmed: the
@@ -47,9 +46,11 @@ use crate::ttl::Ttl;
 /// running the pipeline again) settles them.
 #[must_use = "a pipeline does nothing until it is run"]
 pub struct Pipeline<'b, E: SideEffect + ?Sized> {
+    /// The fence every request is sent with; it notes nothing.
     fence: Fence<'b>,
-    /// The batch that notes its refusals and skips, when it runs in one.
-    batch: Option<&'b FencedBatch>,
+    /// The fence the pipeline was made from, whose batch (for a batch's fence) notes what
+    /// stops the pipeline.
+    noting: Fence<'b>,
     store: Result<&'b dyn FencedStore>,
     lifecycle: &'b Lifecycle,
     effect: &'b E,
@@ -126,34 +127,23 @@ impl<R> Settled<R> {
     }
 }
 
-impl FencedBatch {
-    /// A [`Pipeline`] settling records of `store` (the store itself, or its name) through
-    /// `lifecycle` and `effect`, under this batch's token. Defaults: 16 effects in flight,
-    /// groups of 32, a window of twice the concurrency (at least 64 records), confirms flushed
-    /// 5 ms after the oldest finished effect.
-    pub fn pipeline<'b, E: SideEffect + ?Sized>(
-        &'b self,
-        store: &(impl StoreRef + ?Sized),
-        lifecycle: &'b Lifecycle,
-        effect: &'b E,
-    ) -> Pipeline<'b, E> {
-        let store = self.writable(store).map(|store| &**store);
-        Pipeline::new(self.fence(), Some(self), store, lifecycle, effect)
-    }
-}
-
 impl<'a> Fence<'a> {
-    /// A [`Pipeline`] settling records of `store` under this fence's token, outside any
-    /// [`FencedBatch`]: nothing notes its refusals, and a record in an unexpected state stops
-    /// it (as [`crate::MismatchPolicy::Abort`]). The same defaults as
-    /// [`FencedBatch::pipeline`].
+    /// A [`Pipeline`] settling records of `store` through `lifecycle` and `effect`, under
+    /// this fence's token. Defaults: 16 effects in flight, groups of 32, a window of twice
+    /// the concurrency (at least 64 records), confirms flushed 5 ms after the oldest finished
+    /// effect.
+    ///
+    /// Run on a batch's fence ([`crate::FencedBatch::fence`]), its refusals are the batch's:
+    /// the first aborts the batch (a mismatch is skipped under
+    /// [`crate::MismatchPolicy::Skip`]), and a batch already aborted, or a store outside it,
+    /// starts nothing. On any other fence, a record in an unexpected state stops it.
     pub fn pipeline<E: SideEffect + ?Sized>(
         self,
         store: &'a dyn FencedStore,
         lifecycle: &'a Lifecycle,
         effect: &'a E,
     ) -> Pipeline<'a, E> {
-        Pipeline::new(self, None, Ok(store), lifecycle, effect)
+        Pipeline::new(self, store, lifecycle, effect)
     }
 }
 
@@ -171,16 +161,16 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     pub const LONGEST_FLUSH_AFTER: Duration = Ttl::MAX.duration();
 
     fn new(
-        fence: Fence<'b>,
-        batch: Option<&'b FencedBatch>,
-        store: Result<&'b dyn FencedStore>,
+        noting: Fence<'b>,
+        store: &'b dyn FencedStore,
         lifecycle: &'b Lifecycle,
         effect: &'b E,
     ) -> Self {
+        let admitted = noting.admit(store.name());
         Pipeline {
-            fence,
-            batch,
-            store,
+            fence: admitted.as_ref().map_or(noting, |fence| *fence),
+            noting,
+            store: admitted.map(|_| store),
             lifecycle,
             effect,
             writes: None,
@@ -460,11 +450,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     /// Stops the pipeline at `err`, unless its batch leaves the record alone and goes on (a
     /// mismatch under [`crate::MismatchPolicy::Skip`]); the first error stopping it is kept.
     fn stop(&self, settled: &mut Settled<E::Receipt>, err: Error) {
-        let kept = match self.batch {
-            Some(batch) => batch.note_error(err),
-            None => Some(err),
-        };
-        if let Some(err) = kept {
+        if let Some(err) = self.noting.note_error(err) {
             settled.error.get_or_insert(err);
         }
     }

@@ -265,6 +265,7 @@ async fn every_record_is_settled_once_with_effects_side_by_side_and_writes_group
     let batch = batch(&lease, &store).await;
     let started = tokio::time::Instant::now();
     let pipeline = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(32)
         .group_size(32)
@@ -342,6 +343,7 @@ async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent
         tokio::spawn(async move {
             let worker = Worker::new(&gateway, Some((paused_at, Duration::from_secs(40))));
             let settled = a
+                .fence()
                 .pipeline(&*store, &lifecycle, &worker)
                 .concurrency(8)
                 .group_size(16)
@@ -371,6 +373,7 @@ async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent
     assert!(b_token > a_token);
     let b_worker = Worker::new(&gateway, None);
     let b_settled = b
+        .fence()
         .pipeline(&*store, &lifecycle, &b_worker)
         .concurrency(8)
         .group_size(16)
@@ -442,6 +445,7 @@ async fn a_failed_effect_stops_new_work_and_confirms_what_finished() {
     };
     let batch = batch(&lease, &store).await;
     let settled = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .group_size(8)
@@ -488,6 +492,7 @@ async fn done_records_are_reported_and_mismatches_skipped_or_stopping_by_policy(
         let gateway = Gateway::default();
         let batch = batch(&lease, &store).await.with_mismatch_policy(policy);
         let settled = batch
+            .fence()
             .pipeline(&*store, &lifecycle, &gateway)
             .concurrency(2)
             .group_size(4)
@@ -530,6 +535,7 @@ async fn confirms_go_in_full_groups_when_effects_keep_pace() {
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let settled = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(8)
         .group_size(8)
@@ -568,6 +574,7 @@ async fn a_finished_effect_is_confirmed_after_flush_after_without_a_full_group()
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let pipeline = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(2)
         .group_size(8)
@@ -606,6 +613,7 @@ async fn the_window_is_twice_the_concurrency_unless_set() {
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let pipeline = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(40)
         .group_size(8)
@@ -646,6 +654,7 @@ async fn a_record_whose_effect_was_made_elsewhere_is_reported_recovered() {
     gateway.calls().sent.insert(key(2), 7);
     let batch = batch(&lease, &store).await;
     let outcomes = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(2)
         .run(records)
@@ -673,6 +682,7 @@ async fn a_window_of_the_concurrency_smaller_than_a_group_settles_every_record()
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let settled = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .window(4)
@@ -697,6 +707,7 @@ async fn a_skipped_group_of_claims_frees_its_place_in_the_window() {
         .await
         .with_mismatch_policy(MismatchPolicy::Skip);
     let settled = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .group_size(8)
@@ -733,6 +744,7 @@ async fn records_skipped_one_by_one_free_their_places_in_the_window() {
         .await
         .with_mismatch_policy(MismatchPolicy::Skip);
     let settled = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(2)
         .group_size(4)
@@ -758,7 +770,7 @@ async fn bad_settings_and_repeated_keys_are_refused_with_nothing_written() {
         assert!(settled.outcomes.is_empty());
         matches!(settled.error, Some(Error::InvalidInput(_)))
     };
-    let pipeline = || batch.pipeline(&*store, &lifecycle, &gateway);
+    let pipeline = || batch.fence().pipeline(&*store, &lifecycle, &gateway);
     assert!(refused(
         pipeline().concurrency(0).run(records.clone()).await
     ));
@@ -794,6 +806,7 @@ async fn bad_settings_and_repeated_keys_are_refused_with_nothing_written() {
     let elsewhere = MemoryStore::new("not-in-the-batch");
     assert!(refused(
         batch
+            .fence()
             .pipeline(&elsewhere, &lifecycle, &gateway)
             .run(records.clone())
             .await
@@ -840,6 +853,7 @@ async fn a_pipeline_dropped_at_any_moment_leaves_states_the_protocol_produces() 
         let gateway = Gateway::with_latency(Duration::from_millis(3));
         let first = batch(&lease, &store).await;
         let run = first
+            .fence()
             .pipeline(&*store, &lifecycle, &gateway)
             .concurrency(4)
             .group_size(4)
@@ -882,6 +896,7 @@ async fn a_pipeline_dropped_at_any_moment_leaves_states_the_protocol_produces() 
         let next = batch(&lease, &store).await;
         let lookups_before = gateway.calls().lookups.len();
         let outcomes = next
+            .fence()
             .pipeline(&*store, &lifecycle, &gateway)
             .run(records.clone())
             .await
@@ -959,6 +974,7 @@ async fn own_writes_carry_each_records_receipt_one_request_per_record() {
         claims_nothing: false,
     };
     let outcomes = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(16)
         .writes(&writes)
@@ -993,13 +1009,17 @@ async fn own_writes_of_a_stale_holder_are_refused_before_any_effect() {
     // A's lease ends without A's knowing (its deadline is far off).
     lease.release(a.guard().clone()).await.unwrap();
     let b = batch(&lease, &store).await;
-    b.write(&*store, &key(3), &lifecycle.claim()).await.unwrap();
+    b.fence()
+        .write(&*store, &key(3), &lifecycle.claim())
+        .await
+        .unwrap();
     let writes = ReceiptWrites {
         store: &store,
         lifecycle: &lifecycle,
         claims_nothing: false,
     };
     let settled = a
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .group_size(8)
@@ -1033,6 +1053,7 @@ async fn an_own_claim_that_does_not_claim_stops_the_pipeline_before_its_effect()
         claims_nothing: true,
     };
     let settled = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .writes(&writes)
         .run(records)
@@ -1124,6 +1145,7 @@ async fn a_worker_stopped_past_its_deadline_starts_no_effect_on_waking() {
     let a_gateway = Timed::new(&gateway);
     let a_run = async {
         let settled = a
+            .fence()
             .pipeline(&*store, &lifecycle, &a_gateway)
             .concurrency(32)
             .group_size(32)
@@ -1144,6 +1166,7 @@ async fn a_worker_stopped_past_its_deadline_starts_no_effect_on_waking() {
         tokio::time::sleep(Duration::from_secs(31)).await;
         let b = batch(&lease, &store).await;
         let settled = b
+            .fence()
             .pipeline(&*store, &lifecycle, &b_gateway)
             .concurrency(32)
             .run(records.clone())
@@ -1195,6 +1218,7 @@ async fn a_renewed_lease_keeps_a_long_pipeline_going_and_a_lost_renewal_stops_it
     );
     // 200 calls of 1 s, 4 at a time: 50 s, beyond the 30 s TTL.
     let settled = a
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .run(records.clone())
@@ -1224,6 +1248,7 @@ async fn a_renewed_lease_keeps_a_long_pipeline_going_and_a_lost_renewal_stops_it
         tokio::time::sleep(Duration::from_secs(100)).await;
     };
     let run = b
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .run(more.clone());
@@ -1254,6 +1279,7 @@ async fn records_claimed_up_front_are_settled_without_another_claim() {
     // An earlier holder left r_0007 in flight, its refund made.
     let earlier = batch(&lease, &store).await;
     earlier
+        .fence()
         .write(&*store, &key(7), &lifecycle.claim())
         .await
         .unwrap();
@@ -1281,6 +1307,7 @@ async fn records_claimed_up_front_are_settled_without_another_claim() {
     let twice = vec![claimed[1].clone(), claimed[1].clone()];
     for bad in [vec![foreign], twice] {
         let settled = batch
+            .fence()
             .pipeline(&*store, &lifecycle, &gateway)
             .run_claimed(bad)
             .await;
@@ -1297,6 +1324,7 @@ async fn records_claimed_up_front_are_settled_without_another_claim() {
     );
 
     let outcomes = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(8)
         .run_claimed(claimed)

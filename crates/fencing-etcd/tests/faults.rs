@@ -141,6 +141,7 @@ async fn the_leader_killed_mid_batch_issues_no_token_twice_and_lets_no_stale_wri
     let lifecycle = Lifecycle::default();
     let gateway = Gateway::default();
     let settle = batch
+        .fence()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(8)
         .run(refunds.clone());

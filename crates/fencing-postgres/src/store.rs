@@ -300,9 +300,9 @@ impl PgStore {
     ///
     /// It goes through [`FenceExt::run_write_once`]: a refusal is explained (a counter that
     /// went backwards is a regression, not a newer holder) and the outcome reported as
-    /// [`Fence::write`] reports it. For writes inside the caller's transaction, e.g. through
-    /// [`fencing_core::FencedBatch::run_fenced`]; an ambiguous outcome is returned, not
-    /// retried, since the transaction it was part of is gone.
+    /// [`Fence::write`] reports it; with a batch's fence ([`fencing_core::FencedBatch::fence`])
+    /// the batch notes it. For writes inside the caller's transaction: an ambiguous outcome is
+    /// returned, not retried, since the transaction it was part of is gone.
     pub async fn write_in(
         &self,
         conn: &mut PgConnection,

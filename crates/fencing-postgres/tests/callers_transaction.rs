@@ -164,6 +164,7 @@ async fn a_pipeline_confirms_each_record_with_the_callers_writes_in_one_transact
     let stores: [Arc<dyn FencedStore>; 1] = [Arc::new(store.clone())];
     let batch = FencedBatch::new(lease.clone(), guard, stores).unwrap();
     let settled = batch
+        .fence()
         .pipeline(&store, &lifecycle, &Gateway)
         .concurrency(8)
         .writes(&writes)

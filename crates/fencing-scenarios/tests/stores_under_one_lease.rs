@@ -91,17 +91,19 @@ async fn a_stale_holder_refused_by(
     }
     let refunds_dyn: Arc<dyn FencedStore> = refunds.clone();
     let stores = || [refunds_dyn.clone(), other.clone()];
-    let (refunds_name, other_name) = (refunds.name().to_owned(), other.name().to_owned());
+    let other_name = other.name().to_owned();
 
     let a = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     let a_token = a.token();
     let batch_a = FencedBatch::new(lease.clone(), a, stores()).unwrap();
     batch_a
-        .write(&refunds_name, &key("r_1"), &lifecycle.claim())
+        .fence()
+        .write(&*refunds, &key("r_1"), &lifecycle.claim())
         .await
         .unwrap();
     batch_a
-        .write(&other_name, &key("r_1"), &FencedWrite::claim())
+        .fence()
+        .write(&*other, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap();
     tokio::time::sleep(ttl.duration() * 3).await;
@@ -110,13 +112,15 @@ async fn a_stale_holder_refused_by(
     assert!(b.token() > a_token);
     let batch_b = FencedBatch::new(lease.clone(), b, stores()).unwrap();
     batch_b
-        .write(&other_name, &key("r_1"), &FencedWrite::claim())
+        .fence()
+        .write(&*other, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap();
 
     let err = batch_a
+        .fence()
         .write(
-            &other_name,
+            &*other,
             &key("r_1"),
             &FencedWrite::holder_only().set_payload(b"7025".to_vec()),
         )
@@ -126,9 +130,10 @@ async fn a_stale_holder_refused_by(
         matches!(&err, Error::Fenced { store, .. } if *store == other_name),
         "{err:?}"
     );
-    for store in [&refunds_name, &other_name] {
+    for store in [&refunds_dyn, &other] {
         let err = batch_a
-            .write(store, &key("r_2"), &lifecycle.claim())
+            .fence()
+            .write(&**store, &key("r_2"), &lifecycle.claim())
             .await
             .unwrap_err();
         assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
@@ -222,13 +227,14 @@ async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
         .await
         .unwrap();
     let stores = || -> [Arc<dyn FencedStore>; 2] { [refunds.clone(), receipts.clone()] };
-    let (refunds_name, receipts_name) = (refunds.name().to_owned(), receipts.name().to_owned());
+    let receipts_name = receipts.name().to_owned();
 
     let a = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     let batch_a = FencedBatch::new(lease.clone(), a, stores()).unwrap();
     let receipt = FencedWrite::claim().set_payload(b"r_1: 70.25 EUR".to_vec());
     batch_a
-        .write(&receipts_name, &key("r_1"), &receipt)
+        .fence()
+        .write(&*receipts, &key("r_1"), &receipt)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -242,7 +248,8 @@ async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
         .unwrap();
 
     let err = batch_a
-        .write(&receipts_name, &key("r_1"), &receipt)
+        .fence()
+        .write(&*receipts, &key("r_1"), &receipt)
         .await
         .unwrap_err();
     assert!(
@@ -250,7 +257,8 @@ async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
         "{err:?}"
     );
     let err = batch_a
-        .write(&refunds_name, &key("r_2"), &Lifecycle::default().claim())
+        .fence()
+        .write(&*refunds, &key("r_2"), &Lifecycle::default().claim())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
@@ -298,8 +306,8 @@ impl fencing::SideEffect for Payout<'_> {
         }
         *self.sent.lock().unwrap().entry(key.clone()).or_default() += 1;
         let entry = FencedWrite::claim().set_payload(self.batch.token().to_string().into_bytes());
-        self.batch.write(self.ledger, key, &entry).await?;
-        self.batch.write(self.receipts, key, &entry).await?;
+        self.batch.fence().write(self.ledger, key, &entry).await?;
+        self.batch.fence().write(self.receipts, key, &entry).await?;
         Ok(())
     }
 }
@@ -349,6 +357,7 @@ async fn a_pipeline_across_three_stores_stops_a_stale_holder_at_its_first_refusa
         pause: Some((stalled.clone(), Duration::from_secs(7))),
     };
     let a_run = batch_a
+        .fence()
         .pipeline(&*refunds, &lifecycle, &a_payout)
         .concurrency(16)
         .run(keys.clone());
@@ -370,6 +379,7 @@ async fn a_pipeline_across_three_stores_stops_a_stale_holder_at_its_first_refusa
             pause: None,
         };
         let settled = batch_b
+            .fence()
             .pipeline(&*refunds, &lifecycle, &b_payout)
             .concurrency(16)
             .run(keys.clone())

@@ -322,12 +322,8 @@ pub(crate) async fn run(
             // decides which are this run's (a payout cancelled meanwhile is skipped there).
             let amounts = unpaid_amounts(pool, schema, merchant, &payouts).await?;
             let keys: Vec<RecordKey> = amounts.keys().cloned().collect();
-            let claimed = batch
-                .run_fenced(&payouts, async |fence| {
-                    payouts
-                        .write_together(fence, &keys, &lifecycle.claim())
-                        .await
-                })
+            let claimed = payouts
+                .write_together(&batch.fence(), &keys, &lifecycle.claim())
                 .await?;
             let call = PayoutCall {
                 gateway,
@@ -345,6 +341,7 @@ pub(crate) async fn run(
             // Eight transfers side by side, each confirmed with its ledger entry; a renewal
             // that gives up stops new transfers (the guard is the renewal's too).
             let settled = batch
+                .fence()
                 .pipeline(&payouts, &lifecycle, &call)
                 .concurrency(8)
                 .writes(&paid_with_entry)
@@ -357,8 +354,9 @@ pub(crate) async fn run(
                     EffectOutcome::AlreadyDone => run.skipped += 1,
                 }
             }
-            // A payout cancelled meanwhile: left alone under the skip policy.
-            run.skipped += (claimed.skipped.len() + batch.skipped().len()) as u32;
+            // A payout cancelled meanwhile: left alone under the skip policy, and listed by the
+            // batch whichever write met it (the grouped claim, or a confirm).
+            run.skipped += batch.skipped().len() as u32;
             renewal.stop();
             settled.error.map_or(Ok(run), Err)
         })

@@ -44,16 +44,21 @@ pub(crate) async fn takeover_and_stale_confirm() {
 
     let a = acquire(&*lease, &resource, ttl, &retry).await.unwrap();
     let a = FencedBatch::new(lease.clone(), a, [refunds.clone()]).unwrap();
-    a.write(&refunds, &key, &lifecycle.claim()).await.unwrap();
+    a.fence()
+        .write(&refunds, &key, &lifecycle.claim())
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(31)).await;
 
     let b = acquire(&*lease, &resource, ttl, &retry).await.unwrap();
     let b = FencedBatch::new(lease.clone(), b, [refunds.clone()]).unwrap();
-    b.run_effect(&refunds, &key, &lifecycle, &Gateway)
+    b.fence()
+        .run_effect(&refunds, &key, &lifecycle, &Gateway)
         .await
         .unwrap();
 
-    a.write(&refunds, &key, &lifecycle.confirm())
+    a.fence()
+        .write(&refunds, &key, &lifecycle.confirm())
         .await
         .unwrap_err();
     a.finish().await.unwrap_err();

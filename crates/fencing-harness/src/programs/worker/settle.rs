@@ -71,12 +71,7 @@ impl Settlement {
         let job = &self.stores.job;
         let key = RecordKey::new(JOB)?;
         let write = PgWrite::new(FencedWrite::claim()).set(column, holder)?;
-        batch
-            .run_fenced(&**job, async |fence| {
-                job.write_with(fence, &key, write).await
-            })
-            .await
-            .map(drop)
+        job.write_with(&batch.fence(), &key, write).await.map(drop)
     }
 
     /// How many refunds are not filed yet.
@@ -139,11 +134,7 @@ impl Settlement {
                 }
                 None => {
                     let claim = PgWrite::new(lifecycle.claim()).set("claimed_by", holder)?;
-                    let claimed = batch
-                        .run_fenced(&**refunds, async |fence| {
-                            refunds.write_with(fence, key, claim).await
-                        })
-                        .await;
+                    let claimed = refunds.write_with(&batch.fence(), key, claim).await;
                     let claimed = match claimed {
                         Err(err) if SkippedRecord::of(&err).is_some() => continue,
                         claimed => claimed?,
@@ -159,6 +150,7 @@ impl Settlement {
                             .map(drop)
                     };
                     match batch
+                        .fence()
                         .run_effect_then(
                             &**refunds,
                             EffectStart::Claimed(&claimed),
@@ -230,6 +222,7 @@ impl Settlement {
             amounts: &amounts,
         };
         let settled = batch
+            .fence()
             .pipeline(&*self.stores.refunds, &lifecycle, &call)
             .concurrency(concurrency)
             .writes(&writes)
@@ -257,26 +250,26 @@ impl Settlement {
     async fn take_over(&self, batch: &FencedBatch, key: &RecordKey) -> Result<bool> {
         let refunds = &self.stores.refunds;
         let claim = PgWrite::new(FencedWrite::claim());
-        batch
-            .run_fenced(&**refunds, async |fence| {
-                let failed = |e| refunds.sql_failure(e);
-                let mut tx = self.pool.begin().await.map_err(failed)?;
-                let filed: bool = sqlx::query_scalar(AssertSqlSafe(format!(
-                    "SELECT filed FROM {} WHERE id = $1 FOR UPDATE",
-                    refunds.table().name()
-                )))
-                .bind(key.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(failed)?;
-                if filed {
-                    return Ok(false);
-                }
-                refunds.write_in(&mut tx, fence, key, claim).await?;
-                tx.commit().await.map_err(failed)?;
-                Ok(true)
-            })
+        let fence = batch.fence();
+        async {
+            let failed = |e| refunds.sql_failure(e);
+            let mut tx = self.pool.begin().await.map_err(failed)?;
+            let filed: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT filed FROM {} WHERE id = $1 FOR UPDATE",
+                refunds.table().name()
+            )))
+            .bind(key.as_str())
+            .fetch_one(&mut *tx)
             .await
+            .map_err(failed)?;
+            if filed {
+                return Ok(false);
+            }
+            refunds.write_in(&mut tx, &fence, key, claim).await?;
+            tx.commit().await.map_err(failed)?;
+            Ok(true)
+        }
+        .await
     }
 
     /// Files a confirmed refund: its ledger entry, its receipt, then `filed` on its row, each
@@ -297,6 +290,7 @@ impl Settlement {
             "by": holder,
         });
         batch
+            .fence()
             .write(
                 &*self.stores.ledger,
                 key,
@@ -309,6 +303,7 @@ impl Settlement {
             amount_cents % 100
         );
         batch
+            .fence()
             .write(
                 &*self.stores.receipts,
                 key,
@@ -316,11 +311,7 @@ impl Settlement {
             )
             .await?;
         let mark_filed = PgWrite::new(FencedWrite::claim()).set("filed", true)?;
-        batch
-            .run_fenced(&**refunds, async |fence| {
-                refunds.write_with(fence, key, mark_filed).await
-            })
-            .await?;
+        refunds.write_with(&batch.fence(), key, mark_filed).await?;
         println!("filed {key}");
         Ok(())
     }

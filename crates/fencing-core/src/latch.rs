@@ -1,0 +1,157 @@
+//! What a batch's fence notes on every write it makes: the first rejection, which aborts the
+//! batch, and the records its mismatch policy leaves alone.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::error::{Error, Result};
+use crate::input::{InputKind, InvalidInput};
+use crate::name::{RecordKey, ResourceName};
+use crate::outcome::SkippedRecord;
+use crate::store::RecordOutcomes;
+use crate::telemetry;
+use crate::token::FencingToken;
+
+/// What a record that is missing, or in a state a write does not start from, does to a batch.
+///
+/// Neither is a sign of a newer holder: the fence is checked before the state, so a record
+/// that a newer holder claimed is refused as [`Error::Fenced`] (or [`Error::TokenRegression`]),
+/// and those always abort the batch whatever the policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MismatchPolicy {
+    /// Abort the batch, as for a fence refusal.
+    #[default]
+    Abort,
+    /// Leave the record alone, report it ([`crate::FencedBatch::skipped`]) and go on.
+    Skip,
+}
+
+/// A batch's stores and what its writes met, shared by every fence the batch hands out.
+#[derive(Debug)]
+pub(crate) struct Latch {
+    stores: Vec<String>,
+    policy: MismatchPolicy,
+    /// The rejection that aborted the batch.
+    aborted: Mutex<Option<Error>>,
+    skipped: Mutex<Vec<SkippedRecord>>,
+}
+
+impl Latch {
+    /// A latch over the stores named `stores`, not aborted, nothing skipped.
+    pub(crate) fn new(stores: Vec<String>, policy: MismatchPolicy) -> Self {
+        Latch {
+            stores,
+            policy,
+            aborted: Mutex::new(None),
+            skipped: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn set_policy(&mut self, policy: MismatchPolicy) {
+        self.policy = policy;
+    }
+
+    /// Why nothing may be sent to `store`: the batch aborted ([`Error::BatchAborted`]), or
+    /// `store` is not one of the batch's ([`Error::InvalidInput`]).
+    pub(crate) fn admit(&self, store: &str) -> Result<()> {
+        if let Some(abort) = self.abort() {
+            return Err(abort);
+        }
+        if self.stores.iter().any(|s| s == store) {
+            return Ok(());
+        }
+        Err(InvalidInput::new(
+            InputKind::StoreSet,
+            format!("no store named {store:?} in this batch"),
+        )
+        .into())
+    }
+
+    /// [`Error::BatchAborted`] with the rejection that aborted the batch, if one did.
+    pub(crate) fn abort(&self) -> Option<Error> {
+        let cause = lock(&self.aborted).as_ref()?.rejection_copy()?;
+        let (store, record) = cause.rejected_at()?;
+        Some(Error::BatchAborted {
+            store: store.to_owned(),
+            record: record.clone(),
+            cause: Box::new(cause),
+        })
+    }
+
+    /// The store and record whose rejection aborted the batch, if one did.
+    pub(crate) fn aborted_by(&self) -> Option<(String, RecordKey)> {
+        let aborted = lock(&self.aborted);
+        let (store, record) = aborted.as_ref()?.rejected_at()?;
+        Some((store.to_owned(), record.clone()))
+    }
+
+    /// The records left alone under [`MismatchPolicy::Skip`], in the order met.
+    pub(crate) fn skipped(&self) -> Vec<SkippedRecord> {
+        lock(&self.skipped).clone()
+    }
+
+    /// Notes what a write under `token` came back with (its error, or the refusals among the
+    /// records it applied) and returns it as it is: a skipped record's error is still the
+    /// caller's to see.
+    pub(crate) fn note<T: RecordOutcomes>(
+        &self,
+        resource: &ResourceName,
+        token: FencingToken,
+        result: Result<T>,
+    ) -> Result<T> {
+        match &result {
+            Err(err) => {
+                self.note_one(resource, token, err);
+            }
+            Ok(done) => {
+                for refusal in done.refusals() {
+                    self.note_one(resource, token, refusal);
+                }
+            }
+        }
+        result
+    }
+
+    /// Notes `err`, and returns it unless the policy left its record alone.
+    pub(crate) fn note_error(
+        &self,
+        resource: &ResourceName,
+        token: FencingToken,
+        err: Error,
+    ) -> Option<Error> {
+        (!self.note_one(resource, token, &err)).then_some(err)
+    }
+
+    /// Notes `err`; true when the policy left its record alone. A record is reported skipped
+    /// once however many times its error is noted (a confirm of the caller's that wrote
+    /// through the batch's fence, then returned its error to the batch's effect helper).
+    pub(crate) fn note_one(
+        &self,
+        resource: &ResourceName,
+        token: FencingToken,
+        err: &Error,
+    ) -> bool {
+        match SkippedRecord::of(err) {
+            Some(skipped) if self.policy == MismatchPolicy::Skip => {
+                let mut all = lock(&self.skipped);
+                if !all.contains(&skipped) {
+                    telemetry::batch_skipped(token, &skipped);
+                    all.push(skipped);
+                }
+                return true;
+            }
+            _ => {}
+        }
+        if let Some((store, record)) = err.rejected_at() {
+            let mut aborted = lock(&self.aborted);
+            if aborted.is_none() {
+                telemetry::batch_aborted(resource, token, store, record);
+                *aborted = err.rejection_copy();
+            }
+        }
+        false
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
