@@ -11,8 +11,8 @@
 //! cargo run --example settlement -- --timeline run.svg   # and a picture of the run
 //! ```
 
-use fencing_testkit::Fencing;
-use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, SettlementReport};
+use fencing_simulation::Fencing;
+use fencing_simulation::settlement::{self, GatewayMode, SettlementConfig, SettlementReport};
 use fencing_timeline::Picture;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;

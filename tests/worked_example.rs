@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use fencing::{FenceCheck, FencingToken, RecordKey};
-use fencing_testkit::Fencing;
-use fencing_testkit::settlement::{
+use fencing_simulation::Fencing;
+use fencing_simulation::settlement::{
     self, CallResult, Event, GatewayMode, SettlementConfig, SettlementReport, What, refund_key,
 };
 

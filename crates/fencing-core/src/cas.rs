@@ -16,6 +16,7 @@ use async_trait::async_trait;
 
 use crate::error::{Error, RequestEffect, Result};
 use crate::name::RecordKey;
+use crate::random::random_u128;
 use crate::store::{FencedStore, FencedWrite, Record, Written};
 use crate::token::FencingToken;
 
@@ -28,7 +29,7 @@ pub struct WriteId(pub u128);
 impl WriteId {
     /// A fresh random id.
     pub fn random() -> Self {
-        WriteId(uuid::Uuid::new_v4().as_u128())
+        WriteId(random_u128())
     }
 }
 

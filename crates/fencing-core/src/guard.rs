@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::clock::{Clock, TokioClock};
 use crate::error::Error;
 use crate::name::ResourceName;
+use crate::random::random_u128;
 use crate::token::FencingToken;
 use crate::token_source::TokenSource;
 use crate::ttl::Ttl;
@@ -19,7 +20,7 @@ pub struct OwnerId(String);
 impl OwnerId {
     /// A fresh random owner id.
     pub fn random() -> Self {
-        OwnerId(uuid::Uuid::new_v4().simple().to_string())
+        OwnerId(format!("{:032x}", random_u128()))
     }
 
     /// An owner id read back from a store.
@@ -289,6 +290,18 @@ mod tests {
         assert!(!guard.has_ended_locally());
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(guard.has_ended_locally());
+    }
+
+    #[test]
+    fn random_owners_are_32_hex_digits_and_differ() {
+        let owners: std::collections::HashSet<String> =
+            (0..1000).map(|_| OwnerId::random().to_string()).collect();
+        assert_eq!(owners.len(), 1000);
+        assert!(
+            owners
+                .iter()
+                .all(|o| o.len() == 32 && o.bytes().all(|b| b.is_ascii_hexdigit()))
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod error;
 mod input;
 mod name;
 mod outcome;
+mod random;
 mod token;
 mod ttl;
 

@@ -7,6 +7,7 @@ use crate::guard::LeaseGuard;
 use crate::input::{InputKind, InvalidInput};
 use crate::lease::Lease;
 use crate::name::ResourceName;
+use crate::random::random_u128;
 use crate::telemetry;
 use crate::ttl::Ttl;
 
@@ -90,7 +91,7 @@ pub fn contention_pause(refusals: u32) -> Duration {
         return Duration::ZERO;
     }
     let window_us = 1_000u64 << (refusals - 2).min(9);
-    let random = uuid::Uuid::new_v4().as_u128() as u64;
+    let random = random_u128() as u64;
     Duration::from_micros(random % window_us + 1)
 }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use aws_sdk_dynamodb::types::AttributeValue;
 use sqlx::{AssertSqlSafe, Row};
 
-pub use fencing_testkit::settlement::euros;
+pub use fencing_simulation::settlement::euros;
 
 use crate::gateway::{Outcome, read_journal};
 use crate::plan::{REFUND_CENTS, RunPlan};

@@ -13,9 +13,9 @@ use fencing_core::{
     TokenSource, async_trait,
 };
 use fencing_postgres::PgStore;
+use fencing_simulation::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use fencing_testkit::Fencing;
 use fencing_testkit::faults::RecordingEffect;
-use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 /// The recording gateway, which during the call for one refund has the worker's database

@@ -10,9 +10,9 @@ use fencing_core::{
     ResourceName, RetryPolicy, TokenSource, Ttl,
 };
 use fencing_redis::{RedisKeys, RedisLease};
+use fencing_simulation::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use fencing_test_support::services::{RedisServer, RestartableServer, TestContainer};
 use fencing_testkit::faults::RecordingEffect;
-use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
 use fencing_testkit::{Fencing, unique_name};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 

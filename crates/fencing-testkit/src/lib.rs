@@ -8,30 +8,30 @@
 //!   implementation, so the same suite runs against the in-memory stores, each adapter's
 //!   server, and `Box<dyn …>` / `Arc<dyn …>` of either.
 //! * [`events`]: the `tracing` events of a run, captured as text.
-//! * [`settlement`]: the worked example's settlement as a deterministic simulation in virtual
-//!   time (merchant `m_4471`'s 1,200 refunds, workers that pause, a gateway with or without
-//!   idempotency keys, and a checker that counts what went wrong), run by the `settlement`
-//!   example and the scenario tests.
 //! * [`faults`]: a store decorator that loses answers and requests, and a recording side
 //!   effect, for every store.
 //! * [`cancellation`]: a decorator that turns every call into two await points, and a driver
 //!   that drops an operation at each of them in turn.
 
 pub mod cancellation;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod events;
 pub mod faults;
-pub mod settlement;
+
+/// Whether the suite's writers present their own tokens: the control runs turn the fence off
+/// (defined with the simulation, whose runs take it too).
+pub use fencing_simulation::Fencing;
 
 /// A name no other test uses, so tests can share one server: `prefix` plus a random suffix.
 pub fn unique_name(prefix: &str) -> String {
     format!(
         "{prefix}-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
+        &fencing_core::OwnerId::random().as_str()[..12]
     )
 }
 
-use fencing_core::{FencingToken, LeaseGuard, MemoryTokenSource, ResourceName, TokenSource};
+use fencing_core::{FencingToken, MemoryTokenSource, ResourceName, TokenSource};
 
 /// A token source that has issued every token up to `n` for `settle:m_4471`, and that
 /// resource: what a [`fencing_core::Fence`] with token `n` (or below, for a stale holder)
@@ -46,27 +46,4 @@ pub async fn issued_up_to(n: u64) -> (MemoryTokenSource, ResourceName) {
         .await
         .expect("a memory counter advances");
     (source, resource)
-}
-
-/// Whether writers present their lease's token, or all present the same one.
-///
-/// `Off` is what a lease without a fencing token amounts to: every write passes the store's
-/// check, and only the TTL stands between two holders. Tests run it to prove that their
-/// checkers catch the damage the fence prevents.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fencing {
-    /// Each write presents its holder's own token.
-    On,
-    /// Every write presents token 1, so no store can tell holders apart.
-    Off,
-}
-
-impl Fencing {
-    /// The token a holder of `guard` presents.
-    pub fn token_for(self, guard: &LeaseGuard) -> FencingToken {
-        match self {
-            Fencing::On => guard.token(),
-            Fencing::Off => FencingToken::MIN,
-        }
-    }
 }

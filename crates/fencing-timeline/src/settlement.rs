@@ -1,12 +1,12 @@
-//! The worked example's settlement ([`fencing_testkit::settlement`]) as a timeline, in its
+//! The worked example's settlement ([`fencing_simulation::settlement`]) as a timeline, in its
 //! virtual time.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use fencing_core::FenceCheck;
-use fencing_testkit::Fencing;
-use fencing_testkit::settlement::{CallResult, SettlementConfig, SettlementReport, What};
+use fencing_simulation::Fencing;
+use fencing_simulation::settlement::{CallResult, SettlementConfig, SettlementReport, What};
 
 use crate::timeline::{Mark, TimeLabels, Timeline};
 
@@ -138,7 +138,7 @@ mod tests {
     use super::*;
     use crate::timeline::Tenure;
     use fencing_core::FencingToken;
-    use fencing_testkit::settlement::{self, GatewayMode};
+    use fencing_simulation::settlement::{self, GatewayMode};
 
     fn secs(n: f64) -> Duration {
         Duration::from_secs_f64(n)

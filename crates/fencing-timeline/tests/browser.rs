@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use fencing_testkit::Fencing;
-use fencing_testkit::settlement::{self, GatewayMode, SettlementConfig};
+use fencing_simulation::Fencing;
+use fencing_simulation::settlement::{self, GatewayMode, SettlementConfig};
 use fencing_timeline::{Part, Picture, Region};
 
 const REFUSAL: &str = "REFUSED by refunds: confirm r_815 with token 33: fence is 34";

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use fencing::{RetryPolicy, Ttl};
-use fencing_testkit::Fencing;
-use fencing_testkit::settlement::{
+use fencing_core::{RetryPolicy, Ttl};
+use fencing_simulation::Fencing;
+use fencing_simulation::settlement::{
     self, GatewayMode, Pause, SettlementConfig, WorkerPlan, refund_key,
 };
 use rand::rngs::StdRng;
@@ -65,7 +65,7 @@ fn schedule(seed: u64, fencing: Fencing, mode: Mode) -> SettlementConfig {
         refunds: REFUNDS,
         cents_each: 7025,
         ttl,
-        first_token: fencing::FencingToken::MIN,
+        first_token: fencing_core::FencingToken::MIN,
         gateway_latency: Duration::from_millis(rng.random_range(10..=80)),
         gateway: GatewayMode::Idempotent,
         fencing,
