@@ -8,6 +8,7 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::ops::Deref;
+use std::str::FromStr;
 
 use crate::input::{InputKind, InvalidInput, check_text};
 
@@ -32,6 +33,15 @@ macro_rules! validated_name {
             /// The name as text.
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+        }
+
+        /// `"r_815".parse::<RecordKey>()`: the same check as `new`.
+        impl FromStr for $name {
+            type Err = InvalidInput;
+
+            fn from_str(text: &str) -> Result<Self, InvalidInput> {
+                Self::new(text)
             }
         }
 
@@ -119,6 +129,26 @@ mod tests {
         assert!(RecordKey::new("r_815\n").is_err());
         assert!(RecordKey::new("x".repeat(RecordKey::MAX_BYTES + 1)).is_err());
         assert!(State::new("").is_err());
+    }
+
+    #[test]
+    fn parsing_checks_as_new_does() {
+        assert_eq!(
+            "r_815".parse::<RecordKey>().unwrap(),
+            RecordKey::new("r_815").unwrap()
+        );
+        assert_eq!("pending".parse::<State>().unwrap().as_str(), "pending");
+        assert_eq!(
+            "settle:\u{200B}m"
+                .parse::<ResourceName>()
+                .unwrap_err()
+                .kind(),
+            InputKind::ResourceName
+        );
+        assert_eq!(
+            "".parse::<RecordKey>().unwrap_err().kind(),
+            InputKind::RecordKey
+        );
     }
 
     #[test]
