@@ -21,43 +21,22 @@
 //! That is a job's surface. What an adapter author needs besides (compare-and-swap over
 //! versions, the object envelope, epochs, the input checks, the clock) is in [`adapter`].
 
-// Bottom-up, each layer importing only the ones above it in this list (docs/adapters.md,
-// "Layers"): values; contracts; the protocol's pure rules; telemetry; the fence and its
-// neighbours; the effect helper; the batch; the in-memory implementations; and last the
-// adapter author's surface, which only re-exports.
-mod clock;
-mod error;
-mod input;
-mod name;
-mod outcome;
-mod random;
-mod token;
-mod ttl;
+// Bottom-up, one folder per layer, each importing only the ones above it in this list
+// (docs/adapters.md, "Layers"): values; contracts; the protocol's pure rules; telemetry; the
+// compare-and-swap engine; what a holder writes with; the in-memory implementations; and last
+// the adapter author's surface, which only re-exports. Each folder's `mod.rs` lays its own
+// modules out the same way.
+mod value;
 
-mod guard;
-mod lease;
-mod store;
-mod token_source;
+mod contract;
 
-mod rules;
+mod protocol;
 
 mod telemetry;
 
 mod cas;
-mod cas_check;
-mod codec;
-mod envelope;
-mod epoch;
-mod fence;
-mod latch;
-mod renewal;
-mod retry;
 
-mod effect;
-
-mod batch;
-
-mod pipeline;
+mod holder;
 
 mod memory;
 
@@ -66,21 +45,23 @@ pub mod adapter;
 /// The attribute every implementation of this crate's traits needs, a job's [`SideEffect`]
 /// included (re-exported so that implementors need no dependency of their own).
 pub use async_trait::async_trait;
-pub use batch::{BatchScope, FencedBatch};
-pub use effect::{EffectOutcome, EffectStart, Lifecycle, SideEffect};
-pub use error::{BoxError, Error, FoundFence, Result};
-pub use fence::Fence;
-pub use guard::{LeaseGuard, OwnerId};
-pub use input::{InputKind, InvalidInput};
-pub use latch::MismatchPolicy;
-pub use lease::{Lease, LeaseStatus};
+pub use contract::guard::{LeaseGuard, OwnerId};
+pub use contract::lease::{Lease, LeaseStatus};
+pub use contract::store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
+pub use contract::token_source::{
+    CounterHistory, FenceFloor, RateBound, TokenSource, seed_from_floors,
+};
+pub use holder::batch::{BatchScope, FencedBatch};
+pub use holder::effect::{EffectOutcome, EffectStart, Lifecycle, SideEffect};
+pub use holder::fence::Fence;
+pub use holder::latch::MismatchPolicy;
+pub use holder::pipeline::{Pipeline, RecordWrites, Settled};
+pub use holder::renewal::LeaseRenewal;
+pub use holder::retry::{RetryPolicy, acquire};
 pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
-pub use name::{RecordKey, ResourceName, State};
-pub use outcome::{Finished, Mismatch, SkippedRecord};
-pub use pipeline::{Pipeline, RecordWrites, Settled};
-pub use renewal::LeaseRenewal;
-pub use retry::{RetryPolicy, acquire};
-pub use store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
-pub use token::FencingToken;
-pub use token_source::{CounterHistory, FenceFloor, RateBound, TokenSource, seed_from_floors};
-pub use ttl::Ttl;
+pub use value::error::{BoxError, Error, FoundFence, Result};
+pub use value::input::{InputKind, InvalidInput};
+pub use value::name::{RecordKey, ResourceName, State};
+pub use value::outcome::{Finished, Mismatch, SkippedRecord};
+pub use value::token::FencingToken;
+pub use value::ttl::Ttl;

@@ -50,7 +50,7 @@ pub mod envelope {
     //! [`decode_contents`] (and [`decode`], which reads records only) is total: it never panics
     //! and never allocates more than the input it was given.
 
-    pub use crate::envelope::*;
+    pub use crate::cas::envelope::*;
 }
 
 pub mod epoch {
@@ -68,19 +68,19 @@ pub mod epoch {
     //! The price: one durable write per loss of state (and per `2^32 − 1` tokens), and tokens that
     //! are large numbers from the first acquisition on (epoch 1 starts at `2^32 + 1`).
 
-    pub use crate::epoch::*;
+    pub use crate::protocol::epoch::*;
 }
 
-pub use crate::cas::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
-pub use crate::cas_check::{ConditionalPutDefect, check_conditional_writes};
-pub use crate::clock::{Clock, TokioClock};
-pub use crate::codec::{CodecError, EnvelopeCodec, JsonCodec, ObjectCodec, encode_checked};
-pub use crate::error::RequestEffect;
-pub use crate::fence::FenceExt;
-pub use crate::guard::LeaseGuardExt;
-pub use crate::input::{check_store_name, is_refused_char, refused_char_ranges};
+pub use crate::cas::check::{ConditionalPutDefect, check_conditional_writes};
+pub use crate::cas::codec::{CodecError, EnvelopeCodec, JsonCodec, ObjectCodec, encode_checked};
+pub use crate::cas::engine::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
+pub use crate::contract::guard::LeaseGuardExt;
+pub use crate::contract::store::{RecordOutcomes, check_distinct};
+pub use crate::holder::fence::FenceExt;
+pub use crate::holder::retry::contention_pause;
 pub use crate::memory::MemoryVersionedStore;
-pub use crate::retry::contention_pause;
-pub use crate::rules::is_regression;
-pub use crate::store::{RecordOutcomes, check_distinct};
+pub use crate::protocol::rules::is_regression;
+pub use crate::value::clock::{Clock, TokioClock};
+pub use crate::value::error::RequestEffect;
+pub use crate::value::input::{check_store_name, is_refused_char, refused_char_ranges};
 pub use async_trait::async_trait;

@@ -5,14 +5,14 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use super::{MemoryTokenSource, lock};
-use crate::clock::{Clock, TokioClock};
-use crate::error::Result;
-use crate::guard::{LeaseGuard, LeaseGuardExt, OwnerId};
-use crate::lease::{Lease, LeaseStatus};
-use crate::name::ResourceName;
-use crate::token::FencingToken;
-use crate::token_source::TokenSource;
-use crate::ttl::Ttl;
+use crate::contract::guard::{LeaseGuard, LeaseGuardExt, OwnerId};
+use crate::contract::lease::{Lease, LeaseStatus};
+use crate::contract::token_source::TokenSource;
+use crate::value::clock::{Clock, TokioClock};
+use crate::value::error::Result;
+use crate::value::name::ResourceName;
+use crate::value::token::FencingToken;
+use crate::value::ttl::Ttl;
 
 #[derive(Debug)]
 struct Holder {

@@ -4,11 +4,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::lock;
-use crate::error::Result;
-use crate::name::{RecordKey, ResourceName, State};
-use crate::store::{FencedStore, FencedWrite, Record, Written};
-use crate::token::FencingToken;
-use crate::token_source::FenceFloor;
+use crate::contract::store::{FencedStore, FencedWrite, Record, Written};
+use crate::contract::token_source::FenceFloor;
+use crate::value::error::Result;
+use crate::value::name::{RecordKey, ResourceName, State};
+use crate::value::token::FencingToken;
 
 /// Fenced records in memory, checked by [`FencedWrite::decide`] under one lock per write.
 /// Clones share the same records.

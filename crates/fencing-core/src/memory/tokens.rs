@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::lock;
-use crate::epoch;
-use crate::error::{Error, Result};
-use crate::name::ResourceName;
-use crate::token::FencingToken;
-use crate::token_source::TokenSource;
+use crate::contract::token_source::TokenSource;
+use crate::protocol::epoch;
+use crate::value::error::{Error, Result};
+use crate::value::name::ResourceName;
+use crate::value::token::FencingToken;
 
 /// Per-resource counters in memory. Clones share the same counters.
 ///

@@ -4,10 +4,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::lock;
-use crate::cas::{PutOutcome, Versioned, VersionedStore, WriteId};
-use crate::error::Result;
-use crate::name::RecordKey;
-use crate::store::Record;
+use crate::cas::engine::{PutOutcome, Versioned, VersionedStore, WriteId};
+use crate::contract::store::Record;
+use crate::value::error::Result;
+use crate::value::name::RecordKey;
 
 /// Records in memory that can only be swapped on a version, as an object store keeps them:
 /// the reference [`VersionedStore`] behind [`crate::adapter::CasStore`]. Every put that applies gives

@@ -2,15 +2,15 @@
 
 use std::time::Instant;
 
-use crate::error::{Error, FoundFence, RequestEffect, Result};
-use crate::guard::{LeaseGuard, LeaseGuardExt};
-use crate::latch::Latch;
-use crate::name::{RecordKey, ResourceName};
-use crate::rules::is_regression;
-use crate::store::{FenceCheck, FencedStore, FencedWrite, RecordOutcomes, Written};
+use crate::contract::guard::{LeaseGuard, LeaseGuardExt};
+use crate::contract::store::{FenceCheck, FencedStore, FencedWrite, RecordOutcomes, Written};
+use crate::contract::token_source::TokenSource;
+use crate::holder::latch::Latch;
+use crate::protocol::rules::is_regression;
 use crate::telemetry;
-use crate::token::FencingToken;
-use crate::token_source::TokenSource;
+use crate::value::error::{Error, FoundFence, RequestEffect, Result};
+use crate::value::name::{RecordKey, ResourceName};
+use crate::value::token::FencingToken;
 
 /// A holder's token for one resource, with the source that issued it.
 ///

@@ -4,13 +4,13 @@ use std::fmt::{self, Debug};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, TokioClock};
-use crate::error::Error;
-use crate::name::ResourceName;
-use crate::random::random_u128;
-use crate::token::FencingToken;
-use crate::token_source::TokenSource;
-use crate::ttl::Ttl;
+use crate::contract::token_source::TokenSource;
+use crate::value::clock::{Clock, TokioClock};
+use crate::value::error::Error;
+use crate::value::name::ResourceName;
+use crate::value::random::random_u128;
+use crate::value::token::FencingToken;
+use crate::value::ttl::Ttl;
 
 /// Who holds a lease: a random id made at each acquisition, compared by the store on extend
 /// and release so that only the holder can do either.

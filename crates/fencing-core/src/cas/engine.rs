@@ -14,11 +14,11 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::error::{Error, RequestEffect, Result};
-use crate::name::RecordKey;
-use crate::random::random_u128;
-use crate::store::{FencedStore, FencedWrite, Record, Written};
-use crate::token::FencingToken;
+use crate::contract::store::{FencedStore, FencedWrite, Record, Written};
+use crate::value::error::{Error, RequestEffect, Result};
+use crate::value::name::RecordKey;
+use crate::value::random::random_u128;
+use crate::value::token::FencingToken;
 
 /// Identifies one write, so that a writer that lost the answer to its put recognises its own
 /// write when it reads the record back (a byte-identical write of its own from before would
@@ -325,9 +325,9 @@ mod tests {
     use std::collections::VecDeque;
 
     use super::*;
-    use crate::error::FoundFence;
     use crate::memory::MemoryVersionedStore;
-    use crate::name::State;
+    use crate::value::error::FoundFence;
+    use crate::value::name::State;
 
     #[test]
     fn a_write_id_and_a_store_show_what_they_hold() {

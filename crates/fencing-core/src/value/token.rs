@@ -4,7 +4,7 @@ use std::fmt;
 use std::num::NonZeroU64;
 use std::str::FromStr;
 
-use crate::input::{InputKind, InvalidInput};
+use crate::value::input::{InputKind, InvalidInput};
 
 /// A fencing token: issued with a lease, strictly increasing per resource, never reused.
 ///

@@ -3,13 +3,13 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::error::{Error, Result};
-use crate::input::{InputKind, InvalidInput};
-use crate::name::{RecordKey, ResourceName};
-use crate::outcome::SkippedRecord;
-use crate::store::RecordOutcomes;
+use crate::contract::store::RecordOutcomes;
 use crate::telemetry;
-use crate::token::FencingToken;
+use crate::value::error::{Error, Result};
+use crate::value::input::{InputKind, InvalidInput};
+use crate::value::name::{RecordKey, ResourceName};
+use crate::value::outcome::SkippedRecord;
+use crate::value::token::FencingToken;
 
 /// What a record that is missing, or in a state a write does not start from, does to a batch.
 ///

@@ -11,13 +11,13 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use crate::effect::{EffectOutcome, Lifecycle, SideEffect};
-use crate::error::{Error, Result};
-use crate::fence::Fence;
-use crate::input::{InputKind, InvalidInput};
-use crate::name::RecordKey;
-use crate::store::{FencedStore, Written, check_distinct};
-use crate::ttl::Ttl;
+use crate::contract::store::{FencedStore, Written, check_distinct};
+use crate::holder::effect::{EffectOutcome, Lifecycle, SideEffect};
+use crate::holder::fence::Fence;
+use crate::value::error::{Error, Result};
+use crate::value::input::{InputKind, InvalidInput};
+use crate::value::name::RecordKey;
+use crate::value::ttl::Ttl;
 
 /// Settles many records of one store under one fence ([`Fence::pipeline`]): each record is
 /// claimed, its side effect performed (or looked up) and confirmed, as [`Fence::run_effect`]

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::clock::{Clock, TokioClock};
-use crate::error::Error;
-use crate::guard::LeaseGuard;
-use crate::lease::Lease;
+use crate::contract::guard::LeaseGuard;
+use crate::contract::lease::Lease;
 use crate::telemetry;
+use crate::value::clock::{Clock, TokioClock};
+use crate::value::error::Error;
 
 /// A background task that extends a lease every `every`, by the guard's TTL, until an
 /// extension is refused ([`Error::LeaseLost`]) or no extension has succeeded in time; then it
@@ -109,8 +109,8 @@ fn lock(guard: &Mutex<LeaseGuard>) -> std::sync::MutexGuard<'_, LeaseGuard> {
 mod tests {
     use super::*;
     use crate::memory::MemoryLease;
-    use crate::name::ResourceName;
-    use crate::ttl::Ttl;
+    use crate::value::name::ResourceName;
+    use crate::value::ttl::Ttl;
 
     #[tokio::test(start_paused = true)]
     async fn renewal_keeps_the_lease_past_many_ttls_and_ends_when_stopped() {
@@ -181,10 +181,10 @@ mod tests {
         async fn status(
             &self,
             resource: &ResourceName,
-        ) -> crate::Result<Option<crate::lease::LeaseStatus>> {
+        ) -> crate::Result<Option<crate::contract::lease::LeaseStatus>> {
             self.inner.status(resource).await
         }
-        fn token_source(&self) -> &dyn crate::token_source::TokenSource {
+        fn token_source(&self) -> &dyn crate::contract::token_source::TokenSource {
             self.inner.token_source()
         }
     }

@@ -9,10 +9,10 @@
 
 use std::fmt;
 
-use crate::cas::{PutOutcome, VersionedStore, WriteId};
-use crate::error::{Error, Result};
-use crate::name::RecordKey;
-use crate::store::Record;
+use crate::cas::engine::{PutOutcome, VersionedStore, WriteId};
+use crate::contract::store::Record;
+use crate::value::error::{Error, Result};
+use crate::value::name::RecordKey;
 
 /// A conditional put a store applied where [`VersionedStore`]'s contract says it must store
 /// nothing: the store cannot fence, and nothing of a record may be written to it.
@@ -140,7 +140,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::cas::Versioned;
+    use crate::cas::engine::Versioned;
     use crate::memory::MemoryVersionedStore;
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::input::{InputKind, InvalidInput};
+use crate::value::input::{InputKind, InvalidInput};
 
 /// A lease's time-to-live: whole milliseconds, at least 1 ms and at most [`Ttl::MAX`].
 ///

@@ -3,10 +3,10 @@
 //! the counter went backwards. Every store that decides in the client, `Fence`, and the
 //! protocol's model (`fencing-model`) run this same code; nothing here talks to a store.
 
-use crate::error::{Error, FoundFence, Result};
-use crate::name::{RecordKey, State};
-use crate::store::{FenceCheck, FencedWrite, Record};
-use crate::token::FencingToken;
+use crate::contract::store::{FenceCheck, FencedWrite, Record};
+use crate::value::error::{Error, FoundFence, Result};
+use crate::value::name::{RecordKey, State};
+use crate::value::token::FencingToken;
 
 impl FencedWrite {
     /// Decides this write against the record as the store holds it, exactly as the contract
@@ -132,7 +132,7 @@ pub fn is_regression(found: FencingToken, highest_issued: Option<FencingToken>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::name::ResourceName;
+    use crate::value::name::ResourceName;
 
     fn key() -> RecordKey {
         RecordKey::new("r_815").unwrap()

@@ -25,10 +25,10 @@
 
 use std::fmt;
 
-use crate::cas::WriteId;
-use crate::name::{RecordKey, State};
-use crate::store::Record;
-use crate::token::FencingToken;
+use crate::cas::engine::WriteId;
+use crate::contract::store::Record;
+use crate::value::name::{RecordKey, State};
+use crate::value::token::FencingToken;
 
 /// The first four bytes of every envelope.
 pub const MAGIC: [u8; 4] = *b"FNCE";

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
-use crate::guard::LeaseGuard;
-use crate::name::ResourceName;
-use crate::token::FencingToken;
-use crate::token_source::TokenSource;
-use crate::ttl::Ttl;
+use crate::contract::guard::LeaseGuard;
+use crate::contract::token_source::TokenSource;
+use crate::value::error::Result;
+use crate::value::name::ResourceName;
+use crate::value::token::FencingToken;
+use crate::value::ttl::Ttl;
 
 /// A lease on named resources, issuing a fencing token with every acquisition.
 ///

@@ -2,19 +2,19 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
-use crate::fence::Fence;
-use crate::guard::LeaseGuard;
-use crate::input::{InputKind, InvalidInput};
-use crate::latch::{Latch, MismatchPolicy};
-use crate::lease::Lease;
-use crate::name::{RecordKey, ResourceName};
-use crate::outcome::{Finished, SkippedRecord};
-use crate::retry::{RetryPolicy, acquire};
-use crate::store::FencedStore;
+use crate::contract::guard::LeaseGuard;
+use crate::contract::lease::Lease;
+use crate::contract::store::FencedStore;
+use crate::holder::fence::Fence;
+use crate::holder::latch::{Latch, MismatchPolicy};
+use crate::holder::retry::{RetryPolicy, acquire};
 use crate::telemetry;
-use crate::token::FencingToken;
-use crate::ttl::Ttl;
+use crate::value::error::{Error, Result};
+use crate::value::input::{InputKind, InvalidInput};
+use crate::value::name::{RecordKey, ResourceName};
+use crate::value::outcome::{Finished, SkippedRecord};
+use crate::value::token::FencingToken;
+use crate::value::ttl::Ttl;
 
 /// A batch of fenced writes under one lease acquisition, across several stores.
 ///
@@ -266,8 +266,8 @@ fn release_in_background(lease: Arc<dyn Lease>, guard: LeaseGuard) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::store::FencedWrite;
     use crate::memory::MemoryStore;
-    use crate::store::FencedWrite;
 
     use crate::memory::MemoryLease;
 

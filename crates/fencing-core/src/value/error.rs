@@ -2,9 +2,9 @@
 
 use std::fmt;
 
-use crate::input::InvalidInput;
-use crate::name::{RecordKey, ResourceName, State};
-use crate::token::FencingToken;
+use crate::value::input::InvalidInput;
+use crate::value::name::{RecordKey, ResourceName, State};
+use crate::value::token::FencingToken;
 
 /// A boxed error from a driver, a side effect or a user callback.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -8,12 +8,12 @@
 
 use std::fmt;
 
-use crate::cas::WriteId;
-use crate::envelope;
-use crate::input::{InputKind, InvalidInput};
-use crate::name::{RecordKey, State};
-use crate::store::Record;
-use crate::token::FencingToken;
+use crate::cas::engine::WriteId;
+use crate::cas::envelope;
+use crate::contract::store::Record;
+use crate::value::input::{InputKind, InvalidInput};
+use crate::value::name::{RecordKey, State};
+use crate::value::token::FencingToken;
 
 /// Why a body is not a record this codec can read. A store never writes over such an object.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -12,10 +12,10 @@
 //! The price: one durable write per loss of state (and per `2^32 − 1` tokens), and tokens that
 //! are large numbers from the first acquisition on (epoch 1 starts at `2^32 + 1`).
 
-use crate::error::{Error, Result};
-use crate::name::ResourceName;
-use crate::token::FencingToken;
-use crate::token_source::TokenSource;
+use crate::contract::token_source::TokenSource;
+use crate::value::error::{Error, Result};
+use crate::value::name::ResourceName;
+use crate::value::token::FencingToken;
 
 /// How many low bits of a token count acquisitions within an epoch.
 pub const EPOCH_BITS: u32 = 32;

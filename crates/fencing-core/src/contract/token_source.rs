@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
-use crate::input::{InputKind, InvalidInput};
-use crate::name::ResourceName;
-use crate::token::FencingToken;
+use crate::value::error::Result;
+use crate::value::input::{InputKind, InvalidInput};
+use crate::value::name::ResourceName;
+use crate::value::token::FencingToken;
 
 /// A per-resource counter that issues fencing tokens.
 ///

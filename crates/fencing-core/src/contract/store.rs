@@ -7,10 +7,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures_util::future::join_all;
 
-use crate::error::{Error, Result};
-use crate::input::{InputKind, InvalidInput};
-use crate::name::{RecordKey, State};
-use crate::token::FencingToken;
+use crate::value::error::{Error, Result};
+use crate::value::input::{InputKind, InvalidInput};
+use crate::value::name::{RecordKey, State};
+use crate::value::token::FencingToken;
 
 /// One fenced record: a key, the fence of the last claim, a state and an opaque payload.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -2,8 +2,8 @@
 //!
 //! Values only, below the telemetry that reports them and the batch that produces them.
 
-use crate::error::Error;
-use crate::name::{RecordKey, State};
+use crate::value::error::Error;
+use crate::value::name::{RecordKey, State};
 
 /// A record a batch left alone under [`crate::MismatchPolicy::Skip`].
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,12 +2,12 @@
 
 use async_trait::async_trait;
 
-use crate::error::{BoxError, Error, Result};
-use crate::fence::Fence;
-use crate::input::{InputKind, InvalidInput};
-use crate::name::{RecordKey, State};
-use crate::store::{FencedStore, FencedWrite, Record, RecordOutcomes, Written};
+use crate::contract::store::{FencedStore, FencedWrite, Record, RecordOutcomes, Written};
+use crate::holder::fence::Fence;
 use crate::telemetry;
+use crate::value::error::{BoxError, Error, Result};
+use crate::value::input::{InputKind, InvalidInput};
+use crate::value::name::{RecordKey, State};
 
 /// Something outside every fenced store, made safe by an idempotency key: a payment
 /// gateway, an email sender, a webhook.

@@ -10,7 +10,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::str::FromStr;
 
-use crate::input::{InputKind, InvalidInput, check_text};
+use crate::value::input::{InputKind, InvalidInput, check_text};
 
 macro_rules! validated_name {
     ($(#[$doc:meta])* $name:ident, $kind:expr, $max:expr) => {

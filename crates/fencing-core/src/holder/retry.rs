@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::guard::LeaseGuard;
-use crate::input::{InputKind, InvalidInput};
-use crate::lease::Lease;
-use crate::name::ResourceName;
-use crate::random::random_u128;
+use crate::contract::guard::LeaseGuard;
+use crate::contract::lease::Lease;
 use crate::telemetry;
-use crate::ttl::Ttl;
+use crate::value::error::{Error, Result};
+use crate::value::input::{InputKind, InvalidInput};
+use crate::value::name::ResourceName;
+use crate::value::random::random_u128;
+use crate::value::ttl::Ttl;
 
 /// How [`acquire`] retries a lease held by another owner: exponential backoff, bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use crate::error::Error;
-use crate::name::{RecordKey, ResourceName};
-use crate::outcome::{Finished, SkippedRecord};
-use crate::store::FenceCheck;
-use crate::token::FencingToken;
+use crate::contract::store::FenceCheck;
+use crate::value::error::Error;
+use crate::value::name::{RecordKey, ResourceName};
+use crate::value::outcome::{Finished, SkippedRecord};
+use crate::value::token::FencingToken;
 
 /// The `kind` label of a fenced write.
 fn kind(check: FenceCheck) -> &'static str {
@@ -149,7 +149,10 @@ pub(crate) fn effect_looked_up(record: &RecordKey, found: bool) {
 }
 
 /// An effect was performed.
-pub(crate) fn effect_performed(record: &RecordKey, result: Result<(), &crate::error::BoxError>) {
+pub(crate) fn effect_performed(
+    record: &RecordKey,
+    result: Result<(), &crate::value::error::BoxError>,
+) {
     match result {
         Ok(()) => debug!(target: "fencing", record = record.as_str(), "effect performed"),
         Err(err) => {
@@ -239,10 +242,10 @@ pub(crate) fn batch_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::FoundFence;
-    use crate::input::{InputKind, InvalidInput};
-    use crate::name::State;
-    use crate::outcome::Mismatch;
+    use crate::value::error::FoundFence;
+    use crate::value::input::{InputKind, InvalidInput};
+    use crate::value::name::State;
+    use crate::value::outcome::Mismatch;
 
     fn key() -> RecordKey {
         RecordKey::new("r_815").unwrap()
