@@ -13,7 +13,7 @@ pub use fencing_core::{
     InputKind, InvalidInput, Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease,
     MemoryStore, MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Pipeline, RateBound, Record,
     RecordKey, RecordWrites, ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord,
-    State, TokenSource, Ttl, Written, acquire, async_trait, seed_from_floors,
+    State, TokenSource, Ttl, WriteWith, Written, acquire, async_trait, seed_from_floors,
 };
 
 /// What a job names: `use fencing::prelude::*;` brings the handful of core names a job writes

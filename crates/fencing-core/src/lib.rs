@@ -45,6 +45,7 @@ pub mod adapter;
 /// The attribute every implementation of this crate's traits needs, a job's [`SideEffect`]
 /// included (re-exported so that implementors need no dependency of their own).
 pub use async_trait::async_trait;
+pub use contract::extras::WriteWith;
 pub use contract::guard::{LeaseGuard, OwnerId};
 pub use contract::lease::{Lease, LeaseStatus};
 pub use contract::store::{FenceCheck, FencedStore, FencedWrite, Record, Written};

@@ -1,11 +1,12 @@
 //! Fenced writes that also set attributes of the caller's own, in the same `UpdateItem`.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::{FencedWrite, InputKind, InvalidInput};
+use fencing_core::adapter::Extras;
+use fencing_core::{InvalidInput, WriteWith};
 
 use crate::table::check_attribute;
 
-/// A [`FencedWrite`] on a [`crate::DynamoStore`] that also sets attributes of the item, in the
+/// A [`fencing_core::FencedWrite`] on a [`crate::DynamoStore`] that also sets attributes of the item, in the
 /// one `UpdateItem` that checks the fence: the fence and the change stay one atomic step, and
 /// the values stay typed (a Number amount is a Number other readers can query and index).
 ///
@@ -22,66 +23,22 @@ use crate::table::check_attribute;
 ///
 /// Names are checked when set (1 to 255 bytes, none twice) and against the table before
 /// anything is sent: an attribute named like the table's key, sort key, fence, state or
-/// payload attribute is refused as [`InputKind::Write`]. Names travel as placeholders, so
+/// payload attribute is refused as [`fencing_core::InputKind::Write`]. Names travel as placeholders, so
 /// reserved words and names with dots or spaces are safe.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DynamoWrite {
-    write: FencedWrite,
-    attributes: Vec<(String, AttributeValue)>,
-}
+pub type DynamoWrite = WriteWith<DynamoAttributes>;
 
-impl DynamoWrite {
-    /// `write`, setting no other attribute yet.
-    pub fn new(write: FencedWrite) -> Self {
-        DynamoWrite {
-            write,
-            attributes: Vec::new(),
-        }
-    }
+/// What a [`DynamoWrite`] sets beside the fence: attributes of the item, each named by 1 to
+/// 255 bytes, with a typed [`AttributeValue`].
+#[derive(Debug)]
+pub enum DynamoAttributes {}
 
-    /// Also sets attribute `name` to `value`.
-    pub fn set(
-        mut self,
-        name: impl Into<String>,
-        value: AttributeValue,
-    ) -> Result<Self, InvalidInput> {
-        let name = name.into();
-        check_attribute(&name)?;
-        if self.attributes.iter().any(|(n, _)| *n == name) {
-            return Err(InvalidInput::new(
-                InputKind::Write,
-                format!("attribute {name:?} is set twice in one write"),
-            ));
-        }
-        self.attributes.push((name, value));
-        Ok(self)
-    }
+impl Extras for DynamoAttributes {
+    const KIND: &'static str = "attribute";
+    type Name = String;
+    type Value = AttributeValue;
 
-    /// The fenced write.
-    pub fn write(&self) -> &FencedWrite {
-        &self.write
-    }
-
-    /// The other attributes set, in the order given.
-    pub fn attributes(&self) -> &[(String, AttributeValue)] {
-        &self.attributes
-    }
-}
-
-impl From<FencedWrite> for DynamoWrite {
-    fn from(write: FencedWrite) -> Self {
-        DynamoWrite::new(write)
-    }
-}
-
-impl From<&FencedWrite> for DynamoWrite {
-    fn from(write: &FencedWrite) -> Self {
-        DynamoWrite::new(write.clone())
-    }
-}
-
-impl From<&DynamoWrite> for DynamoWrite {
-    fn from(write: &DynamoWrite) -> Self {
-        write.clone()
+    fn check(name: &str, _: &AttributeValue) -> Result<String, InvalidInput> {
+        check_attribute(name)?;
+        Ok(name.to_owned())
     }
 }

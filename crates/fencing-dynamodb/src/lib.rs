@@ -29,7 +29,7 @@ mod store;
 mod table;
 mod tokens;
 
-pub use attributes::DynamoWrite;
+pub use attributes::{DynamoAttributes, DynamoWrite};
 pub use expression::{DynamoFenceCondition, MAX_ITEM_BYTES, MAX_STATES};
 pub use floor::DynamoFenceFloor;
 pub use key::DynamoKeyType;

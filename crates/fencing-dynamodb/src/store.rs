@@ -186,7 +186,7 @@ impl DynamoStore {
                     format!("{key:?} appears twice in one transaction"),
                 ));
             }
-            let (write, attributes) = (write.write(), write.attributes());
+            let (write, attributes) = (write.write(), write.extras());
             check_item_size(&self.table, key, write)?;
             let item_key = self.table.key_item(key)?;
             bytes += key.len() + write.new_payload().map_or(0, <[u8]>::len) + 256;
@@ -352,7 +352,7 @@ impl DynamoStore {
         let write = write.into();
         fence
             .write_by(self, key, write.write(), || {
-                self.write_setting(key, fence.token(), write.write(), write.attributes())
+                self.write_setting(key, fence.token(), write.write(), write.extras())
             })
             .await
     }

@@ -1,6 +1,7 @@
 //! Fenced writes that also set columns of the caller's own, in the same statement.
 
-use fencing_core::{FencedWrite, InputKind, InvalidInput};
+use fencing_core::adapter::Extras;
+use fencing_core::{InputKind, InvalidInput, WriteWith};
 
 use crate::ident::PgIdent;
 
@@ -53,7 +54,7 @@ impl From<Vec<u8>> for PgValue {
     }
 }
 
-/// A [`FencedWrite`] on a [`crate::PgStore`] that also sets other columns of the row, in the
+/// A [`fencing_core::FencedWrite`] on a [`crate::PgStore`] that also sets other columns of the row, in the
 /// one statement that checks the fence: the fence and the change stay one atomic step.
 ///
 /// ```
@@ -69,32 +70,21 @@ impl From<Vec<u8>> for PgValue {
 /// Column names are checked like every identifier when set, and against the table (it has
 /// the column; it is none of the key, fence, state and payload columns) before anything is
 /// sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PgWrite {
-    write: FencedWrite,
-    columns: Vec<(PgIdent, PgValue)>,
-}
+pub type PgWrite = WriteWith<PgColumns>;
 
-impl PgWrite {
-    /// `write`, setting no other column yet.
-    pub fn new(write: FencedWrite) -> Self {
-        PgWrite {
-            write,
-            columns: Vec::new(),
-        }
-    }
+/// What a [`PgWrite`] sets beside the fence: columns of the row, each named by a checked
+/// identifier, with a [`PgValue`] (text without NUL, which Postgres text cannot hold).
+#[derive(Debug)]
+pub enum PgColumns {}
 
-    /// Also sets `column` to `value`. A column named twice, or a NUL in text, is refused.
-    pub fn set(mut self, column: &str, value: impl Into<PgValue>) -> Result<Self, InvalidInput> {
+impl Extras for PgColumns {
+    const KIND: &'static str = "column";
+    type Name = PgIdent;
+    type Value = PgValue;
+
+    fn check(column: &str, value: &PgValue) -> Result<PgIdent, InvalidInput> {
         let column = PgIdent::new(column)?;
-        if self.columns.iter().any(|(c, _)| *c == column) {
-            return Err(InvalidInput::new(
-                InputKind::Write,
-                format!("column {column} is set twice in one write"),
-            ));
-        }
-        let value = value.into();
-        if matches!(&value, PgValue::Text(text) if text.contains('\0')) {
+        if matches!(value, PgValue::Text(text) if text.contains('\0')) {
             return Err(InvalidInput::new(
                 InputKind::Write,
                 format!(
@@ -102,35 +92,6 @@ impl PgWrite {
                 ),
             ));
         }
-        self.columns.push((column, value));
-        Ok(self)
-    }
-
-    /// The fenced write.
-    pub fn write(&self) -> &FencedWrite {
-        &self.write
-    }
-
-    /// The other columns set, in the order given.
-    pub fn columns(&self) -> &[(PgIdent, PgValue)] {
-        &self.columns
-    }
-}
-
-impl From<FencedWrite> for PgWrite {
-    fn from(write: FencedWrite) -> Self {
-        PgWrite::new(write)
-    }
-}
-
-impl From<&FencedWrite> for PgWrite {
-    fn from(write: &FencedWrite) -> Self {
-        PgWrite::new(write.clone())
-    }
-}
-
-impl From<&PgWrite> for PgWrite {
-    fn from(write: &PgWrite) -> Self {
-        write.clone()
+        Ok(column)
     }
 }

@@ -31,7 +31,7 @@ mod store;
 mod table;
 mod tokens;
 
-pub use columns::{PgValue, PgWrite};
+pub use columns::{PgColumns, PgValue, PgWrite};
 pub use floor::PgFenceFloor;
 pub use ident::{PgIdent, PgQualifiedName};
 pub use key::PgKeyType;

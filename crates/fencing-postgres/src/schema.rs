@@ -214,7 +214,7 @@ impl Schema {
             table.payload_column(),
         ];
         write
-            .columns()
+            .extras()
             .iter()
             .map(|(column, value)| {
                 if managed.contains(&Some(column)) {

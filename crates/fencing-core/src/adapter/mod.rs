@@ -74,6 +74,7 @@ pub mod epoch {
 pub use crate::cas::check::{ConditionalPutDefect, check_conditional_writes};
 pub use crate::cas::codec::{CodecError, EnvelopeCodec, JsonCodec, ObjectCodec, encode_checked};
 pub use crate::cas::engine::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
+pub use crate::contract::extras::Extras;
 pub use crate::contract::guard::LeaseGuardExt;
 pub use crate::contract::store::{RecordOutcomes, check_distinct};
 pub use crate::holder::fence::FenceExt;

@@ -9,3 +9,5 @@ pub(crate) mod guard;
 
 pub(crate) mod lease;
 pub(crate) mod store;
+
+pub(crate) mod extras;
