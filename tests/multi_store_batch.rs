@@ -790,3 +790,52 @@ async fn a_record_skipped_in_a_callers_confirm_is_reported_once() {
     assert_eq!(batch.aborted_by(), None);
     assert_eq!(batch.finish().await.unwrap(), Finished::Released);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_aborted_batchs_effects_and_pipelines_start_nothing() {
+    let setup = Setup::new();
+    pending_refunds(&setup, &["r_1", "r_2", "r_3"]);
+    let a = setup.batch().await;
+    a.fence()
+        .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let b = setup.batch().await;
+    b.fence()
+        .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
+        .await
+        .unwrap();
+    let refused = a
+        .fence()
+        .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Error::Fenced { .. }), "{refused:?}");
+
+    let lifecycle = Lifecycle::default();
+    let effect = RecordingEffect::default();
+    let err = a
+        .fence()
+        .run_effect(&setup.refunds, &key("r_1"), &lifecycle, &effect)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
+    let settled = a
+        .fence()
+        .pipeline(&setup.refunds, &lifecycle, &effect)
+        .run([key("r_2"), key("r_3")])
+        .await;
+    assert!(
+        matches!(settled.error, Some(Error::BatchAborted { .. })),
+        "{:?}",
+        settled.error
+    );
+    assert!(settled.outcomes.is_empty());
+    assert_eq!(effect.perform_calls() + effect.lookups(), 0, "no effect started");
+    let untouched = setup.refunds.records();
+    assert!(
+        untouched.iter().all(|r| r.fence.is_none()),
+        "nothing claimed: {untouched:?}"
+    );
+}
