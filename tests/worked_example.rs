@@ -169,7 +169,7 @@ async fn without_fences_and_idempotency_keys_a_refund_is_paid_twice() {
 /// The fence decides who owns the row; it cannot see the gateway call A already had in
 /// flight. Without an idempotency key that one call pays twice, fence or no fence.
 #[tokio::test(start_paused = true)]
-async fn the_fence_cannot_deduplicate_the_call_in_flight() {
+async fn the_fence_cannot_deduplicate_the_call_under_way() {
     let report = worked_example(Fencing::On, GatewayMode::IgnoresKeys).await;
     let audit = &report.audit;
     assert_eq!(audit.gateway.keys_paid_twice, 1);

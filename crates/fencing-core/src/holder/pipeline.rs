@@ -32,7 +32,7 @@ use crate::value::ttl::Ttl;
 ///   since the oldest unconfirmed effect finished, and whenever nothing else is left to do.
 /// * **The first error stops it**: a fence refusal (or any rejection the batch's
 ///   [`crate::MismatchPolicy`] does not skip), a failed effect, a store error. No claim and
-///   no effect starts after it; effects already in flight finish and their confirms are
+///   no effect starts after it; effects already under way finish and their confirms are
 ///   sent, still fenced; nothing is retried. A record already done is reported
 ///   [`EffectOutcome::AlreadyDone`] with nothing sent.
 ///
@@ -40,7 +40,7 @@ use crate::value::ttl::Ttl;
 /// under this holder's fence, exactly as in the serial protocol: the next holder's claim finds
 /// it in flight and looks its effect up before performing it.
 ///
-/// **Dropping the future** cancels every write and effect still in flight at that moment:
+/// **Dropping the future** cancels every write and effect still under way at that moment:
 /// each request was either sent or not, so each record is left pending, in flight under this
 /// fence, or done — states the serial protocol produces — and the next holder (or this one
 /// running the pipeline again) settles them.
@@ -129,7 +129,7 @@ impl<R> Settled<R> {
 
 impl<'a> Fence<'a> {
     /// A [`Pipeline`] settling records of `store` through `lifecycle` and `effect`, under
-    /// this fence's token. Defaults: 16 effects in flight, groups of 32, a window of twice
+    /// this fence's token. Defaults: 16 effects under way, groups of 32, a window of twice
     /// the concurrency (at least 64 records), confirms flushed 5 ms after the oldest finished
     /// effect.
     ///
@@ -154,7 +154,7 @@ enum Answer<R> {
     Confirmed(Vec<(R, bool)>, Vec<RecordKey>, Result<Vec<Result<Written>>>),
 }
 
-type InFlight<'a, R> = FuturesUnordered<Pin<Box<dyn Future<Output = Answer<R>> + Send + 'a>>>;
+type UnderWay<'a, R> = FuturesUnordered<Pin<Box<dyn Future<Output = Answer<R>> + Send + 'a>>>;
 
 impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     /// The longest [`Self::flush_after`] a pipeline accepts: the longest TTL.
@@ -181,7 +181,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         }
     }
 
-    /// At most `n` side effects in flight at once (1: one after another).
+    /// At most `n` side effects under way at once (1: one after another).
     pub fn concurrency(self, n: usize) -> Self {
         Pipeline {
             concurrency: n,
@@ -314,7 +314,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         let fence = self.fence;
         let (claim, confirm) = (self.lifecycle.claim(), self.lifecycle.confirm());
         let mut progress = Progress::new(queue, claimed);
-        let mut in_flight: InFlight<'_, E::Receipt> = FuturesUnordered::new();
+        let mut in_flight: UnderWay<'_, E::Receipt> = FuturesUnordered::new();
         loop {
             if settled.error.is_none()
                 && !(progress.queue.is_empty() && progress.claimed.is_empty())
@@ -367,7 +367,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 }));
             }
             if in_flight.is_empty() {
-                // Nothing in flight: either everything is settled, or the stop left records
+                // Nothing under way: either everything is settled, or the stop left records
                 // claimed and unstarted (in flight under this fence, as the protocol allows).
                 break;
             }
@@ -375,7 +375,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 .oldest_performed
                 .and_then(|t| t.checked_add(self.flush_after));
             let answer = tokio::select! {
-                answer = in_flight.next() => answer.expect("in flight is not empty"),
+                answer = in_flight.next() => answer.expect("something is under way"),
                 () = sleep_until(flush_at), if flush_at.is_some() && !progress.confirming => continue,
             };
             self.take_answer(answer, &mut progress, settled);
@@ -467,11 +467,11 @@ struct Progress<R> {
     performed: Vec<(RecordKey, R, bool)>,
     /// When the oldest of `performed` was done.
     oldest_performed: Option<Instant>,
-    /// Whether a group of claims is in flight.
+    /// Whether a group of claims is under way.
     claiming: bool,
     /// How many effects are running.
     effects: usize,
-    /// Whether a group of confirms is in flight.
+    /// Whether a group of confirms is under way.
     confirming: bool,
     /// Records claimed (or being claimed) whose confirm has not been answered.
     open: usize,
@@ -491,7 +491,7 @@ impl<R> Progress<R> {
         }
     }
 
-    /// The next group to claim, if one may go now: none is in flight, records are left, and
+    /// The next group to claim, if one may go now: none is under way, records are left, and
     /// the window has room (the group is at most `group_size`, within that room).
     fn next_claims(&mut self, group_size: usize, window: usize) -> Option<Vec<RecordKey>> {
         if self.claiming || self.queue.is_empty() || self.open >= window {
@@ -503,7 +503,7 @@ impl<R> Progress<R> {
         Some(self.queue.drain(..n).collect())
     }
 
-    /// The next group to confirm, if one should go now: none is in flight, and a full group
+    /// The next group to confirm, if one should go now: none is under way, and a full group
     /// waits, or the oldest has waited `flush_after`, or the pipeline `stopped`, or nothing
     /// else can come.
     fn next_confirms(
