@@ -832,7 +832,11 @@ async fn an_aborted_batchs_effects_and_pipelines_start_nothing() {
         settled.error
     );
     assert!(settled.outcomes.is_empty());
-    assert_eq!(effect.perform_calls() + effect.lookups(), 0, "no effect started");
+    assert_eq!(
+        effect.perform_calls() + effect.lookups(),
+        0,
+        "no effect started"
+    );
     let untouched = setup.refunds.records();
     assert!(
         untouched.iter().all(|r| r.fence.is_none()),
