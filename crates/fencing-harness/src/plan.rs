@@ -65,11 +65,15 @@ pub enum FaultKind {
     /// alone, then the primary is killed, the standby started and promoted, and the relay
     /// moved to it. Its counters are behind the tokens already issued.
     PgFailover,
+    /// The worker that wrote last cut off from PostgreSQL past the TTL, through a relay of
+    /// its own that holds every packet both ways (nothing refused, nothing answered), then
+    /// healed: what it sent meanwhile arrives late, after a newer holder may have written.
+    PgPartition,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
@@ -78,6 +82,7 @@ impl FaultKind {
         FaultKind::EtcdLeaderKill,
         FaultKind::RedisFailover,
         FaultKind::PgFailover,
+        FaultKind::PgPartition,
     ];
 
     /// Its name in reports.
@@ -91,6 +96,7 @@ impl FaultKind {
             FaultKind::EtcdLeaderKill => "etcd leader SIGKILL",
             FaultKind::RedisFailover => "Redis failover to a lagging replica",
             FaultKind::PgFailover => "PostgreSQL failover to a lagging standby",
+            FaultKind::PgPartition => "worker cut off from PostgreSQL past the TTL",
         }
     }
 }

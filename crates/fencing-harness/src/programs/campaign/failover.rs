@@ -99,9 +99,8 @@ impl StandbyPostgres {
             let standby = LocalPostgres::standby_of(&primary);
             (primary, standby)
         });
-        let relay = Relay::start(primary.port())
-            .await
-            .map_err(|e| format!("cannot start the relay: {e}"))?;
+        let relay =
+            Relay::start(primary.port()).map_err(|e| format!("cannot start the relay: {e}"))?;
         Ok(StandbyPostgres {
             primary,
             standby,

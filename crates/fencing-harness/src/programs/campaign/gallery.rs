@@ -33,10 +33,14 @@ fn sample(results: &[RunResult]) -> Option<&RunResult> {
 }
 
 /// The runs whose pictures stand for the campaign: [`sample`], and the first run that passed
-/// with each failover (a fault whose picture the stall's does not show).
+/// with each failover and with a partition (faults whose picture the stall's does not show).
 fn samples(results: &[RunResult]) -> Vec<&RunResult> {
     let mut samples: Vec<&RunResult> = sample(results).into_iter().collect();
-    for kind in [FaultKind::RedisFailover, FaultKind::PgFailover] {
+    for kind in [
+        FaultKind::RedisFailover,
+        FaultKind::PgFailover,
+        FaultKind::PgPartition,
+    ] {
         let failed_over = results
             .iter()
             .filter(|r| r.plan.fences && r.passed())

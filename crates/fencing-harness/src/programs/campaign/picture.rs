@@ -154,6 +154,19 @@ impl RunPicture {
         }
     }
 
+    /// The campaign cut `worker` off from PostgreSQL for `pause` from `at`: the process runs,
+    /// and what it sends waits in the network until the partition heals.
+    pub(crate) fn partitioned(&mut self, at: Duration, worker: &str, pause: Duration) {
+        self.timeline.mark(
+            &lane(worker),
+            at,
+            Mark::note(format!(
+                "cut off from PostgreSQL for {} ms",
+                pause.as_millis()
+            )),
+        );
+    }
+
     /// The campaign killed `worker`.
     pub(crate) fn killed(&mut self, at: Duration, worker: &str) {
         let lane = lane(worker);

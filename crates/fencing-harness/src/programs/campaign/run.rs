@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencing_harness::audit::{self, AuditReport, WorkerReports};
@@ -15,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::failover::{Failover, LONGEST_LAG};
 use super::picture::RunPicture;
+use super::relay::Relay;
 
 /// Where the services of a campaign are.
 pub(crate) struct Services {
@@ -90,6 +92,8 @@ enum Event {
 struct Worker {
     pid: u32,
     killed: bool,
+    /// Its own way to PostgreSQL, in a run that cuts a worker off from it.
+    relay: Option<Arc<Relay>>,
 }
 
 type RunError = Box<dyn std::error::Error + Send + Sync>;
@@ -409,7 +413,10 @@ impl<'a> Watch<'a> {
             // fault waits until the campaign knows the holder again.
             if matches!(
                 fault.kind,
-                FaultKind::Stall | FaultKind::RedisFailover | FaultKind::PgFailover
+                FaultKind::Stall
+                    | FaultKind::RedisFailover
+                    | FaultKind::PgFailover
+                    | FaultKind::PgPartition
             ) && holder.is_none()
             {
                 break;
@@ -445,6 +452,25 @@ impl<'a> Watch<'a> {
                 }
                 None => false,
             },
+            FaultKind::PgPartition => {
+                let cut = holder.and_then(|(name, _)| {
+                    let relay = self.workers.get(&name)?.relay.clone()?;
+                    Some((name, relay))
+                });
+                match cut {
+                    Some((name, relay)) => {
+                        self.picture.partitioned(at, &name, fault.pause);
+                        relay.partition();
+                        let pause = fault.pause;
+                        tokio::spawn(async move {
+                            tokio::time::sleep(pause).await;
+                            relay.heal();
+                        });
+                        true
+                    }
+                    None => false,
+                }
+            }
             FaultKind::RedisRestart => {
                 self.picture
                     .service_fault(at, "Redis restarted, nothing persisted");
@@ -544,6 +570,7 @@ impl Spawner<'_> {
     fn spawn(&mut self, stop_after_call: Option<&str>) -> Result<(String, Worker), RunError> {
         let name = char::from(b'A' + self.next % 26).to_string();
         self.next += 1;
+        let (database_url, relay) = self.database_for_worker()?;
         let mut command = Command::new(&self.services.program);
         command
             .arg("worker")
@@ -551,7 +578,7 @@ impl Spawner<'_> {
             .args(["--lease", self.plan.lease.name()])
             .args(["--ttl-ms", &self.plan.sizing.ttl.as_millis().to_string()])
             .args(["--fences", if self.plan.fences { "on" } else { "off" }])
-            .args(["--database-url", &self.services.database_url])
+            .args(["--database-url", &database_url])
             .args(&self.lease_args)
             .args([
                 "--history-check",
@@ -586,7 +613,31 @@ impl Spawner<'_> {
             let code = child.wait().await.ok().and_then(|s| s.code());
             let _ = events.send(Event::Exited(worker_name, code));
         });
-        Ok((name, Worker { pid, killed: false }))
+        Ok((
+            name,
+            Worker {
+                pid,
+                killed: false,
+                relay,
+            },
+        ))
+    }
+
+    /// Where a new worker reaches PostgreSQL: directly, or, in a run that cuts a worker off
+    /// from it, through a relay of its own.
+    fn database_for_worker(&self) -> Result<(String, Option<Arc<Relay>>), RunError> {
+        let url = &self.services.database_url;
+        if !self.plan.has(FaultKind::PgPartition) {
+            return Ok((url.clone(), None));
+        }
+        let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+        let port = options.get_port();
+        let relay = Relay::start(port)?;
+        let relayed = url.replacen(&format!(":{port}/"), &format!(":{}/", relay.port()), 1);
+        if relayed == *url {
+            return Err(format!("cannot route {url} through a relay: no :{port}/ in it").into());
+        }
+        Ok((relayed, Some(Arc::new(relay))))
     }
 }
 
