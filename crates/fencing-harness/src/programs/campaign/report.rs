@@ -382,6 +382,14 @@ system's business, so the interleavings, unlike the plan, can differ.
   cut). The counter rows are bound to the server's history (timeline and postmaster start),
   so the next token jumps past anything the lost primary could have issued.
 * **pg_terminate_backend** on every connection of the run's workers.
+* **A worker cut off from PostgreSQL past the TTL** (half the runs, drawn): in such a run
+  each worker reaches PostgreSQL (its refunds, the job row, and the leases, counters or
+  epochs kept there) through a TCP relay of its own; the holder's relay is partitioned for
+  1.5 to 2 TTLs, then healed. A partition holds every byte both ways: nothing is refused and
+  nothing answered, so what the worker sent meanwhile has an unknown outcome to it and
+  reaches the server only at the heal, after the other worker may have taken the lease over
+  and written. The worker process runs on throughout (unlike a stall): its Redis, DynamoDB
+  or etcd lease may be renewed meanwhile, and then no one takes over.
 * **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
   restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader
   meanwhile, under the holder's renewals and the other worker's acquisitions.
