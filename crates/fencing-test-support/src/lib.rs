@@ -9,8 +9,9 @@
 //!   environment, on their standard local ports, started from local binaries, or in
 //!   containers.
 //!
-//! The conformance suite an adapter author needs, and the settlement simulation the example
-//! and the scenarios run, live in `fencing-testkit`, which depends on none of this.
+//! The conformance suite an adapter author needs lives in `fencing-testkit`, and the
+//! settlement simulation the example and the scenarios run in `fencing-simulation`; neither
+//! depends on this.
 
 pub mod aws;
 pub mod bench;
