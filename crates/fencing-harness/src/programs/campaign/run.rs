@@ -452,25 +452,7 @@ impl<'a> Watch<'a> {
                 }
                 None => false,
             },
-            FaultKind::PgPartition => {
-                let cut = holder.and_then(|(name, _)| {
-                    let relay = self.workers.get(&name)?.relay.clone()?;
-                    Some((name, relay))
-                });
-                match cut {
-                    Some((name, relay)) => {
-                        self.picture.partitioned(at, &name, fault.pause);
-                        relay.partition();
-                        let pause = fault.pause;
-                        tokio::spawn(async move {
-                            tokio::time::sleep(pause).await;
-                            relay.heal();
-                        });
-                        true
-                    }
-                    None => false,
-                }
-            }
+            FaultKind::PgPartition => self.cut_off(fault, holder, at),
             FaultKind::RedisRestart => {
                 self.picture
                     .service_fault(at, "Redis restarted, nothing persisted");
@@ -526,6 +508,26 @@ impl<'a> Watch<'a> {
             }
             FaultKind::KillAfterCall => false,
         })
+    }
+
+    /// Cuts `holder` off from PostgreSQL for the fault's pause, through its relay, then heals
+    /// it; whether it struck (a holder known, reaching PostgreSQL through a relay).
+    fn cut_off(&mut self, fault: &Fault, holder: Option<(String, u32)>, at: Duration) -> bool {
+        let cut = holder.and_then(|(name, _)| {
+            let relay = self.workers.get(&name)?.relay.clone()?;
+            Some((name, relay))
+        });
+        let Some((name, relay)) = cut else {
+            return false;
+        };
+        self.picture.partitioned(at, &name, fault.pause);
+        relay.partition();
+        let pause = fault.pause;
+        tokio::spawn(async move {
+            tokio::time::sleep(pause).await;
+            relay.heal();
+        });
+        true
     }
 
     /// SIGKILLs worker `name` and starts a new one in its place.
