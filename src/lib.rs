@@ -50,7 +50,11 @@ pub mod prelude {
 
     #[cfg(feature = "s3")]
     #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
-    pub use fencing_s3::{JsonCodec, S3Bucket, S3FenceFloor, S3Store};
+    pub use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
+
+    #[cfg(any(feature = "s3", feature = "object-store"))]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "s3", feature = "object-store"))))]
+    pub use fencing_core::adapter::JsonCodec;
 
     #[cfg(feature = "etcd")]
     #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]

@@ -3,7 +3,8 @@
 #![no_main]
 
 use fencing_core::RecordKey;
-use fencing_core::adapter::envelope::{Contents, decode_contents, encode, encode_tombstone};
+use fencing_core::adapter::Contents;
+use fencing_core::adapter::envelope::{decode_contents, encode, encode_tombstone};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {

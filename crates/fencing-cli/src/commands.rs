@@ -2,8 +2,7 @@
 
 use fencing_core::adapter::{ConditionalPutDefect, epoch};
 use fencing_core::{
-    Error, Fence, FencedStore, FencedWrite, FencingToken, MemoryTokenSource, RecordKey,
-    ResourceName, TokenSource,
+    BoxError, Error, FencedStore, FencedWrite, FencingToken, RecordKey, ResourceName, TokenSource,
 };
 use serde_json::json;
 
@@ -442,10 +441,10 @@ async fn fence_left(opened: &Opened, key: &RecordKey, newer: FencingToken) -> Pr
     match opened.store.read(key).await {
         Ok(after) => match after.and_then(|r| r.fence) {
             Some(fence) if fence == newer => match &opened.objects {
-                // S3 deletes conditionally: the probe leaves nothing among the prefix's
-                // objects for their readers to trip on.
-                Some(ObjectStore::S3(s3)) => match delete_as(s3, key, newer).await {
-                    Ok(_) => Probed::Passed(newer),
+                // The probe leaves nothing among the prefix's objects for their readers to
+                // trip on: not even the tombstone a fenced delete would leave.
+                Some(ObjectStore::S3(s3)) => match remove_probe(s3, key).await {
+                    Ok(()) => Probed::Passed(newer),
                     Err(e) => Probed::Failed(format!("could not delete the probe object: {e}")),
                 },
                 _ => Probed::Passed(newer),
@@ -459,18 +458,17 @@ async fn fence_left(opened: &Opened, key: &RecordKey, newer: FencingToken) -> Pr
     }
 }
 
-/// Deletes the probe's object as the holder of `token`: the probe holds no lease, so its
-/// fence's counter is one of its own, advanced to the token (a refusal is then a newer
-/// holder's, never taken for a counter gone backwards).
-async fn delete_as(
-    s3: &fencing_s3::S3Store,
-    key: &RecordKey,
-    token: FencingToken,
-) -> fencing_core::Result<fencing_core::Record> {
-    let source = MemoryTokenSource::new();
-    let resource = ResourceName::new("fencing:probe")?;
-    source.advance_to(&resource, token).await?;
-    s3.delete(&Fence::new(&resource, token, &source), key).await
+/// Removes the probe's object outright (`DeleteObject`): it is the probe's own, no job's
+/// record, so no fence need stay behind.
+async fn remove_probe(s3: &fencing_s3::S3Store, key: &RecordKey) -> Result<(), BoxError> {
+    let object = s3.bucket().object_key(key)?;
+    s3.client()
+        .delete_object()
+        .bucket(s3.bucket().bucket())
+        .key(object)
+        .send()
+        .await?;
+    Ok(())
 }
 
 /// Probes every store; the exit code says the worst found: a store that misbehaved (1), else

@@ -1,15 +1,13 @@
-//! The two calls a compare-and-swap store needs, on `object_store`: `get` (envelope, ETag and
-//! version) and `put_opts` with `PutMode::Update` / `PutMode::Create`; a delete is a
-//! conditional put of a tombstone.
+//! The two calls a compare-and-swap store needs, on `object_store`: `get` (body, ETag and
+//! version) and `put_opts` with `PutMode::Update` / `PutMode::Create`.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::adapter::envelope::{self, Contents};
 use fencing_core::adapter::{
-    PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId, check_conditional_writes,
+    NewObject, PutOutcome, RequestEffect, StoredObject, VersionedStore, check_conditional_writes,
 };
-use fencing_core::{Error, FoundFence, Record, RecordKey, Result};
+use fencing_core::{Error, RecordKey, Result};
 use object_store::path::Path;
 use object_store::{
     GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
@@ -25,13 +23,6 @@ pub(crate) struct Objects {
     name: String,
     /// Set once the backend has shown it updates conditionally.
     updates_checked: OnceCell<()>,
-}
-
-/// An object as read: what it holds, the write that left it, and its version.
-struct Found {
-    contents: Contents,
-    write_id: WriteId,
-    version: UpdateVersion,
 }
 
 impl Objects {
@@ -106,9 +97,8 @@ impl Objects {
         Error::failed_request(&self.name, RequestEffect::ReadOnly, false, message.into())
     }
 
-    /// The object of `key`, if any, refused (and so never written over) when it is not an
-    /// envelope this crate can read.
-    async fn find(&self, key: &RecordKey) -> Result<Option<Found>> {
+    /// The object of `key` and its version, if any.
+    async fn find(&self, key: &RecordKey) -> Result<Option<StoredObject<UpdateVersion>>> {
         let location = self.location(key);
         let got = match self.store.get_opts(&location, GetOptions::default()).await {
             Ok(got) => got,
@@ -130,25 +120,18 @@ impl Objects {
             .bytes()
             .await
             .map_err(|err| self.failed(err, RequestEffect::ReadOnly))?;
-        let (contents, write_id) = envelope::decode_contents(key, &body).map_err(|e| {
-            self.definite(format!(
-                "{location} in {} cannot be read as a fenced record ({e}); it is left as it is \
-                 and not written over",
-                self.store
-            ))
-        })?;
-        Ok(Some(Found {
-            contents,
-            write_id,
+        Ok(Some(StoredObject {
+            body: body.to_vec(),
             version,
         }))
     }
 
-    /// Puts `body` at `key` in `mode`.
-    async fn put_body(
+    /// Puts `object`'s body at `key` in `mode`. No attributes (not even its content type):
+    /// some backends (the local file system) refuse a put that has any.
+    async fn put_object(
         &self,
         key: &RecordKey,
-        body: Vec<u8>,
+        object: NewObject<'_>,
         mode: PutMode,
     ) -> Result<PutOutcome<UpdateVersion>> {
         let options = PutOptions {
@@ -157,7 +140,7 @@ impl Objects {
         };
         match self
             .store
-            .put_opts(&self.location(key), PutPayload::from(body), options)
+            .put_opts(&self.location(key), PutPayload::from(object.body), options)
             .await
         {
             Ok(put) => Ok(PutOutcome::Applied(UpdateVersion {
@@ -174,52 +157,6 @@ impl Objects {
             Err(err) => Err(self.failed(err, RequestEffect::Writes)),
         }
     }
-
-    /// The fence a tombstone of `key` keeps, if a tombstone with a fence is what holds it.
-    pub(crate) async fn kept_fence(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<fencing_core::FencingToken>> {
-        Ok(match self.find(key).await? {
-            Some(Found {
-                contents: Contents::Tombstone(kept),
-                ..
-            }) => kept,
-            _ => None,
-        })
-    }
-
-    /// Creates `key` over its tombstone, if a tombstone is what holds it: only with a fence at
-    /// least the tombstone's, on the tombstone's version.
-    async fn create_over_tombstone(
-        &self,
-        key: &RecordKey,
-        record: &Record,
-        write_id: WriteId,
-    ) -> Result<PutOutcome<UpdateVersion>> {
-        let Some(found) = self.find(key).await? else {
-            return Ok(PutOutcome::Conflict);
-        };
-        let Contents::Tombstone(kept) = found.contents else {
-            return Ok(PutOutcome::Conflict);
-        };
-        if let (Some(kept), Some(presented)) = (kept, record.fence)
-            && presented < kept
-        {
-            return Err(Error::Fenced {
-                store: self.name.clone(),
-                record: key.clone(),
-                presented,
-                found: FoundFence::Fence(kept),
-            });
-        }
-        self.put_body(
-            key,
-            envelope::encode(record, write_id),
-            PutMode::Update(found.version),
-        )
-        .await
-    }
 }
 
 /// The objects with no check of the backend first: what the check itself writes through.
@@ -234,28 +171,18 @@ impl VersionedStore for Objects {
         &self.name
     }
 
-    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<UpdateVersion>>> {
-        Unchecked(self).get(key).await
+    async fn get(&self, key: &RecordKey) -> Result<Option<StoredObject<UpdateVersion>>> {
+        self.find(key).await
     }
 
     async fn put(
         &self,
         key: &RecordKey,
-        record: &Record,
-        write_id: WriteId,
+        object: NewObject<'_>,
         expected: Option<&UpdateVersion>,
     ) -> Result<PutOutcome<UpdateVersion>> {
         self.check_updates().await?;
-        Unchecked(self).put(key, record, write_id, expected).await
-    }
-
-    async fn delete(
-        &self,
-        key: &RecordKey,
-        current: &Versioned<UpdateVersion>,
-    ) -> Result<PutOutcome<()>> {
-        self.check_updates().await?;
-        Unchecked(self).delete(key, current).await
+        Unchecked(self).put(key, object, expected).await
     }
 }
 
@@ -267,56 +194,20 @@ impl VersionedStore for Unchecked<'_> {
         &self.0.name
     }
 
-    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<UpdateVersion>>> {
-        Ok(self
-            .0
-            .find(key)
-            .await?
-            .and_then(|found| match found.contents {
-                Contents::Record(record) => Some(Versioned {
-                    record,
-                    write_id: found.write_id,
-                    version: found.version,
-                }),
-                Contents::Tombstone(_) => None,
-            }))
+    async fn get(&self, key: &RecordKey) -> Result<Option<StoredObject<UpdateVersion>>> {
+        self.0.find(key).await
     }
 
     async fn put(
         &self,
         key: &RecordKey,
-        record: &Record,
-        write_id: WriteId,
+        object: NewObject<'_>,
         expected: Option<&UpdateVersion>,
     ) -> Result<PutOutcome<UpdateVersion>> {
-        let body = envelope::encode(record, write_id);
-        match expected {
-            Some(version) => {
-                self.0
-                    .put_body(key, body, PutMode::Update(version.clone()))
-                    .await
-            }
-            None => match self.0.put_body(key, body, PutMode::Create).await? {
-                // Absent to a reader may be a tombstone to the backend.
-                PutOutcome::Conflict => self.0.create_over_tombstone(key, record, write_id).await,
-                applied => Ok(applied),
-            },
-        }
-    }
-
-    async fn delete(
-        &self,
-        key: &RecordKey,
-        current: &Versioned<UpdateVersion>,
-    ) -> Result<PutOutcome<()>> {
-        let tombstone = envelope::encode_tombstone(current.record.fence, WriteId::random());
-        let outcome = self
-            .0
-            .put_body(key, tombstone, PutMode::Update(current.version.clone()))
-            .await?;
-        Ok(match outcome {
-            PutOutcome::Applied(_) => PutOutcome::Applied(()),
-            PutOutcome::Conflict => PutOutcome::Conflict,
-        })
+        let mode = match expected {
+            Some(version) => PutMode::Update(version.clone()),
+            None => PutMode::Create,
+        };
+        self.0.put_object(key, object, mode).await
     }
 }

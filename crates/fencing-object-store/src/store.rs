@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{CasStore, FenceExt, check_store_name};
+use fencing_core::adapter::{CasStore, FenceExt, ObjectCodec, check_store_name};
 use fencing_core::{
-    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InvalidInput, Record,
-    RecordKey, Result, Written,
+    Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey,
+    Result, Written,
 };
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -15,9 +15,10 @@ use crate::objects::Objects;
 
 /// Fenced records as objects of any `object_store` backend, one per record at
 /// `<prefix>/<key>`, each body an envelope that carries the fence, the state and a per-write
-/// id ahead of the payload ([`fencing_core::adapter::envelope`]).
+/// id ahead of the payload ([`fencing_core::adapter::envelope`]), or the team's own JSON
+/// object with those as fields ([`Self::with_codec`]).
 ///
-/// A write is [`CasStore`]'s loop: read the object (envelope, ETag and version) → decide →
+/// A write is [`CasStore`]'s loop: read the object (body, ETag and version) → decide →
 /// `put_opts` with `PutMode::Update` on that version (or `PutMode::Create` for a new record)
 /// → on a conflict (the backend's `Precondition`, `AlreadyExists`, or `NotFound` on an
 /// update) read and decide again. With the fence and a fresh write id inside the body, no two
@@ -43,10 +44,20 @@ impl FencedObjectStore {
     /// control or format characters.
     pub fn named(self, name: &str) -> Result<Self, InvalidInput> {
         check_store_name(name)?;
-        let objects = self.cas.into_inner().named(name.to_owned());
         Ok(FencedObjectStore {
-            cas: CasStore::new(objects),
+            cas: self.cas.map_inner(|objects| objects.named(name.to_owned())),
         })
+    }
+
+    /// The same store, each body in `codec`'s format instead of the envelope: with
+    /// [`JsonCodec`](fencing_core::adapter::JsonCodec), the team's own JSON object with the
+    /// fence, state and write id as three fields of it. Whatever the codec, a body is checked
+    /// to read back as what it holds before it is written, and an object the codec cannot read
+    /// is never written over.
+    pub fn with_codec(self, codec: impl ObjectCodec + 'static) -> Self {
+        FencedObjectStore {
+            cas: self.cas.with_codec(codec),
+        }
     }
 
     /// The backend.
@@ -82,13 +93,14 @@ impl FencedObjectStore {
         self.cas.inner().check_updates().await
     }
 
-    /// Deletes `key` as its holder: accepted only with `fence`'s token, the record's fence. The
-    /// backend has no conditional delete, so this writes a **tombstone** over the record by a
-    /// conditional update on the version just read: readers ([`FencedStore::read`]) find no
-    /// record, and a write that creates the record again needs a token at least the fence
-    /// the tombstone keeps ([`fencing_core::Error::Fenced`] otherwise). Returns the record
+    /// Deletes `key` as its holder: accepted only with `fence`'s token, the record's fence.
+    /// This writes a **tombstone** over the record by a conditional update on the version just
+    /// read (the object stays, holding the fence and no record): readers
+    /// ([`FencedStore::read`]) find no record, a write from a token below the kept fence is
+    /// refused as stale ([`fencing_core::Error::Fenced`]), and only a token at least the
+    /// fence meets the record absent (a claim may create it again). Returns the record
     /// deleted. A refusal is explained and the outcome reported as [`Fence::write`]'s; an
-    /// ambiguous outcome is returned, not sent again.
+    /// ambiguous outcome is settled by reading the tombstone back, not sent again.
     pub async fn delete(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Record> {
         let attempt = self.cas.delete(key, fence.token());
         fence
@@ -107,33 +119,15 @@ impl FencedStore for FencedObjectStore {
         self.cas.read(key).await
     }
 
-    /// A write the record's absence refuses is told by the tombstone, where one is left:
-    /// the fence is checked before the state, so a stale holder writing a record a newer
-    /// holder deleted is refused as stale ([`Error::Fenced`], the fence the tombstone keeps),
-    /// and only the deleter's own token meets [`Error::NotFound`].
+    /// A write on a record deleted by a holder of a higher token is refused as stale
+    /// ([`fencing_core::Error::Fenced`], the fence the tombstone keeps); every other token
+    /// finds the record absent.
     async fn write(
         &self,
         key: &RecordKey,
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        match self.cas.write(key, token, write).await {
-            Err(missing @ Error::NotFound { .. }) => {
-                let Some(kept) = self.cas.inner().kept_fence(key).await? else {
-                    return Err(missing);
-                };
-                let gone = Record {
-                    key: key.clone(),
-                    fence: Some(kept),
-                    state: None,
-                    payload: Vec::new(),
-                };
-                match write.decide(self.name(), key, token, Some(&gone)) {
-                    Err(stale @ Error::Fenced { .. }) => Err(stale),
-                    _ => Err(missing),
-                }
-            }
-            other => other,
-        }
+        self.cas.write(key, token, write).await
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_s3::Client;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
-use fencing_core::adapter::WriteId;
+use fencing_core::adapter::{Contents, WriteId};
 use fencing_core::{FencedStore, FencedWrite, FencingToken, Record, RecordKey};
 use fencing_s3::{JsonCodec, ObjectCodec, S3Bucket, S3Store};
 use fencing_test_support::{aws, bench, services};
@@ -134,12 +134,12 @@ impl Bench {
             }
             "conditional PutObject, raw SDK, the JSON codec's body (If-Match its own last ETag)" => {
                 let k = RecordKey::new(format!("json-{k}")).unwrap();
-                let receipt = Record {
+                let receipt = Contents::Record(Record {
                     key: k.clone(),
                     fence: Some(token),
                     state: None,
                     payload: JSON_PAYLOAD.to_vec(),
-                };
+                });
                 let body = JsonCodec::new()
                     .encode(&receipt, WriteId::random())
                     .unwrap();

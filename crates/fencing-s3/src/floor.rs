@@ -5,15 +5,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::adapter::RequestEffect;
-use fencing_core::{FenceFloor, FencingToken, RecordKey, ResourceName, Result};
+use fencing_core::{FenceFloor, FencedStore, FencingToken, RecordKey, ResourceName, Result};
 
 use crate::store::S3Store;
 
 /// The key prefix (below the store's own) of the records one resource's lease protects.
 type PrefixOf = Arc<dyn Fn(&ResourceName) -> String + Send + Sync>;
 
-/// Reports the highest fence among a store's objects, or among those under a further prefix
-/// derived from the resource (e.g. `m_4471/` for `settle:m_4471`).
+/// Reports the highest fence among a store's objects (the fences deleted records' tombstones
+/// keep included), or among those under a further prefix derived from the resource (e.g.
+/// `m_4471/` for `settle:m_4471`).
 ///
 /// **Cost**: one `ListObjectsV2` per 1,000 objects under the prefix, and one `GetObject` per
 /// object (the fence is in the body). Run it when seeding a token source after a loss of
@@ -57,7 +58,6 @@ impl S3FenceFloor {
 #[async_trait]
 impl FenceFloor for S3FenceFloor {
     async fn max_fence(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        use fencing_core::FencedStore;
         let bucket = self.store.bucket();
         let name = self.store.name().to_owned();
         let below = self
@@ -89,8 +89,7 @@ impl FenceFloor for S3FenceFloor {
                         format!("object key {text:?} is not a record key: {e}").into(),
                     )
                 })?;
-                let fence = self.store.read(&key).await?.and_then(|r| r.fence);
-                highest = highest.max(fence);
+                highest = highest.max(self.store.fence_of(&key).await?);
             }
         }
         Ok(highest)

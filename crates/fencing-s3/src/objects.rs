@@ -1,18 +1,14 @@
-//! The two calls a compare-and-swap store needs, on S3: `GetObject` (envelope and ETag) and
-//! `PutObject` with `If-Match` / `If-None-Match: *` (and `DeleteObject` with `If-Match`).
+//! The two calls a compare-and-swap store needs, on S3: `GetObject` (body and ETag) and
+//! `PutObject` with `If-Match` / `If-None-Match: *`.
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use std::sync::Arc;
 
-use fencing_core::adapter::{
-    EnvelopeCodec, ObjectCodec, PutOutcome, RequestEffect, Versioned, VersionedStore, WriteId,
-    encode_checked,
-};
-use fencing_core::{Error, Record, RecordKey, Result};
+use fencing_core::adapter::{NewObject, PutOutcome, RequestEffect, StoredObject, VersionedStore};
+use fencing_core::{Error, RecordKey, Result};
 
 use crate::bucket::S3Bucket;
 
@@ -24,7 +20,6 @@ pub(crate) struct S3Objects {
     client: Client,
     bucket: S3Bucket,
     name: String,
-    codec: Arc<dyn ObjectCodec>,
 }
 
 impl S3Objects {
@@ -41,13 +36,7 @@ impl S3Objects {
             client: Client::from_conf(without_retries),
             bucket,
             name,
-            codec: Arc::new(EnvelopeCodec),
         }
-    }
-
-    /// The same objects, their bodies in `codec`'s format.
-    pub(crate) fn with_codec(self, codec: Arc<dyn ObjectCodec>) -> Self {
-        S3Objects { codec, ..self }
     }
 
     /// The same objects under another store name.
@@ -76,23 +65,6 @@ impl S3Objects {
 
     fn definite(&self, message: String) -> Error {
         Error::failed_request(&self.name, RequestEffect::ReadOnly, false, message.into())
-    }
-
-    /// The record in the object at `object`, refused (and so never written over) when the
-    /// object is not a record the store's codec can read.
-    pub(crate) fn decode(
-        &self,
-        key: &RecordKey,
-        object: &str,
-        body: &[u8],
-    ) -> Result<(Record, WriteId)> {
-        self.codec.decode(key, body).map_err(|e| {
-            self.definite(format!(
-                "s3://{}/{object} cannot be read as a fenced record ({e}); it is left as it is \
-                 and not written over",
-                self.bucket.bucket()
-            ))
-        })
     }
 }
 
@@ -135,7 +107,7 @@ impl VersionedStore for S3Objects {
         &self.name
     }
 
-    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<String>>> {
+    async fn get(&self, key: &RecordKey) -> Result<Option<StoredObject<String>>> {
         let object = self.bucket.object_key(key)?;
         let out = match self
             .client
@@ -158,41 +130,37 @@ impl VersionedStore for S3Objects {
         let body = out.body.collect().await.map_err(|e| {
             Error::failed_request(&self.name, RequestEffect::ReadOnly, true, Box::new(e))
         })?;
-        let (record, write_id) = self.decode(key, &object, &body.into_bytes())?;
-        Ok(Some(Versioned {
-            record,
-            write_id,
+        Ok(Some(StoredObject {
+            body: body.to_vec(),
             version,
         }))
     }
 
+    /// Puts the body, its content type, and the fence and state as user metadata for people
+    /// browsing the bucket (a tombstone: its kept fence, and `deleted: true`).
     async fn put(
         &self,
         key: &RecordKey,
-        record: &Record,
-        write_id: WriteId,
+        object: NewObject<'_>,
         expected: Option<&String>,
     ) -> Result<PutOutcome<String>> {
-        let object = self.bucket.object_key(key)?;
-        let body = encode_checked(&*self.codec, record, write_id)?;
+        let object_key = self.bucket.object_key(key)?;
+        let state = object.state.map_or_else(String::new, |s| ascii_safe(s));
         let mut request = self
             .client
             .put_object()
             .bucket(self.bucket.bucket())
-            .key(&object)
-            .body(ByteStream::from(body))
-            .content_type(self.codec.content_type())
+            .key(&object_key)
+            .content_type(object.content_type)
             .metadata(
                 "fence",
-                record.fence.map_or_else(String::new, |f| f.to_string()),
+                object.fence.map_or_else(String::new, |f| f.to_string()),
             )
-            .metadata(
-                "state",
-                record
-                    .state
-                    .as_ref()
-                    .map_or_else(String::new, |s| ascii_safe(s)),
-            );
+            .metadata("state", state)
+            .body(ByteStream::from(object.body));
+        if object.tombstone {
+            request = request.metadata("deleted", "true");
+        }
         request = match expected {
             Some(etag) => request.if_match(etag),
             None => request.if_none_match("*"),
@@ -201,23 +169,6 @@ impl VersionedStore for S3Objects {
             Ok(out) => Ok(PutOutcome::Applied(
                 out.e_tag().map(str::to_owned).unwrap_or_default(),
             )),
-            Err(err) if is_conflict(&err) => Ok(PutOutcome::Conflict),
-            Err(err) => Err(self.failed(err, RequestEffect::Writes)),
-        }
-    }
-
-    async fn delete(&self, key: &RecordKey, current: &Versioned<String>) -> Result<PutOutcome<()>> {
-        let object = self.bucket.object_key(key)?;
-        let sent = self
-            .client
-            .delete_object()
-            .bucket(self.bucket.bucket())
-            .key(&object)
-            .if_match(&current.version)
-            .send()
-            .await;
-        match sent {
-            Ok(_) => Ok(PutOutcome::Applied(())),
             Err(err) if is_conflict(&err) => Ok(PutOutcome::Conflict),
             Err(err) => Err(self.failed(err, RequestEffect::Writes)),
         }

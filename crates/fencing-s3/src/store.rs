@@ -1,7 +1,5 @@
 //! An S3 bucket (under a key prefix) as a fenced store.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use fencing_core::adapter::{
@@ -20,8 +18,9 @@ use crate::objects::S3Objects;
 /// ([`fencing_core::adapter::envelope`]), or the team's own JSON object with those as fields
 /// ([`Self::with_codec`]).
 ///
-/// S3 cannot compare numbers, only ETags, so a write is [`CasStore`]'s loop: read the object
-/// (envelope and ETag) → decide → put with `If-Match: <etag>` (or `If-None-Match: *` for a new
+/// S3 cannot compare numbers, only ETags, so a write is [`CasStore`]'s loop (the same as
+/// `fencing-object-store`'s, codecs and tombstones included): read the object
+/// (body and ETag) → decide → put with `If-Match: <etag>` (or `If-None-Match: *` for a new
 /// record) → on a conflict (412, 409, or 404 on an `If-Match`) read and decide again. A holder's
 /// next write to the same record reuses the ETag its last write returned and skips the read.
 /// With the fence inside the body, no two writes leave the same ETag, so a stale holder's
@@ -44,20 +43,18 @@ impl S3Store {
     /// renamed), e.g. `receipts`. Any text without control or format characters.
     pub fn named(self, name: &str) -> Result<Self, InvalidInput> {
         check_store_name(name)?;
-        let objects = self.cas.into_inner().named(name.to_owned());
         Ok(S3Store {
-            cas: CasStore::new(objects),
+            cas: self.cas.map_inner(|objects| objects.named(name.to_owned())),
         })
     }
 
     /// The same store, each body in `codec`'s format instead of the envelope: with
     /// [`JsonCodec`](crate::JsonCodec), the team's own JSON object with the fence, state and write id as three
-    /// fields of it. Whatever the codec, a body is checked to read back as the record it holds
+    /// fields of it. Whatever the codec, a body is checked to read back as what it holds
     /// before it is written, and an object the codec cannot read is never written over.
     pub fn with_codec(self, codec: impl ObjectCodec + 'static) -> Self {
-        let objects = self.cas.into_inner().with_codec(Arc::new(codec));
         S3Store {
-            cas: CasStore::new(objects),
+            cas: self.cas.with_codec(codec),
         }
     }
 
@@ -100,16 +97,31 @@ impl S3Store {
         .await
     }
 
-    /// Deletes `key` as its holder: accepted only with `fence`'s token, the object's fence,
-    /// by a `DeleteObject` with `If-Match` on the ETag just read. Returns the record deleted.
-    /// A refusal is explained and the outcome reported as [`Fence::write`]'s; an ambiguous
-    /// outcome is returned, not sent again (the object a first attempt deleted would refuse
-    /// the second).
+    /// Deletes `key` as its holder: accepted only with `fence`'s token, the object's fence.
+    /// This puts a **tombstone** over the object with `If-Match` on the ETag just read, never
+    /// a `DeleteObject`: with the object gone, a stale holder's claim could create the record
+    /// again under its lower token. The tombstone keeps the fence (the object stays, a few
+    /// dozen bytes, `x-amz-meta-deleted: true`): readers ([`FencedStore::read`]) find no
+    /// record, a write from a token below the kept fence is refused as stale
+    /// ([`fencing_core::Error::Fenced`]), and only a token at least the fence meets the record
+    /// absent (a claim may create it again). A lifecycle rule that expires tombstones gives
+    /// that protection up for the records it removes. Returns the record deleted. A refusal
+    /// is explained and the outcome reported as [`Fence::write`]'s; an ambiguous outcome is
+    /// settled by reading the tombstone back, not sent again.
     pub async fn delete(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Record> {
         let attempt = self.cas.delete(key, fence.token());
         fence
             .run_write_once(self.cas.name(), &[key], FenceCheck::HolderOnly, attempt)
             .await
+    }
+
+    /// The fence `key`'s object holds: its record's, or the one its tombstone keeps.
+    pub(crate) async fn fence_of(&self, key: &RecordKey) -> Result<Option<FencingToken>> {
+        Ok(self
+            .cas
+            .get(key)
+            .await?
+            .and_then(|found| found.contents.fence()))
     }
 }
 

@@ -14,9 +14,9 @@ use fencing_core::{
     Error, Fence, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, InputKind,
     Lifecycle, MemoryTokenSource, Record, RecordKey, ResourceName, TokenSource,
 };
-use fencing_s3::{S3Bucket, S3FenceFloor, S3Store};
+use fencing_s3::{JsonCodec, S3Bucket, S3FenceFloor, S3Store};
 use fencing_test_support::aws::{LoseAnswers, TamperRequests};
-use fencing_testkit::conformance::make_pending;
+use fencing_testkit::conformance::{self, make_pending};
 
 fn key(text: &str) -> RecordKey {
     RecordKey::new(text).unwrap()
@@ -139,6 +139,56 @@ async fn a_stale_holders_put_and_delete_after_a_takeover_are_refused() {
     assert_eq!(store.read(&k).await.unwrap(), None);
 }
 
+/// Claims `k` with token `n`, then deletes it as that holder.
+async fn claim_then_delete(store: &S3Store, k: &RecordKey, n: u64) {
+    let (source, resource) = fencing_testkit::issued_up_to(n).await;
+    store
+        .write(k, token(n), &FencedWrite::claim())
+        .await
+        .unwrap();
+    let holder = Fence::new(&resource, token(n), &source);
+    store.delete(&holder, k).await.unwrap();
+}
+
+/// The delete a plain `DeleteObject` would get wrong: with the object gone, the stale holder's
+/// claim would create the record again under its lower token. The tombstone keeps the fence,
+/// in the envelope and in the team's JSON alike, and in the metadata for people browsing.
+#[tokio::test]
+async fn a_delete_leaves_a_tombstone_that_keeps_a_stale_holder_out() {
+    for json in [false, true] {
+        let in_codec = |store: S3Store| match json {
+            true => store.with_codec(JsonCodec::new()),
+            false => store,
+        };
+        let store = common::store().await;
+        let stale = in_codec(S3Store::new(store.client().clone(), store.bucket().clone()));
+        let store = in_codec(store);
+        let object = |k: &RecordKey| format!("{}{}", store.bucket().prefix(), k.as_str());
+        conformance::a_delete_leaves_a_tombstone_that_keeps_the_fence(
+            &store,
+            &stale,
+            S3Store::delete,
+            async |k| get_raw(&store, &object(k)).await.0,
+        )
+        .await;
+        let k = key("r_815");
+        claim_then_delete(&store, &k, 36).await;
+        let out = store
+            .client()
+            .head_object()
+            .bucket(store.bucket().bucket())
+            .key(object(&k))
+            .send()
+            .await
+            .unwrap();
+        let meta = out.metadata().unwrap();
+        assert_eq!(
+            (meta.get("fence"), meta.get("deleted")),
+            (Some(&"36".to_owned()), Some(&"true".to_owned()))
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_confirm_whose_answer_was_lost_is_recognised_by_its_write_id() {
     let faults = LoseAnswers::default();
@@ -231,11 +281,17 @@ async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_con
     assert_eq!(tamper.seen("PUT"), puts + 1, "the refused put, sent once");
     assert_eq!(store.read(&k).await.unwrap(), before);
 
-    tamper.misroute("DELETE", 1);
+    let puts = tamper.seen("PUT");
+    tamper.misroute("PUT", 1);
     let err = store.delete(&holder(1), &k).await.unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
-    assert_eq!(tamper.seen("DELETE"), 1, "the refused delete, sent once");
+    assert_eq!(
+        tamper.seen("PUT"),
+        puts + 1,
+        "the refused tombstone, sent once"
+    );
+    assert_eq!(tamper.seen("DELETE"), 0, "a delete is a put of a tombstone");
     assert_eq!(store.read(&k).await.unwrap(), before);
 }
 
@@ -250,12 +306,13 @@ async fn a_delete_that_meets_a_changed_object_is_a_conflict_settled_by_reading_a
         .write(&k, token(34), &FencedWrite::claim())
         .await
         .unwrap();
-    tamper.stale_if_match("DELETE", 1);
+    let puts = tamper.seen("PUT");
+    tamper.stale_if_match("PUT", 1);
     let deleted = store.delete(&holder(34), &k).await.unwrap();
     assert_eq!(deleted.fence, Some(token(34)));
     assert_eq!(
-        tamper.seen("DELETE"),
-        2,
+        tamper.seen("PUT"),
+        puts + 2,
         "refused once on its stale ETag, then sent again"
     );
     assert_eq!(store.read(&k).await.unwrap(), None);
@@ -304,14 +361,21 @@ async fn the_floor_is_the_highest_fence_under_the_prefix_or_one_resources() {
     let resource = ResourceName::new("settle:m_1").unwrap();
     let whole = S3FenceFloor::new(store.clone());
     assert_eq!(whole.max_fence(&resource).await.unwrap(), Some(token(9)));
-    let per_merchant =
-        S3FenceFloor::per_resource(store, |r| format!("{}/", r.trim_start_matches("settle:")));
+    let per_merchant = S3FenceFloor::per_resource(store.clone(), |r| {
+        format!("{}/", r.trim_start_matches("settle:"))
+    });
     assert_eq!(
         per_merchant.max_fence(&resource).await.unwrap(),
         Some(token(7))
     );
     let other = ResourceName::new("settle:m_3").unwrap();
     assert_eq!(per_merchant.max_fence(&other).await.unwrap(), None);
+    // A deleted record's fence still counts: its tombstone keeps it.
+    claim_then_delete(&store, &key("m_3/r_1"), 11).await;
+    assert_eq!(
+        per_merchant.max_fence(&other).await.unwrap(),
+        Some(token(11))
+    );
     let shown = format!("{per_merchant:?}");
     assert!(
         shown.starts_with("S3FenceFloor { store: ") && shown.ends_with("per_resource: true }"),

@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{PutOutcome, Versioned, VersionedStore, WriteId};
+use fencing_core::adapter::{NewObject, PutOutcome, StoredObject, VersionedStore};
 use fencing_core::{
     BoxError, FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, LeaseStatus, Record,
     RecordKey, ResourceName, Result, SideEffect, TokenSource, Ttl, Written,
@@ -354,26 +354,17 @@ impl<S: VersionedStore> VersionedStore for Parked<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<S::Version>>> {
+    async fn get(&self, key: &RecordKey) -> Result<Option<StoredObject<S::Version>>> {
         self.around("get", self.inner.get(key)).await
     }
 
     async fn put(
         &self,
         key: &RecordKey,
-        record: &Record,
-        write_id: WriteId,
+        object: NewObject<'_>,
         expected: Option<&S::Version>,
     ) -> Result<PutOutcome<S::Version>> {
-        self.around("put", self.inner.put(key, record, write_id, expected))
+        self.around("put", self.inner.put(key, object, expected))
             .await
-    }
-
-    async fn delete(
-        &self,
-        key: &RecordKey,
-        current: &Versioned<S::Version>,
-    ) -> Result<PutOutcome<()>> {
-        self.around("delete", self.inner.delete(key, current)).await
     }
 }

@@ -5,8 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::adapter::{CasStore, MemoryVersionedStore, TokioClock};
-use fencing_core::{FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource, TokenSource};
+use fencing_core::adapter::{
+    CasStore, JsonCodec, MemoryVersionedStore, TokioClock, VersionedStore,
+};
+use fencing_core::{
+    Fence, FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource, RecordKey, TokenSource,
+};
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
 
@@ -79,6 +83,28 @@ mod compare_and_swap {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         subject: CasStore::new(MemoryVersionedStore::new("objects")),
         caps: Capabilities::in_memory(),
+    }
+
+    #[tokio::test]
+    async fn a_delete_leaves_a_tombstone_that_keeps_the_fence_in_either_codec() {
+        let objects = MemoryVersionedStore::new("objects");
+        for json in [false, true] {
+            let handle = || match json {
+                true => CasStore::new(objects.clone()).with_codec(JsonCodec::new()),
+                false => CasStore::new(objects.clone()),
+            };
+            let (store, stale) = (handle(), handle());
+            fencing_testkit::conformance::a_delete_leaves_a_tombstone_that_keeps_the_fence(
+                &store,
+                &stale,
+                async |store: &CasStore<_>, fence: &Fence<'_>, key: &RecordKey| {
+                    store.delete(key, fence.token()).await
+                },
+                async |key| objects.get(key).await.unwrap().unwrap().body,
+            )
+            .await;
+            objects.remove(&RecordKey::new("r_815").unwrap());
+        }
     }
 }
 

@@ -1,10 +1,10 @@
 //! What an adapter author uses and a job does not: the pieces for writing a fenced store,
 //! lease or token source for another backend (docs/adapters.md).
 //!
-//! * compare-and-swap over versions ([`CasStore`] over a
-//!   [`VersionedStore`]), the check that a store refuses the puts it must
-//!   ([`check_conditional_writes`]), the object [`envelope`] and the codecs that keep a record
-//!   in an object's body ([`ObjectCodec`]: [`EnvelopeCodec`], [`JsonCodec`]);
+//! * compare-and-swap over versions ([`CasStore`] over a [`VersionedStore`] of bodies), the
+//!   check that a store refuses the puts it must ([`check_conditional_writes`]), the object
+//!   [`envelope`] and the codecs that keep a record or its tombstone ([`Contents`]) in an
+//!   object's body ([`ObjectCodec`]: [`EnvelopeCodec`], [`JsonCodec`]);
 //! * epoch-prefixed tokens ([`epoch`]);
 //! * the input checks every name obeys inside a store
 //!   ([`is_refused_char`],
@@ -44,8 +44,8 @@ pub mod envelope {
     //! | 31 + `n` | 8 | payload length `m`, equal to the bytes that follow |
     //! | 39 + `n` | `m` | payload |
     //!
-    //! A tombstone ([`encode_tombstone`], [`Contents::Tombstone`]) is what a fenced delete
-    //! leaves where a store cannot delete conditionally: the record is gone, its fence stays.
+    //! A tombstone ([`encode_tombstone`], [`Contents::Tombstone`](crate::adapter::Contents))
+    //! is what a fenced delete leaves: the record is gone, its fence stays.
     //!
     //! [`decode_contents`] (and [`decode`], which reads records only) is total: it never panics
     //! and never allocates more than the input it was given.
@@ -73,7 +73,10 @@ pub mod epoch {
 
 pub use crate::cas::check::{ConditionalPutDefect, check_conditional_writes};
 pub use crate::cas::codec::{CodecError, EnvelopeCodec, JsonCodec, ObjectCodec, encode_checked};
-pub use crate::cas::engine::{CasStore, PutOutcome, Versioned, VersionedStore, WriteId};
+pub use crate::cas::engine::{
+    CasStore, NewObject, PutOutcome, StoredObject, Versioned, VersionedStore,
+};
+pub use crate::cas::object::{Contents, WriteId};
 pub use crate::contract::extras::Extras;
 pub use crate::contract::guard::LeaseGuardExt;
 pub use crate::contract::store::{RecordOutcomes, check_distinct};

@@ -1,5 +1,5 @@
-//! How a fenced record is kept in an object's body: the envelope, the fields of the team's
-//! own JSON object, or a format of the caller's own.
+//! How a fenced record (or the tombstone a delete leaves) is kept in an object's body: the
+//! envelope, the fields of the team's own JSON object, or a format of the caller's own.
 //!
 //! Whatever the format, every write's body must differ from every other write's, even when a
 //! newer holder writes a byte-identical payload: an object store compares ETags, which cover
@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use crate::cas::engine::WriteId;
 use crate::cas::envelope;
+use crate::cas::object::{Contents, WriteId};
 use crate::contract::store::Record;
 use crate::value::input::{InputKind, InvalidInput};
 use crate::value::name::{RecordKey, State};
@@ -20,58 +20,65 @@ use crate::value::token::FencingToken;
 #[error("{0}")]
 pub struct CodecError(pub String);
 
-/// How a record becomes an object's body and back.
+/// How what an object holds (a record or a tombstone) becomes its body and back.
 ///
 /// # Contract
 ///
-/// * `decode(key, encode(record, id))` is `(record, id)` for every record `encode` accepts (a
-///   store checks it before every write: [`encode_checked`]);
+/// * `decode(key, encode(contents, id))` is `(contents, id)` for every record `encode` accepts
+///   and for every tombstone (a store checks it before every write: [`encode_checked`]);
 /// * two writes with different write ids never share a body;
 /// * `decode` refuses, never guesses at, a body it did not write; it never panics.
 pub trait ObjectCodec: Send + Sync + fmt::Debug {
     /// The `Content-Type` of the bodies it writes.
     fn content_type(&self) -> &str;
 
-    /// The body of `record`, written by `write_id`; a record the format cannot hold (a
+    /// The body of `contents`, written by `write_id`; a record the format cannot hold (a
     /// payload that is not a JSON object, for JSON) is refused as [`InputKind::Write`].
-    fn encode(&self, record: &Record, write_id: WriteId) -> Result<Vec<u8>, InvalidInput>;
+    fn encode(&self, contents: &Contents, write_id: WriteId) -> Result<Vec<u8>, InvalidInput>;
 
-    /// The record `key`'s object holds in `body`, and the id of the write that stored it.
-    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Record, WriteId), CodecError>;
+    /// What `key`'s object holds in `body`, and the id of the write that stored it.
+    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Contents, WriteId), CodecError>;
 }
 
-/// `codec`'s body for `record`, checked to read back as exactly `record` and `write_id`: a
-/// codec that breaks its contract is refused before anything is written.
+/// `codec`'s body for `contents` of record `key`, checked to read back as exactly `contents`
+/// and `write_id`: a codec that breaks its contract is refused before anything is written.
 pub fn encode_checked(
     codec: &dyn ObjectCodec,
-    record: &Record,
+    key: &RecordKey,
+    contents: &Contents,
     write_id: WriteId,
 ) -> Result<Vec<u8>, InvalidInput> {
-    let body = codec.encode(record, write_id)?;
-    match codec.decode(&record.key, &body) {
-        Ok((back, id)) if back == *record && id == write_id => Ok(body),
+    let body = codec.encode(contents, write_id)?;
+    match codec.decode(key, &body) {
+        Ok((back, id)) if back == *contents && id == write_id => Ok(body),
         Ok((back, id)) => Err(InvalidInput::new(
             InputKind::Write,
             format!(
-                "{codec:?} reads back another record than it wrote for {:?} (fence {:?}, \
-                 state {:?}, {} payload bytes, {id:?} instead of fence {:?}, state {:?}, {} \
-                 bytes, {write_id:?}); nothing was written",
-                record.key,
-                back.fence,
-                back.state,
-                back.payload.len(),
-                record.fence,
-                record.state,
-                record.payload.len(),
+                "{codec:?} reads back other contents than it wrote for {key:?} ({}, {id:?} \
+                 instead of {}, {write_id:?}); nothing was written",
+                described(&back),
+                described(contents),
             ),
         )),
         Err(e) => Err(InvalidInput::new(
             InputKind::Write,
             format!(
-                "{codec:?} cannot read back its own body for {:?} ({e}); nothing was written",
-                record.key
+                "{codec:?} cannot read back its own body for {key:?} ({e}); nothing was written"
             ),
         )),
+    }
+}
+
+/// `contents` in a refusal, without the payload's bytes.
+fn described(contents: &Contents) -> String {
+    match contents {
+        Contents::Record(record) => format!(
+            "fence {:?}, state {:?}, {} payload bytes",
+            record.fence,
+            record.state,
+            record.payload.len()
+        ),
+        Contents::Tombstone(kept) => format!("a tombstone keeping fence {kept:?}"),
     }
 }
 
@@ -85,12 +92,15 @@ impl ObjectCodec for EnvelopeCodec {
         "application/vnd.fencing.envelope"
     }
 
-    fn encode(&self, record: &Record, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
-        Ok(envelope::encode(record, write_id))
+    fn encode(&self, contents: &Contents, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
+        Ok(match contents {
+            Contents::Record(record) => envelope::encode(record, write_id),
+            Contents::Tombstone(kept) => envelope::encode_tombstone(*kept, write_id),
+        })
     }
 
-    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Record, WriteId), CodecError> {
-        envelope::decode(key, body).map_err(|e| CodecError(e.to_string()))
+    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Contents, WriteId), CodecError> {
+        envelope::decode_contents(key, body).map_err(|e| CodecError(e.to_string()))
     }
 }
 
@@ -99,7 +109,11 @@ impl ObjectCodec for EnvelopeCodec {
 /// payload's own members, byte for byte…}`. A plain JSON reader needs nothing from this
 /// library to read one.
 ///
-/// The payload must be a JSON object without members of those three names, or empty (a
+/// A deleted record leaves a tombstone of the same three fields and a fourth, last:
+/// `{"_fence":34,"_state":null,"_write":"<32 hex>","_deleted":true}` (the fence kept, so that
+/// a stale holder cannot write the record back).
+///
+/// The payload must be a JSON object without members of those four names, or empty (a
 /// record without payload is an object of the three fields alone); anything else is refused
 /// as [`InputKind::Write`] with nothing written. The payload's own text follows the three
 /// fields unchanged, so it reads back byte for byte. The write id changes with every write,
@@ -113,6 +127,7 @@ pub struct JsonCodec {
     fence: String,
     state: String,
     write_id: String,
+    deleted: String,
 }
 
 impl Default for JsonCodec {
@@ -121,35 +136,42 @@ impl Default for JsonCodec {
             fence: "_fence".into(),
             state: "_state".into(),
             write_id: "_write".into(),
+            deleted: "_deleted".into(),
         }
     }
 }
 
 impl JsonCodec {
-    /// Fields `_fence`, `_state` and `_write`.
+    /// Fields `_fence`, `_state` and `_write`, and `_deleted` in a tombstone.
     pub fn new() -> Self {
         JsonCodec::default()
     }
 
-    /// Other names for the three fields: 1 to 64 characters of `A-Z a-z 0-9 _ . -` each
-    /// (no escaping needed), all different.
-    pub fn with_fields(fence: &str, state: &str, write_id: &str) -> Result<Self, InvalidInput> {
+    /// Other names for the four fields: 1 to 64 characters of `A-Z a-z 0-9 _ . -` each (no
+    /// escaping needed), all different.
+    pub fn with_fields(
+        fence: &str,
+        state: &str,
+        write_id: &str,
+        deleted: &str,
+    ) -> Result<Self, InvalidInput> {
+        let names = [fence, state, write_id, deleted];
         let plain = |name: &str| {
             (1..=64).contains(&name.len())
                 && name
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
         };
-        if ![fence, state, write_id].into_iter().all(plain)
-            || fence == state
-            || state == write_id
-            || fence == write_id
-        {
+        let distinct = names
+            .iter()
+            .enumerate()
+            .all(|(i, name)| !names[..i].contains(name));
+        if !names.into_iter().all(plain) || !distinct {
             return Err(InvalidInput::new(
                 InputKind::Identifier,
                 format!(
-                    "JSON fields {fence:?}, {state:?}, {write_id:?}: three different names of \
-                     1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-'"
+                    "JSON fields {fence:?}, {state:?}, {write_id:?}, {deleted:?}: four different \
+                     names of 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-'"
                 ),
             ));
         }
@@ -157,11 +179,17 @@ impl JsonCodec {
             fence: fence.into(),
             state: state.into(),
             write_id: write_id.into(),
+            deleted: deleted.into(),
         })
     }
 
-    fn names(&self) -> [&str; 3] {
-        [&self.fence, &self.state, &self.write_id]
+    fn names(&self) -> [&str; 4] {
+        [&self.fence, &self.state, &self.write_id, &self.deleted]
+    }
+
+    /// What follows the write id in a tombstone, and nothing else.
+    fn tombstone_end(&self) -> String {
+        format!(",\"{}\":true}}", self.deleted)
     }
 
     /// The payload's members as a JSON object, refused if it is not one or uses a field name
@@ -219,7 +247,22 @@ impl ObjectCodec for JsonCodec {
         "application/json"
     }
 
-    fn encode(&self, record: &Record, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
+    fn encode(&self, contents: &Contents, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
+        let record = match contents {
+            Contents::Record(record) => record,
+            Contents::Tombstone(kept) => {
+                let fence = kept.map_or("null".into(), |f| f.to_string());
+                return Ok(format!(
+                    "{{\"{}\":{fence},\"{}\":null,\"{}\":\"{:032x}\"{}",
+                    self.fence,
+                    self.state,
+                    self.write_id,
+                    write_id.0,
+                    self.tombstone_end()
+                )
+                .into_bytes());
+            }
+        };
         let refused = |why: String| {
             InvalidInput::new(
                 InputKind::Write,
@@ -260,7 +303,7 @@ impl ObjectCodec for JsonCodec {
         .into_bytes())
     }
 
-    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Record, WriteId), CodecError> {
+    fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Contents, WriteId), CodecError> {
         let refused = |why: &str| CodecError(format!("not a fenced JSON record: {why}"));
         let text = std::str::from_utf8(body).map_err(|_| refused("not UTF-8"))?;
         let rest = text
@@ -301,6 +344,12 @@ impl ObjectCodec for JsonCodec {
         let rest = rest[32..]
             .strip_prefix('"')
             .ok_or_else(|| refused("the write id is not 32 lowercase hex digits"))?;
+        if rest == self.tombstone_end() {
+            if state.is_some() {
+                return Err(refused("a tombstone with a state"));
+            }
+            return Ok((Contents::Tombstone(fence), write_id));
+        }
         let payload = if rest == "}" {
             Vec::new()
         } else if let Some(members) = rest.strip_prefix(',') {
@@ -323,7 +372,7 @@ impl ObjectCodec for JsonCodec {
             state,
             payload,
         };
-        Ok((record, write_id))
+        Ok((Contents::Record(record), write_id))
     }
 }
 
@@ -341,29 +390,35 @@ mod tests {
     }
 
     #[test]
-    fn the_three_json_fields_must_all_differ() {
-        assert!(JsonCodec::with_fields("fence", "status", "write").is_ok());
-        for (fence, state, write_id) in [
-            ("fence", "fence", "write"),
-            ("fence", "status", "status"),
-            ("fence", "status", "fence"),
+    fn the_four_json_fields_must_all_differ() {
+        assert!(JsonCodec::with_fields("fence", "status", "write", "gone").is_ok());
+        for names in [
+            ["fence", "fence", "write", "gone"],
+            ["fence", "status", "status", "gone"],
+            ["fence", "status", "write", "fence"],
+            ["fence", "status", "write", "write"],
         ] {
-            let err = JsonCodec::with_fields(fence, state, write_id).unwrap_err();
-            assert_eq!(
-                err.kind(),
-                InputKind::Identifier,
-                "{fence} {state} {write_id}"
-            );
+            let [fence, state, write_id, deleted] = names;
+            let err = JsonCodec::with_fields(fence, state, write_id, deleted).unwrap_err();
+            assert_eq!(err.kind(), InputKind::Identifier, "{names:?}");
         }
     }
 
-    fn record(fence: Option<u64>, state: Option<&str>, payload: &[u8]) -> Record {
-        Record {
-            key: RecordKey::new("r_0815").unwrap(),
+    fn record(fence: Option<u64>, state: Option<&str>, payload: &[u8]) -> Contents {
+        Contents::Record(Record {
+            key: key(),
             fence: fence.map(|n| FencingToken::new(n).unwrap()),
             state: state.map(|s| State::new(s).unwrap()),
             payload: payload.to_vec(),
-        }
+        })
+    }
+
+    fn key() -> RecordKey {
+        RecordKey::new("r_0815").unwrap()
+    }
+
+    fn token(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap()
     }
 
     #[test]
@@ -383,14 +438,14 @@ mod tests {
         assert_eq!(plain["cents"], 1250);
         assert_eq!(plain["_fence"], 34);
         assert_eq!(
-            codec.decode(&receipt.key, &body).unwrap(),
+            codec.decode(&key(), &body).unwrap(),
             (receipt, WriteId(0xab))
         );
     }
 
     #[test]
     fn every_shape_of_record_round_trips() {
-        let codec = JsonCodec::with_fields("fence", "status", "write.id").unwrap();
+        let codec = JsonCodec::with_fields("fence", "status", "write.id", "gone").unwrap();
         for sample in [
             record(None, None, b""),
             record(Some(1), None, b"{\"a\":1} "),
@@ -401,9 +456,9 @@ mod tests {
                 b"{\n  \"a\": [1, {\"b\": null}]\n}",
             ),
         ] {
-            let body = encode_checked(&codec, &sample, WriteId(u128::MAX)).unwrap();
+            let body = encode_checked(&codec, &key(), &sample, WriteId(u128::MAX)).unwrap();
             serde_json::from_slice::<serde_json::Value>(&body).unwrap();
-            assert_eq!(codec.decode(&sample.key, &body).unwrap().0, sample);
+            assert_eq!(codec.decode(&key(), &body).unwrap().0, sample);
         }
     }
 
@@ -411,10 +466,7 @@ mod tests {
     fn a_newer_holders_identical_payload_still_changes_the_body() {
         let codec = JsonCodec::new();
         let older = record(Some(33), Some("sent"), br#"{"cents":1250}"#);
-        let newer = Record {
-            fence: Some(FencingToken::new(34).unwrap()),
-            ..older.clone()
-        };
+        let newer = record(Some(34), Some("sent"), br#"{"cents":1250}"#);
         let id = WriteId(1);
         assert_ne!(
             codec.encode(&older, id).unwrap(),
@@ -436,6 +488,7 @@ mod tests {
             b"{\"a\":1",
             b"\xff",
             br#"{"_fence": 1}"#,
+            br#"{"_deleted": true}"#,
             b" {\"a\":1}",
             b"{}",
         ] {
@@ -444,14 +497,14 @@ mod tests {
                 .unwrap_err();
             assert_eq!(err.kind(), InputKind::Write, "{payload:?}");
         }
-        assert!(JsonCodec::with_fields("a", "a", "b").is_err());
-        assert!(JsonCodec::with_fields("a\"", "b", "c").is_err());
+        assert!(JsonCodec::with_fields("a", "a", "b", "c").is_err());
+        assert!(JsonCodec::with_fields("a\"", "b", "c", "d").is_err());
     }
 
     #[test]
     fn bodies_it_did_not_write_are_refused() {
         let codec = JsonCodec::new();
-        let key = RecordKey::new("r_0815").unwrap();
+        let key = key();
         let id = r#""_write":"000000000000000000000000000000ab""#;
         for body in [
             r#"{"cents":1250}"#.to_owned(),
@@ -465,6 +518,9 @@ mod tests {
             format!(r#"{{"_fence":1,"_state":null,{id},"a":}}"#),
             format!(r#"{{"_fence":1,"_state":null,{id}"#),
             r#"{"_fence":1,"_state":null,"_write":"AB"}"#.to_owned(),
+            format!(r#"{{"_fence":1,"_state":"sent",{id},"_deleted":true}}"#),
+            format!(r#"{{"_fence":1,"_state":null,{id},"_deleted":false}}"#),
+            format!(r#"{{"_fence":1,"_state":null,{id},"_deleted":true,"a":1}}"#),
         ] {
             assert!(codec.decode(&key, body.as_bytes()).is_err(), "{body}");
         }
@@ -482,7 +538,7 @@ mod tests {
     #[test]
     fn a_refusal_says_where_the_body_went_wrong() {
         let codec = JsonCodec::new();
-        let key = RecordKey::new("r_0815").unwrap();
+        let key = key();
         let id = r#""_write":"000000000000000000000000000000ab""#;
         for (body, why) in [
             (
@@ -508,21 +564,55 @@ mod tests {
             "application/octet-stream"
         }
 
-        fn encode(&self, record: &Record, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
-            EnvelopeCodec.encode(record, write_id)
+        fn encode(&self, contents: &Contents, write_id: WriteId) -> Result<Vec<u8>, InvalidInput> {
+            EnvelopeCodec.encode(contents, write_id)
         }
 
-        fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Record, WriteId), CodecError> {
-            let (mut record, id) = EnvelopeCodec.decode(key, body)?;
-            record.fence = None;
-            Ok((record, id))
+        fn decode(&self, key: &RecordKey, body: &[u8]) -> Result<(Contents, WriteId), CodecError> {
+            let (contents, id) = EnvelopeCodec.decode(key, body)?;
+            let forgotten = match contents {
+                Contents::Record(record) => Contents::Record(Record {
+                    fence: None,
+                    ..record
+                }),
+                Contents::Tombstone(_) => Contents::Tombstone(None),
+            };
+            Ok((forgotten, id))
         }
     }
 
     #[test]
     fn a_codec_that_reads_back_another_fence_is_refused_before_writing() {
-        let err = encode_checked(&Forgetful, &record(Some(34), None, b""), WriteId(1)).unwrap_err();
-        assert_eq!(err.kind(), InputKind::Write);
-        assert!(encode_checked(&EnvelopeCodec, &record(Some(34), None, b"x"), WriteId(1)).is_ok());
+        for contents in [
+            record(Some(34), None, b""),
+            Contents::Tombstone(Some(token(34))),
+        ] {
+            let err = encode_checked(&Forgetful, &key(), &contents, WriteId(1)).unwrap_err();
+            assert_eq!(err.kind(), InputKind::Write);
+            assert!(err.to_string().contains("nothing was written"), "{err}");
+            assert!(encode_checked(&EnvelopeCodec, &key(), &contents, WriteId(1)).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_tombstone_keeps_its_fence_in_either_codec_and_is_no_record() {
+        let json = JsonCodec::new();
+        for kept in [Some(token(34)), None] {
+            let tombstone = Contents::Tombstone(kept);
+            for codec in [&json as &dyn ObjectCodec, &EnvelopeCodec] {
+                let body = encode_checked(codec, &key(), &tombstone, WriteId(7)).unwrap();
+                assert_eq!(
+                    codec.decode(&key(), &body).unwrap(),
+                    (tombstone.clone(), WriteId(7))
+                );
+            }
+        }
+        let body = json
+            .encode(&Contents::Tombstone(Some(token(34))), WriteId(0xab))
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            r#"{"_fence":34,"_state":null,"_write":"000000000000000000000000000000ab","_deleted":true}"#
+        );
     }
 }

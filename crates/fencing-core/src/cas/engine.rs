@@ -3,48 +3,58 @@
 //!
 //! Such a store cannot check `fence <= token` itself. [`CasStore`] checks it in the client,
 //! against what it has just read, and lets the store's compare-and-swap make the check stick:
-//! read the record and its version → [`FencedWrite::decide`] → [`FencedWrite::apply`] → put if
-//! the version is still the one read → on a conflict read and decide again, a bounded number
-//! of rounds. An adapter only translates its read and its conditional put
-//! ([`VersionedStore`]).
+//! read the object and its version → decode it ([`ObjectCodec`]) → [`FencedWrite::decide`] →
+//! [`FencedWrite::apply`] → put the new body if the version is still the one read → on a
+//! conflict read and decide again, a bounded number of rounds. A delete is one more such
+//! put: of a tombstone that keeps the fence. An adapter only translates its read and its
+//! conditional put of a body ([`VersionedStore`]).
 
 use std::collections::HashMap;
 use std::fmt::{self, Debug};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use crate::cas::codec::{EnvelopeCodec, ObjectCodec, encode_checked};
+use crate::cas::object::{Contents, WriteId};
 use crate::contract::store::{FencedStore, FencedWrite, Record, Written};
-use crate::value::error::{Error, RequestEffect, Result};
-use crate::value::name::RecordKey;
-use crate::value::random::random_u128;
+use crate::value::error::{Error, FoundFence, RequestEffect, Result};
+use crate::value::name::{RecordKey, State};
 use crate::value::token::FencingToken;
 
-/// Identifies one write, so that a writer that lost the answer to its put recognises its own
-/// write when it reads the record back (a byte-identical write of its own from before would
-/// not be told apart by the record alone).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WriteId(pub u128);
-
-impl WriteId {
-    /// A fresh random id.
-    pub fn random() -> Self {
-        WriteId(random_u128())
-    }
+/// An object as a versioned store holds it: its body and the store's version of it (an
+/// ETag, a generation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredObject<V> {
+    /// The body.
+    pub body: Vec<u8>,
+    /// The store's version of it.
+    pub version: V,
 }
 
-impl Debug for WriteId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "WriteId({:032x})", self.0)
-    }
+/// A body to put, with what the object holds, for a store that labels its objects (S3's
+/// user metadata, say) so that people browsing them see the fence without decoding bodies.
+/// Labels are never read back: the body is the truth.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewObject<'a> {
+    /// The body, in the store's codec.
+    pub body: Vec<u8>,
+    /// The codec's `Content-Type`.
+    pub content_type: &'a str,
+    /// The fence the object holds (a tombstone's: the fence it keeps).
+    pub fence: Option<FencingToken>,
+    /// The record's state; `None` for a tombstone.
+    pub state: Option<&'a State>,
+    /// Whether this is a tombstone.
+    pub tombstone: bool,
 }
 
-/// A record as a versioned store holds it: the record, the id of the write that left it, and
-/// the store's version of it (an ETag, a generation).
+/// What an object holds as [`CasStore`] read it: its contents, the id of the write that left
+/// them, and the store's version of the object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Versioned<V> {
-    /// The record.
-    pub record: Record,
+    /// A record or a tombstone.
+    pub contents: Contents,
     /// The write that stored it.
     pub write_id: WriteId,
     /// The store's version of it.
@@ -54,52 +64,43 @@ pub struct Versioned<V> {
 /// What a conditional put answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PutOutcome<V> {
-    /// The record was stored; this is its new version.
+    /// The object was stored; this is its new version.
     Applied(V),
-    /// The version was no longer the one expected (or the record appeared, or vanished):
+    /// The version was no longer the one expected (or the object appeared, or vanished):
     /// nothing was stored. Read again.
     Conflict,
 }
 
-/// A store that can replace a record only if its version is unchanged, or create it only if
-/// absent: the two calls [`CasStore`] needs.
+/// A store that can replace an object only if its version is unchanged, or create it only
+/// if absent: the two calls [`CasStore`] needs. It deals in bodies; what a body means (a
+/// record, a tombstone, which write left it) is [`CasStore`]'s business, through its codec.
 ///
 /// # Contract
 ///
-/// * `get` returns the record, the write id stored with it, and its current version.
-/// * `put(key, record, write_id, Some(version))` stores the record only if the stored version
-///   is `version`; `put(.., None)` only if there is no record. Otherwise it stores nothing and
-///   answers [`PutOutcome::Conflict`]. `delete(key, current)` likewise, on `current.version`;
-///   once deleted, `get` returns `None`.
+/// * `get` returns the object's body and its current version, or `None` if there is none.
+/// * `put(key, object, Some(version))` stores the object only if the stored version is
+///   `version`; `put(.., None)` only if there is no object. Otherwise it stores nothing and
+///   answers [`PutOutcome::Conflict`].
 /// * A failure whose answer may have been lost after the store applied the put is
 ///   [`Error::Ambiguous`]; every other failure stored nothing.
 #[async_trait]
 pub trait VersionedStore: Send + Sync + Debug {
-    /// The store's version of a record.
+    /// The store's version of an object.
     type Version: Clone + Send + Sync + Debug;
 
     /// The store's name in errors and batches.
     fn name(&self) -> &str;
 
-    /// Reads a record with its version.
-    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<Self::Version>>>;
+    /// Reads an object with its version.
+    async fn get(&self, key: &RecordKey) -> Result<Option<StoredObject<Self::Version>>>;
 
-    /// Stores `record` under `key` if its version is still `expected` (`None`: if absent).
+    /// Stores `object` under `key` if its version is still `expected` (`None`: if absent).
     async fn put(
         &self,
         key: &RecordKey,
-        record: &Record,
-        write_id: WriteId,
+        object: NewObject<'_>,
         expected: Option<&Self::Version>,
     ) -> Result<PutOutcome<Self::Version>>;
-
-    /// Deletes `key` if its version is still the version of `current`, the record as read
-    /// (whose fence a store that keeps tombstones keeps).
-    async fn delete(
-        &self,
-        key: &RecordKey,
-        current: &Versioned<Self::Version>,
-    ) -> Result<PutOutcome<()>>;
 }
 
 /// How many conflicting rounds a write goes before it gives up with [`Error::Backend`].
@@ -112,16 +113,24 @@ const REMEMBERED: usize = 1024;
 /// a fresh read, and the store's compare-and-swap makes sure nothing changed in between.
 ///
 /// * A refusal ([`Error::Fenced`], [`Error::StateMismatch`], [`Error::NotFound`]) is only ever
-///   reported from a record read from the store, never from a remembered one.
-/// * A put whose answer was lost is settled by reading back: the record carries the write's
+///   reported from an object read from the store, never from a remembered one.
+/// * A put whose answer was lost is settled by reading back: the body carries the write's
 ///   [`WriteId`], so the write is reported applied exactly when it was. So is a conflict, which
 ///   a client's resent put meets when its first attempt applied.
-/// * After a write, the record and its new version are remembered, so the same holder's next
+/// * After a write, the object and its new version are remembered, so the same holder's next
 ///   write to that record skips the read; a stale memory only costs a conflict and a read.
+/// * A delete ([`CasStore::delete`]) leaves a **tombstone** that keeps the record's fence:
+///   readers find no record, a write from a token below the kept fence is refused as
+///   [`Error::Fenced`], and any other write sees the record absent (a claim may create it
+///   again, a write that needs the record is [`Error::NotFound`]). No store here deletes an
+///   object outright: a stale holder could then create the record again under its old token.
+/// * Bodies are in the codec's format ([`EnvelopeCodec`] unless [`CasStore::with_codec`]);
+///   an object the codec cannot read is refused and never written over.
 /// * After [`CasStore::with_rounds`] conflicting rounds (8 by default) it gives up with
 ///   [`Error::Backend`], never a guess.
 pub struct CasStore<S: VersionedStore> {
     inner: S,
+    codec: Arc<dyn ObjectCodec>,
     rounds: usize,
     remembered: Mutex<HashMap<RecordKey, Versioned<S::Version>>>,
 }
@@ -130,16 +139,18 @@ impl<S: VersionedStore> Debug for CasStore<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CasStore")
             .field("inner", &self.inner)
+            .field("codec", &self.codec)
             .field("rounds", &self.rounds)
             .finish_non_exhaustive()
     }
 }
 
 impl<S: VersionedStore> CasStore<S> {
-    /// Fenced writes over `inner`.
+    /// Fenced writes over `inner`, bodies in the envelope.
     pub fn new(inner: S) -> Self {
         CasStore {
             inner,
+            codec: Arc::new(EnvelopeCodec),
             rounds: DEFAULT_ROUNDS,
             remembered: Mutex::default(),
         }
@@ -153,19 +164,63 @@ impl<S: VersionedStore> CasStore<S> {
         }
     }
 
+    /// The same, bodies in `codec`'s format (whatever is remembered is forgotten).
+    pub fn with_codec(self, codec: impl ObjectCodec + 'static) -> Self {
+        CasStore {
+            codec: Arc::new(codec),
+            remembered: Mutex::default(),
+            ..self
+        }
+    }
+
+    /// The same settings over the versioned store `change` makes of this one (whatever is
+    /// remembered is forgotten).
+    pub fn map_inner(self, change: impl FnOnce(S) -> S) -> Self {
+        CasStore {
+            inner: change(self.inner),
+            codec: self.codec,
+            rounds: self.rounds,
+            remembered: Mutex::default(),
+        }
+    }
+
     /// The versioned store.
     pub fn inner(&self) -> &S {
         &self.inner
     }
 
-    /// The underlying store, forgetting the versions remembered.
-    pub fn into_inner(self) -> S {
-        self.inner
+    /// The codec bodies are in.
+    pub fn codec(&self) -> &dyn ObjectCodec {
+        &*self.codec
     }
 
-    /// Reads `key` with its version, from the store (and remembers it).
+    /// Reads `key` from the store, a tombstone included, with its version (and remembers it).
+    /// An object the codec cannot read is an [`Error::Backend`] that says it is not written
+    /// over.
     pub async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<S::Version>>> {
-        let current = self.inner.get(key).await?;
+        let current = match self.inner.get(key).await? {
+            None => None,
+            Some(object) => {
+                let (contents, write_id) = self.codec.decode(key, &object.body).map_err(|e| {
+                    Error::failed_request(
+                        self.inner.name(),
+                        RequestEffect::ReadOnly,
+                        false,
+                        format!(
+                            "{key:?} in {} cannot be read as a fenced record ({e}); it is left \
+                             as it is and not written over",
+                            self.inner.name()
+                        )
+                        .into(),
+                    )
+                })?;
+                Some(Versioned {
+                    contents,
+                    write_id,
+                    version: object.version,
+                })
+            }
+        };
         self.remember(key, current.clone());
         Ok(current)
     }
@@ -181,36 +236,108 @@ impl<S: VersionedStore> CasStore<S> {
     }
 
     /// Deletes `key` as its holder: only with the token of its fence (a holder-only write),
-    /// on the record as the store holds it, under the same compare-and-swap rounds as a
-    /// write. Returns the record deleted; a missing record is [`Error::NotFound`].
+    /// by putting a tombstone that keeps the fence over the version read, under the same
+    /// compare-and-swap rounds as a write. Returns the record deleted; a missing (or already
+    /// deleted) record is [`Error::NotFound`], or [`Error::Fenced`] for a token below the
+    /// fence a tombstone keeps.
     pub async fn delete(&self, key: &RecordKey, token: FencingToken) -> Result<Record> {
-        let name = self.inner.name();
         let holder_only = FencedWrite::holder_only();
-        let mut current = self.get(key).await?;
+        self.change(key, |found| {
+            let record = self.decide(&holder_only, key, token, found)?;
+            // Holder-only: a write it admits needs the record, so one is there.
+            let record = record.cloned().ok_or_else(|| self.not_found(key))?;
+            Ok((Contents::Tombstone(record.fence), record))
+        })
+        .await
+    }
+
+    /// The compare-and-swap loop every change goes through: `step` decides on what the
+    /// object holds (`None`: nothing) and gives what it is to hold, and what to answer once
+    /// that is stored.
+    async fn change<T>(
+        &self,
+        key: &RecordKey,
+        step: impl Fn(Option<&Contents>) -> Result<(Contents, T)>,
+    ) -> Result<T> {
+        let write_id = WriteId::random();
+        // What was seen of the object, and whether it was read for this change.
+        let (mut current, mut fresh) = match self.remembered(key) {
+            Some(seen) => (Some(seen), false),
+            None => (self.get(key).await?, true),
+        };
         for _ in 0..self.rounds {
-            let Some(found) = current else {
-                return Err(Error::NotFound {
-                    store: name.to_owned(),
-                    record: key.clone(),
-                });
-            };
-            holder_only.decide(name, key, token, Some(&found.record))?;
-            match self.inner.delete(key, &found).await {
-                Ok(PutOutcome::Applied(())) => {
-                    self.forget(key);
-                    return Ok(found.record);
+            let (contents, answer) = match step(current.as_ref().map(|c| &c.contents)) {
+                Ok(next) => next,
+                Err(refusal) if fresh => return Err(refusal),
+                Err(_) => {
+                    // Decided on memory: refuse only on what the store holds now.
+                    (current, fresh) = (self.get(key).await?, true);
+                    continue;
                 }
-                Ok(PutOutcome::Conflict) => current = self.get(key).await?,
-                // Gone after a lost answer: only a holder of this fence deletes through here.
-                Err(err) if err.is_ambiguous() => match self.get(key).await? {
-                    None => return Ok(found.record),
-                    now => current = now,
-                },
-                Err(err) => return Err(err),
+            };
+            let body = encode_checked(&*self.codec, key, &contents, write_id)?;
+            let object = NewObject {
+                body,
+                content_type: self.codec.content_type(),
+                fence: contents.fence(),
+                state: contents.record().and_then(|r| r.state.as_ref()),
+                tombstone: contents.record().is_none(),
+            };
+            let expected = current.as_ref().map(|c| &c.version);
+            match self.inner.put(key, object, expected).await {
+                Ok(PutOutcome::Applied(version)) => {
+                    let stored = Versioned {
+                        contents,
+                        write_id,
+                        version,
+                    };
+                    self.remember(key, Some(stored));
+                    return Ok(answer);
+                }
+                Ok(PutOutcome::Conflict) => {}
+                Err(err) if err.is_ambiguous() => {}
+                Err(err) => {
+                    self.forget(key);
+                    return Err(err);
+                }
             }
+            // A conflict, or a lost answer: the write id in the object read back tells whether
+            // this change applied. A conflict can be this change's own, too: a client that
+            // resent a put whose answer it lost (as `object_store`'s retries do) has its
+            // condition refused by its own first attempt.
+            let now = self.get(key).await?;
+            if now.as_ref().is_some_and(|n| n.write_id == write_id) {
+                return Ok(answer);
+            }
+            (current, fresh) = (now, true);
         }
         self.forget(key);
         Err(self.gave_up(key))
+    }
+
+    /// Decides `write` on what the object holds, and returns the record it holds, if any. A
+    /// tombstone is an absent record whose kept fence still refuses every lower token.
+    fn decide<'c>(
+        &self,
+        write: &FencedWrite,
+        key: &RecordKey,
+        token: FencingToken,
+        found: Option<&'c Contents>,
+    ) -> Result<Option<&'c Record>> {
+        let name = self.inner.name();
+        match found {
+            Some(Contents::Tombstone(Some(kept))) if token < *kept => Err(Error::Fenced {
+                store: name.to_owned(),
+                record: key.clone(),
+                presented: token,
+                found: FoundFence::Fence(*kept),
+            }),
+            found => {
+                let record = found.and_then(Contents::record);
+                write.decide(name, key, token, record)?;
+                Ok(record)
+            }
+        }
     }
 
     fn remember(&self, key: &RecordKey, current: Option<Versioned<S::Version>>) {
@@ -234,6 +361,13 @@ impl<S: VersionedStore> CasStore<S> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn not_found(&self, key: &RecordKey) -> Error {
+        Error::NotFound {
+            store: self.inner.name().to_owned(),
+            record: key.clone(),
+        }
+    }
+
     fn gave_up(&self, key: &RecordKey) -> Error {
         Error::failed_request(
             self.inner.name(),
@@ -255,7 +389,13 @@ impl<S: VersionedStore> FencedStore for CasStore<S> {
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
-        Ok(self.get(key).await?.map(|current| current.record))
+        Ok(self
+            .get(key)
+            .await?
+            .and_then(|current| match current.contents {
+                Contents::Record(record) => Some(record),
+                Contents::Tombstone(_) => None,
+            }))
     }
 
     async fn write(
@@ -264,59 +404,15 @@ impl<S: VersionedStore> FencedStore for CasStore<S> {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        let write_id = WriteId::random();
-        let name = self.inner.name();
-        // What was seen of the record, and whether it was read for this write.
-        let (mut current, mut fresh) = match self.remembered(key) {
-            Some(seen) => (Some(seen), false),
-            None => (self.get(key).await?, true),
-        };
-        for _ in 0..self.rounds {
-            let found = current.as_ref().map(|c| &c.record);
-            if let Err(refusal) = write.decide(name, key, token, found) {
-                if fresh {
-                    return Err(refusal);
-                }
-                // Decided on memory: refuse only on what the store holds now.
-                (current, fresh) = (self.get(key).await?, true);
-                continue;
-            }
-            let updated = write.apply(key, token, found);
-            let expected = current.as_ref().map(|c| &c.version);
-            match self.inner.put(key, &updated, write_id, expected).await {
-                Ok(PutOutcome::Applied(version)) => {
-                    let written = Written::new(found, updated.clone());
-                    self.remember(
-                        key,
-                        Some(Versioned {
-                            record: updated,
-                            write_id,
-                            version,
-                        }),
-                    );
-                    return Ok(written);
-                }
-                Ok(PutOutcome::Conflict) => {}
-                Err(err) if err.is_ambiguous() => {}
-                Err(err) => {
-                    self.forget(key);
-                    return Err(err);
-                }
-            }
-            // A conflict, or a lost answer: the write id in the record read back tells whether
-            // this write applied. A conflict can be this write's own, too: a client that resent
-            // a put whose answer it lost (as `object_store`'s retries do) has its condition
-            // refused by its own first attempt.
-            let previous = current.take();
-            let now = self.get(key).await?;
-            if let Some(own) = now.as_ref().filter(|n| n.write_id == write_id) {
-                let previous = previous.as_ref().map(|p| &p.record);
-                return Ok(Written::new(previous, own.record.clone()));
-            }
-            (current, fresh) = (now, true);
-        }
-        self.forget(key);
-        Err(self.gave_up(key))
+        self.change(key, |found| {
+            let record = self.decide(write, key, token, found)?;
+            let updated = write.apply(key, token, record);
+            Ok((
+                Contents::Record(updated.clone()),
+                Written::new(record, updated),
+            ))
+        })
+        .await
     }
 }
 
@@ -325,9 +421,9 @@ mod tests {
     use std::collections::VecDeque;
 
     use super::*;
+    use crate::cas::codec::JsonCodec;
+    use crate::cas::envelope;
     use crate::memory::MemoryVersionedStore;
-    use crate::value::error::FoundFence;
-    use crate::value::name::State;
 
     #[test]
     fn a_write_id_and_a_store_show_what_they_hold() {
@@ -404,15 +500,14 @@ mod tests {
             self.inner.name()
         }
 
-        async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<u64>>> {
+        async fn get(&self, key: &RecordKey) -> Result<Option<StoredObject<u64>>> {
             self.inner.get(key).await
         }
 
         async fn put(
             &self,
             key: &RecordKey,
-            record: &Record,
-            write_id: WriteId,
+            object: NewObject<'_>,
             expected: Option<&u64>,
         ) -> Result<PutOutcome<u64>> {
             let step = self.steps.lock().unwrap().pop_front();
@@ -420,48 +515,39 @@ mod tests {
                 Some(Step::Interloper(theirs)) => {
                     let now = self.inner.get(key).await?.map(|v| v.version);
                     self.inner
-                        .put(key, &theirs, WriteId::random(), now.as_ref())
+                        .put(key, enveloped(&theirs), now.as_ref())
                         .await?;
                 }
                 Some(Step::LoseRequest) => return Err(self.lost()),
                 Some(Step::ApplyThenConflict) => {
                     *self.puts.lock().unwrap() += 1;
-                    self.inner.put(key, record, write_id, expected).await?;
-                    return self.inner.put(key, record, write_id, expected).await;
+                    self.inner.put(key, object.clone(), expected).await?;
+                    return self.inner.put(key, object, expected).await;
                 }
                 Some(Step::LoseAnswer) => {
                     *self.puts.lock().unwrap() += 1;
-                    self.inner.put(key, record, write_id, expected).await?;
+                    self.inner.put(key, object, expected).await?;
                     return Err(self.lost());
                 }
                 Some(Step::Fail) => return Err(self.refused()),
                 None => {}
             }
-            let outcome = self.inner.put(key, record, write_id, expected).await?;
+            let outcome = self.inner.put(key, object, expected).await?;
             if matches!(outcome, PutOutcome::Applied(_)) {
                 *self.puts.lock().unwrap() += 1;
             }
             Ok(outcome)
         }
+    }
 
-        /// Honours the steps that need no record of its own: a lost request, a lost answer,
-        /// a failure.
-        async fn delete(
-            &self,
-            key: &RecordKey,
-            current: &Versioned<u64>,
-        ) -> Result<PutOutcome<()>> {
-            let step = self.steps.lock().unwrap().pop_front();
-            match step {
-                Some(Step::LoseRequest) => Err(self.lost()),
-                Some(Step::LoseAnswer) => {
-                    self.inner.delete(key, current).await?;
-                    Err(self.lost())
-                }
-                Some(Step::Fail) => Err(self.refused()),
-                Some(other) => panic!("{other:?} is not planned for a delete"),
-                None => self.inner.delete(key, current).await,
-            }
+    /// `record` as another writer puts it, in the envelope.
+    fn enveloped(record: &Record) -> NewObject<'static> {
+        NewObject {
+            body: envelope::encode(record, WriteId::random()),
+            content_type: EnvelopeCodec.content_type(),
+            fence: record.fence,
+            state: None,
+            tombstone: false,
         }
     }
 
@@ -527,13 +613,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_delete_whose_answer_is_lost_is_recognised_by_the_record_gone() {
+    async fn a_delete_whose_answer_is_lost_is_recognised_by_its_tombstone() {
         let store = seeded(34).await;
         store.inner().then(Step::LoseAnswer);
         let deleted = store.delete(&key(), token(34)).await.unwrap();
         assert_eq!(deleted.fence, Some(token(34)));
         assert_eq!(store.read(&key()).await.unwrap(), None);
-        assert_eq!(store.remembered(&key()), None);
+        assert_eq!(
+            *store.inner().puts.lock().unwrap(),
+            2,
+            "seed and one delete"
+        );
+        assert_eq!(
+            store.remembered(&key()).map(|seen| seen.contents),
+            Some(Contents::Tombstone(Some(token(34))))
+        );
     }
 
     #[tokio::test]
@@ -714,7 +808,7 @@ mod tests {
         let outside = store.inner().inner.clone();
         let now = outside.get(&key()).await.unwrap().unwrap().version;
         outside
-            .put(&key(), &record(7, "sending"), WriteId::random(), Some(&now))
+            .put(&key(), enveloped(&record(7, "sending")), Some(&now))
             .await
             .unwrap();
         let confirm = FencedWrite::holder_only().set_state(state("sent"));
@@ -740,6 +834,76 @@ mod tests {
         assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
     }
 
+    /// The stale holder's case a plain delete would let through: with the record gone, its
+    /// claim would create it again under the lower token. The tombstone keeps the fence.
+    #[tokio::test]
+    async fn a_tombstone_keeps_the_fence_against_a_stale_holder_and_yields_to_the_rest() {
+        let store = seeded(5).await;
+        store.write(&key(), token(6), &sending()).await.unwrap();
+        store.delete(&key(), token(6)).await.unwrap();
+        let before = store.inner().inner.get(&key()).await.unwrap();
+        let confirm = FencedWrite::holder_only().set_state(state("sent"));
+        for write in [sending(), confirm.clone(), FencedWrite::claim()] {
+            let err = store.write(&key(), token(5), &write).await.unwrap_err();
+            assert!(
+                matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(6)),
+                "{err:?}"
+            );
+        }
+        let err = store.delete(&key(), token(5)).await.unwrap_err();
+        assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+        for token in [token(6), token(7)] {
+            let err = store.write(&key(), token, &confirm).await.unwrap_err();
+            assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+        }
+        assert_eq!(
+            store.inner().inner.get(&key()).await.unwrap(),
+            before,
+            "nothing written over the tombstone"
+        );
+        let again = store.write(&key(), token(6), &sending()).await.unwrap();
+        assert_eq!(
+            (again.previous_fence, again.record.fence),
+            (None, Some(token(6)))
+        );
+        assert_eq!(store.read(&key()).await.unwrap(), Some(again.record));
+    }
+
+    #[tokio::test]
+    async fn an_object_the_codec_cannot_read_is_neither_read_nor_written_over_nor_deleted() {
+        let store = CasStore::new(MemoryVersionedStore::new("receipts"));
+        let stray = NewObject {
+            body: b"70.25".to_vec(),
+            ..enveloped(&record(1, "pending"))
+        };
+        store.inner().put(&key(), stray, None).await.unwrap();
+        let err = store.read(&key()).await.unwrap_err();
+        assert!(err.to_string().contains("not written over"), "{err}");
+        for write in [FencedWrite::claim(), FencedWrite::holder_only()] {
+            let err = store.write(&key(), token(9), &write).await.unwrap_err();
+            assert!(err.to_string().contains("not written over"), "{err}");
+        }
+        assert!(store.delete(&key(), token(9)).await.is_err());
+        let body = store.inner().get(&key()).await.unwrap().unwrap().body;
+        assert_eq!(body, b"70.25");
+    }
+
+    #[tokio::test]
+    async fn a_store_in_json_keeps_its_tombstones_in_json() {
+        let store =
+            CasStore::new(MemoryVersionedStore::new("receipts")).with_codec(JsonCodec::new());
+        store.write(&key(), token(6), &sending()).await.unwrap();
+        store.delete(&key(), token(6)).await.unwrap();
+        let body = store.inner().get(&key()).await.unwrap().unwrap().body;
+        let plain: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (plain["_fence"].as_u64(), plain["_deleted"].as_bool()),
+            (Some(6), Some(true))
+        );
+        let err = store.write(&key(), token(5), &sending()).await.unwrap_err();
+        assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
+    }
+
     #[tokio::test]
     async fn a_refusal_decided_on_memory_is_checked_against_the_store() {
         let store = seeded(5).await;
@@ -755,7 +919,7 @@ mod tests {
         let outside = store.inner().inner.clone();
         let now = outside.get(&key()).await.unwrap().unwrap().version;
         outside
-            .put(&key(), &record(5, "sending"), WriteId::random(), Some(&now))
+            .put(&key(), enveloped(&record(5, "sending")), Some(&now))
             .await
             .unwrap();
         let confirm = FencedWrite::holder_only()

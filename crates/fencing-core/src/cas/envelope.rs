@@ -25,7 +25,7 @@
 
 use std::fmt;
 
-use crate::cas::engine::WriteId;
+use crate::cas::object::{Contents, WriteId};
 use crate::contract::store::Record;
 use crate::value::name::{RecordKey, State};
 use crate::value::token::FencingToken;
@@ -96,16 +96,6 @@ impl fmt::Display for EnvelopeError {
 }
 
 impl std::error::Error for EnvelopeError {}
-
-/// What an object holds: a record, or the tombstone a fenced delete leaves in a store that
-/// has no conditional delete (the record is gone, the delete's fence stays).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Contents {
-    /// A record.
-    Record(Record),
-    /// A deleted record, and the fence it had.
-    Tombstone(Option<FencingToken>),
-}
 
 /// The body of `record`, written by `write_id`.
 pub fn encode(record: &Record, write_id: WriteId) -> Vec<u8> {

@@ -4,23 +4,22 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::lock;
-use crate::cas::engine::{PutOutcome, Versioned, VersionedStore, WriteId};
-use crate::contract::store::Record;
+use crate::cas::engine::{NewObject, PutOutcome, StoredObject, VersionedStore};
 use crate::value::error::Result;
 use crate::value::name::RecordKey;
 
-/// Records in memory that can only be swapped on a version, as an object store keeps them:
-/// the reference [`VersionedStore`] behind [`crate::adapter::CasStore`]. Every put that applies gives
-/// the record a new version number. Clones share the same records.
+/// Objects in memory that can only be swapped on a version, as an object store keeps them:
+/// the reference [`VersionedStore`] behind [`crate::adapter::CasStore`]. Every put that
+/// applies gives the object a new version number. Clones share the same objects.
 #[derive(Clone, Debug)]
 pub struct MemoryVersionedStore {
     name: String,
-    records: Arc<Mutex<VersionedRecords>>,
+    objects: Arc<Mutex<VersionedObjects>>,
 }
 
 #[derive(Debug, Default)]
-struct VersionedRecords {
-    by_key: HashMap<RecordKey, Versioned<u64>>,
+struct VersionedObjects {
+    by_key: HashMap<RecordKey, StoredObject<u64>>,
     last_version: u64,
 }
 
@@ -29,8 +28,14 @@ impl MemoryVersionedStore {
     pub fn new(name: impl Into<String>) -> Self {
         MemoryVersionedStore {
             name: name.into(),
-            records: Arc::default(),
+            objects: Arc::default(),
         }
+    }
+
+    /// Removes `key`'s object outright, as an operator (or a check's clean-up of its own
+    /// probes) would: no version compared, no fence kept.
+    pub fn remove(&self, key: &RecordKey) {
+        lock(&self.objects).by_key.remove(key);
     }
 }
 
@@ -42,39 +47,28 @@ impl VersionedStore for MemoryVersionedStore {
         &self.name
     }
 
-    async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<u64>>> {
-        Ok(lock(&self.records).by_key.get(key).cloned())
+    async fn get(&self, key: &RecordKey) -> Result<Option<StoredObject<u64>>> {
+        Ok(lock(&self.objects).by_key.get(key).cloned())
     }
 
     async fn put(
         &self,
         key: &RecordKey,
-        record: &Record,
-        write_id: WriteId,
+        object: NewObject<'_>,
         expected: Option<&u64>,
     ) -> Result<PutOutcome<u64>> {
-        let mut records = lock(&self.records);
-        let current = records.by_key.get(key).map(|v| v.version);
+        let mut objects = lock(&self.objects);
+        let current = objects.by_key.get(key).map(|stored| stored.version);
         if current.as_ref() != expected {
             return Ok(PutOutcome::Conflict);
         }
-        records.last_version += 1;
-        let version = records.last_version;
-        let stored = Versioned {
-            record: record.clone(),
-            write_id,
+        objects.last_version += 1;
+        let version = objects.last_version;
+        let stored = StoredObject {
+            body: object.body,
             version,
         };
-        records.by_key.insert(key.clone(), stored);
+        objects.by_key.insert(key.clone(), stored);
         Ok(PutOutcome::Applied(version))
-    }
-
-    async fn delete(&self, key: &RecordKey, current: &Versioned<u64>) -> Result<PutOutcome<()>> {
-        let mut records = lock(&self.records);
-        if records.by_key.get(key).map(|v| v.version) != Some(current.version) {
-            return Ok(PutOutcome::Conflict);
-        }
-        records.by_key.remove(key);
-        Ok(PutOutcome::Applied(()))
     }
 }

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fencing_core::adapter::ConditionalPutDefect;
-use fencing_core::adapter::envelope::{self, Contents};
-use fencing_core::{Error, Fence, FencedStore, FencedWrite, FencingToken, FoundFence, RecordKey};
+use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, FoundFence, RecordKey};
 use fencing_object_store::FencedObjectStore;
+use fencing_testkit::conformance;
 use futures_util::stream::BoxStream;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -142,92 +142,18 @@ pub(crate) async fn a_byte_identical_newer_write_changes_the_object(backend: Arc
     assert_eq!(b.read(&k).await.unwrap().unwrap().fence, Some(token(34)));
 }
 
-/// A delete leaves a tombstone that keeps the fence: readers find nothing, a holder with a
-/// lower token can neither delete again nor bring the record back, one with the tombstone's
-/// token or higher can.
+/// The shared tombstone suite, on `backend`.
 pub(crate) async fn a_delete_leaves_a_tombstone_that_keeps_the_fence(
     backend: Arc<dyn ObjectStore>,
 ) {
-    let (source, resource) = fencing_testkit::issued_up_to(35).await;
-    let holder = |n: u64| Fence::new(&resource, token(n), &source);
-    let store = store_on(&backend);
-    let k = key("r_815");
-    store
-        .write(&k, token(33), &FencedWrite::claim())
-        .await
-        .unwrap();
-    store
-        .write(&k, token(34), &FencedWrite::claim())
-        .await
-        .unwrap();
-    let err = store.delete(&holder(33), &k).await.unwrap_err();
-    assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
-    let deleted = store.delete(&holder(34), &k).await.unwrap();
-    assert_eq!(deleted.fence, Some(token(34)));
-    assert_eq!(store.read(&k).await.unwrap(), None);
-    let (body, _) = raw(&backend, &store.location(&k)).await;
-    assert!(matches!(
-        envelope::decode_contents(&k, &body),
-        Ok((Contents::Tombstone(Some(f)), _)) if f == token(34)
-    ));
-    let err = store.delete(&holder(34), &k).await.unwrap_err();
-    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
-
-    let stale = store_on(&backend);
-    let err = stale
-        .write(&k, token(33), &FencedWrite::claim())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
-        "{err:?}"
-    );
-    assert_eq!(
-        raw(&backend, &store.location(&k)).await.0,
-        body,
-        "unchanged"
-    );
-    // Writes that need the record (holder-only, or a claim from given states) check the fence
-    // first too: a stale holder is told it is stale, the deleter that the record is gone.
-    let lifecycle = fencing_core::Lifecycle::default();
-    for write in [
-        lifecycle.confirm(),
-        lifecycle.claim(),
-        FencedWrite::holder_only(),
-    ] {
-        let err = stale.write(&k, token(33), &write).await.unwrap_err();
-        assert!(
-            matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
-            "{:?} by a stale holder: {err:?}",
-            write.check()
-        );
-    }
-    let err = stale
-        .write(&k, token(34), &lifecycle.confirm())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
-    assert_eq!(
-        raw(&backend, &store.location(&k)).await.0,
-        body,
-        "unchanged"
-    );
-    // The holder that deleted it may write it again: its fence is the tombstone's.
-    let rewritten = store
-        .write(&k, token(34), &FencedWrite::claim())
-        .await
-        .unwrap();
-    assert_eq!(rewritten.record.fence, Some(token(34)));
-    let again = store
-        .write(
-            &k,
-            token(35),
-            &FencedWrite::claim().set_payload(b"again".to_vec()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(again.record.fence, Some(token(35)));
-    assert_eq!(store.read(&k).await.unwrap().unwrap().payload, b"again");
+    let (store, stale) = (store_on(&backend), store_on(&backend));
+    conformance::a_delete_leaves_a_tombstone_that_keeps_the_fence(
+        &store,
+        &stale,
+        FencedObjectStore::delete,
+        async |k| raw(&backend, &store.location(k)).await.0,
+    )
+    .await;
 }
 
 /// An object that is not an envelope (a team's own file at a record's path) is never written

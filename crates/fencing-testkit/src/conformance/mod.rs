@@ -22,6 +22,7 @@ mod macros;
 mod one_at_a_time;
 mod store;
 mod tokens;
+mod tombstones;
 
 pub use behind::*;
 pub use dropped::*;
@@ -30,6 +31,7 @@ pub use lease::*;
 pub use one_at_a_time::OneAtATime;
 pub use store::*;
 pub use tokens::*;
+pub use tombstones::*;
 
 use std::time::Duration;
 
