@@ -66,7 +66,7 @@ impl<S: FencedStore> World<S> {
             .unwrap();
         let lease = MemoryLease::new();
         lease
-            .tokens()
+            .token_source()
             .advance_to(&resource(), FencingToken::MIN)
             .await
             .unwrap();

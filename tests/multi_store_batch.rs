@@ -155,7 +155,8 @@ async fn batch_runs_effects_and_seeds_from_every_store() {
     let token = batch.token();
     batch.finish().await.unwrap();
 
-    let tokens = setup.lease.tokens();
+    // The lease's own `MemoryTokenSource` (the `Arc` itself answers `Lease::token_source`).
+    let tokens = (*setup.lease).token_source();
     tokens.forget_all();
     let floors: [&dyn FenceFloor; 2] = [&setup.refunds, &setup.ledger];
     let floor = fencing::seed_from_floors(tokens, &setup.resource, &floors)
@@ -390,7 +391,12 @@ async fn a_scope_releases_on_error_and_refuses_a_bad_store_set_before_acquiring(
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
     assert!(is_free(&setup).await);
 
-    let before = setup.lease.tokens().current(&setup.resource).await.unwrap();
+    let before = setup
+        .lease
+        .token_source()
+        .current(&setup.resource)
+        .await
+        .unwrap();
     let err = FencedBatch::scope(
         setup.lease.clone(),
         &setup.resource,
@@ -402,7 +408,12 @@ async fn a_scope_releases_on_error_and_refuses_a_bad_store_set_before_acquiring(
     .unwrap_err();
     assert!(matches!(err, Error::InvalidInput(ref e) if e.kind() == InputKind::StoreSet));
     assert_eq!(
-        setup.lease.tokens().current(&setup.resource).await.unwrap(),
+        setup
+            .lease
+            .token_source()
+            .current(&setup.resource)
+            .await
+            .unwrap(),
         before,
         "nothing acquired"
     );

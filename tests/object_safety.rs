@@ -19,7 +19,7 @@ fn boxed_and_shared_trait_objects_meet_generic_bounds() {
     lease(&(Box::new(memory_lease.clone()) as Box<dyn Lease>));
     lease(&(Arc::new(memory_lease.clone()) as Arc<dyn Lease>));
 
-    let source = memory_lease.tokens().clone();
+    let source = memory_lease.token_source().clone();
     tokens(&source);
     tokens(&(Box::new(source.clone()) as Box<dyn TokenSource>));
     tokens(&(Arc::new(source) as Arc<dyn TokenSource>));

@@ -65,8 +65,10 @@ impl DynamoLease {
         self.tokens.create_if_missing().await
     }
 
-    /// The counter the tokens come from.
-    pub fn tokens(&self) -> &DynamoTokenSource {
+    /// The token source the tokens come from, as its own type (with the methods of that
+    /// store's source); [`Lease::token_source`] gives the same source as a `&dyn TokenSource`
+    /// (and is what a `dyn Lease` or an `Arc` of this lease answers).
+    pub fn token_source(&self) -> &DynamoTokenSource {
         &self.tokens
     }
 

@@ -135,7 +135,7 @@ async fn token_regression_is_detected_and_repaired_from_the_table() {
     let lease = common::lease(&client).await;
     let store = common::store().await;
     let floor = DynamoFenceFloor::new(client.clone(), store.table().clone());
-    let leases = lease.tokens().table().to_owned();
+    let leases = lease.token_source().table().to_owned();
     token_regression_is_detected(&lease, &store, &floor, common::caps(), async || {
         let items = client.scan().table_name(&leases).send().await.unwrap();
         for item in items.items() {

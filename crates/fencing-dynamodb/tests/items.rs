@@ -236,7 +236,7 @@ async fn a_counter_that_is_not_a_number_is_refused_with_nothing_written() {
     let resource = ResourceName::new("settle:m_4471").unwrap();
     client
         .put_item()
-        .table_name(lease.tokens().table())
+        .table_name(lease.token_source().table())
         .item("resource", AttributeValue::S(resource.to_string()))
         .item("token", AttributeValue::S("thirty-three".into()))
         .send()
@@ -247,10 +247,10 @@ async fn a_counter_that_is_not_a_number_is_refused_with_nothing_written() {
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     assert!(err.to_string().contains("not a fencing token"), "{err}");
     for err in [
-        lease.tokens().next(&resource).await.unwrap_err(),
-        lease.tokens().current(&resource).await.unwrap_err(),
+        lease.token_source().next(&resource).await.unwrap_err(),
+        lease.token_source().current(&resource).await.unwrap_err(),
         lease
-            .tokens()
+            .token_source()
             .advance_to(&resource, token(5))
             .await
             .unwrap_err(),
@@ -259,7 +259,7 @@ async fn a_counter_that_is_not_a_number_is_refused_with_nothing_written() {
     }
     let item = client
         .get_item()
-        .table_name(lease.tokens().table())
+        .table_name(lease.token_source().table())
         .key("resource", AttributeValue::S(resource.to_string()))
         .send()
         .await

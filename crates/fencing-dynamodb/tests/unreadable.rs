@@ -277,7 +277,7 @@ async fn a_fence_is_read_by_its_value_as_the_service_compares_it() {
 async fn a_counter_that_is_negative_or_a_fraction_is_never_counted_on_from() {
     let client = common::client();
     let lease = common::lease(&client).await;
-    let table = lease.tokens().table().to_owned();
+    let table = lease.token_source().table().to_owned();
     let ttl = Ttl::from_secs(30).unwrap();
     for (resource, counter) in [
         ("settle:neg", "-3"),
@@ -296,13 +296,13 @@ async fn a_counter_that_is_negative_or_a_fraction_is_never_counted_on_from() {
         .await;
         let before = get(&client, &table, ("resource", resource.as_str())).await;
         let errors = [
-            lease.tokens().next(&resource).await.unwrap_err(),
+            lease.token_source().next(&resource).await.unwrap_err(),
             lease
-                .tokens()
+                .token_source()
                 .advance_to(&resource, token(40))
                 .await
                 .unwrap_err(),
-            lease.tokens().current(&resource).await.unwrap_err(),
+            lease.token_source().current(&resource).await.unwrap_err(),
             lease.try_acquire(&resource, ttl).await.unwrap_err(),
         ];
         for err in errors {
@@ -322,7 +322,7 @@ async fn a_counter_that_is_negative_or_a_fraction_is_never_counted_on_from() {
 async fn a_lease_item_with_an_owner_and_no_readable_expiry_is_reported_corrupt() {
     let client = common::client();
     let lease = common::lease(&client).await;
-    let table = lease.tokens().table().to_owned();
+    let table = lease.token_source().table().to_owned();
     let resource = ResourceName::new("settle:m_4471").unwrap();
     put(
         &client,
@@ -372,7 +372,7 @@ async fn an_acquisition_whose_answer_was_lost_is_granted_not_reported_busy() {
     let ttl = Ttl::from_secs(30).unwrap();
     // The table's identity is read first (the source binds its counters to it), so that the
     // answer lost below is the acquisition's.
-    lease.tokens().history(&resource).await.unwrap();
+    lease.token_source().history(&resource).await.unwrap();
 
     faults.arm(1);
     let guard = lease

@@ -471,7 +471,7 @@ async fn without_quorum_a_client_without_timeouts_is_bounded_by_the_request_time
     let started = std::time::Instant::now();
     let acquired = lease.try_acquire(&resource(), ttl).await;
     let released = lease.release(held).await;
-    let current = lease.tokens().current(&resource()).await;
+    let current = lease.token_source().current(&resource()).await;
     let waited = started.elapsed();
     for &i in &stopped {
         cluster.resume(i);

@@ -68,8 +68,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
         self
     }
 
-    /// The counter the tokens come from.
-    pub fn tokens(&self) -> &RedisTokenSource<C> {
+    /// The token source the tokens come from, as its own type (with the methods of that
+    /// store's source); [`Lease::token_source`] gives the same source as a `&dyn TokenSource`
+    /// (and is what a `dyn Lease` or an `Arc` of this lease answers).
+    pub fn token_source(&self) -> &RedisTokenSource<C> {
         &self.tokens
     }
 

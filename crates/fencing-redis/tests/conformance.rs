@@ -210,7 +210,7 @@ async fn a_source_and_a_lease_show_their_keys_and_describe_themselves() {
         "{source:?}"
     );
     let lease = RedisLease::new(conn, epochs()).with_keys(keys.clone());
-    assert_eq!(lease.tokens().keys(), &keys);
+    assert_eq!(lease.token_source().keys(), &keys);
     let shown = format!("{lease:?}");
     assert!(
         shown.starts_with("RedisLease { tokens: RedisTokenSource {"),

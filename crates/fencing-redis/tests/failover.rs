@@ -90,11 +90,11 @@ async fn an_operator_sees_the_counter_bound_to_the_lost_primary_until_the_next_a
     // The first request meets the dead primary's connection and fails; the next follows the
     // sentinels.
     let history =
-        through_failures(async || through_sentinel.tokens().history(&resource()).await).await;
+        through_failures(async || through_sentinel.token_source().history(&resource()).await).await;
     assert!(history.moved(), "{history:?}");
     let b = acquire_through(&through_sentinel).await;
     let history = through_sentinel
-        .tokens()
+        .token_source()
         .history(&resource())
         .await
         .unwrap();

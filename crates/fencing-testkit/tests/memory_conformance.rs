@@ -119,7 +119,7 @@ mod with_epochs {
     }
     fencing_testkit::token_source_conformance! {
         #[tokio::test]
-        subject: lease_with_epochs().tokens().clone(),
+        subject: lease_with_epochs().token_source().clone(),
         caps: Capabilities::in_memory(),
     }
 }
@@ -144,7 +144,7 @@ async fn no_token_is_reissued_after_the_counters_are_lost() {
     let caps = Capabilities::in_memory();
     let lease = lease_with_epochs();
     let store = MemoryStore::new("refunds");
-    let tokens = lease.tokens().clone();
+    let tokens = lease.token_source().clone();
     no_token_is_reissued_after_counter_loss(&lease, &store, caps, async || tokens.forget_all())
         .await;
 }
@@ -161,7 +161,7 @@ fn without_epochs_the_reissue_schedule_finds_a_token_issued_twice() {
         runtime.block_on(async {
             let lease = MemoryLease::new();
             let store = MemoryStore::new("refunds");
-            let tokens = lease.tokens().clone();
+            let tokens = lease.token_source().clone();
             no_token_is_reissued_after_counter_loss(
                 &lease,
                 &store,
@@ -195,7 +195,7 @@ async fn token_regression_is_detected_and_repaired() {
     let caps = Capabilities::in_memory();
     let lease = MemoryLease::new();
     let store = MemoryStore::new("refunds");
-    let tokens = lease.tokens().clone();
+    let tokens = lease.token_source().clone();
     token_regression_is_detected(&lease, &store, &store, caps, async || tokens.forget_all()).await;
 }
 

@@ -48,8 +48,10 @@ impl MemoryLease {
         }
     }
 
-    /// The counters tokens are drawn from.
-    pub fn tokens(&self) -> &MemoryTokenSource {
+    /// The token source the tokens come from, as its own type (with the methods of that
+    /// store's source); [`Lease::token_source`] gives the same source as a `&dyn TokenSource`
+    /// (and is what a `dyn Lease` or an `Arc` of this lease answers).
+    pub fn token_source(&self) -> &MemoryTokenSource {
         &self.tokens
     }
 }
