@@ -69,11 +69,15 @@ pub enum FaultKind {
     /// its own that holds every packet both ways (nothing refused, nothing answered), then
     /// healed: what it sent meanwhile arrives late, after a newer holder may have written.
     PgPartition,
+    /// The worker that wrote last cut off from Redis (its lease and counters) past the TTL,
+    /// the same way: it cannot renew, so the lease passes to the other worker, while its
+    /// PostgreSQL writes go on.
+    RedisPartition,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
@@ -83,6 +87,7 @@ impl FaultKind {
         FaultKind::RedisFailover,
         FaultKind::PgFailover,
         FaultKind::PgPartition,
+        FaultKind::RedisPartition,
     ];
 
     /// Its name in reports.
@@ -97,6 +102,7 @@ impl FaultKind {
             FaultKind::RedisFailover => "Redis failover to a lagging replica",
             FaultKind::PgFailover => "PostgreSQL failover to a lagging standby",
             FaultKind::PgPartition => "worker cut off from PostgreSQL past the TTL",
+            FaultKind::RedisPartition => "worker cut off from Redis past the TTL",
         }
     }
 }
@@ -234,6 +240,7 @@ impl RunPlan {
             let eligible = match kind {
                 FaultKind::RedisRestart => lease == LeaseKind::Redis && !behind_sentinel,
                 FaultKind::RedisFailover => behind_sentinel,
+                FaultKind::RedisPartition => lease == LeaseKind::Redis && !behind_sentinel,
                 FaultKind::PgFailover => with_standby,
                 FaultKind::EtcdLeaderKill => lease == LeaseKind::Etcd,
                 FaultKind::ContainerPause => containers,

@@ -40,6 +40,7 @@ fn samples(results: &[RunResult]) -> Vec<&RunResult> {
         FaultKind::RedisFailover,
         FaultKind::PgFailover,
         FaultKind::PgPartition,
+        FaultKind::RedisPartition,
     ] {
         let failed_over = results
             .iter()

@@ -154,14 +154,20 @@ impl RunPicture {
         }
     }
 
-    /// The campaign cut `worker` off from PostgreSQL for `pause` from `at`: the process runs,
+    /// The campaign cut `worker` off from `server` for `pause` from `at`: the process runs,
     /// and what it sends waits in the network until the partition heals.
-    pub(crate) fn partitioned(&mut self, at: Duration, worker: &str, pause: Duration) {
+    pub(crate) fn partitioned(
+        &mut self,
+        at: Duration,
+        worker: &str,
+        server: &str,
+        pause: Duration,
+    ) {
         self.timeline.mark(
             &lane(worker),
             at,
             Mark::note(format!(
-                "cut off from PostgreSQL for {} ms",
+                "cut off from {server} for {} ms",
                 pause.as_millis()
             )),
         );

@@ -390,6 +390,12 @@ system's business, so the interleavings, unlike the plan, can differ.
   reaches the server only at the heal, after the other worker may have taken the lease over
   and written. The worker process runs on throughout (unlike a stall): its Redis, DynamoDB
   or etcd lease may be renewed meanwhile, and then no one takes over.
+* **A worker cut off from Redis past the TTL** (half the runs on the Redis lease without
+  Sentinel, drawn): each worker reaches Redis through a relay of its own, and the holder's
+  is partitioned the same way. This is the case a fence is for, with the worker awake: it
+  cannot renew, so its lease runs out and the other worker takes over, while its own
+  PostgreSQL writes (and gateway calls) go on; the fences refuse them once the new holder
+  has written. Its renewals and acquisitions sent meanwhile reach Redis at the heal.
 * **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
   restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader
   meanwhile, under the holder's renewals and the other worker's acquisitions.

@@ -92,8 +92,43 @@ enum Event {
 struct Worker {
     pid: u32,
     killed: bool,
-    /// Its own way to PostgreSQL, in a run that cuts a worker off from it.
-    relay: Option<Arc<Relay>>,
+    /// Its own ways to the servers a run cuts a worker off from.
+    relays: Vec<(Link, Arc<Relay>)>,
+}
+
+/// A server a worker reaches through a relay of its own, in a run that cuts a worker off from
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// Refunds, the job row, and the leases, counters or epochs kept there.
+    Postgres,
+    /// The Redis lease and its counters.
+    Redis,
+}
+
+impl Link {
+    /// The fault that cuts a worker off from this server.
+    fn fault(self) -> FaultKind {
+        match self {
+            Link::Postgres => FaultKind::PgPartition,
+            Link::Redis => FaultKind::RedisPartition,
+        }
+    }
+
+    /// The server a fault cuts a worker off from, if it is a partition.
+    fn cut_by(kind: FaultKind) -> Option<Link> {
+        [Link::Postgres, Link::Redis]
+            .into_iter()
+            .find(|link| link.fault() == kind)
+    }
+
+    /// Its name in the picture.
+    fn server(self) -> &'static str {
+        match self {
+            Link::Postgres => "PostgreSQL",
+            Link::Redis => "Redis",
+        }
+    }
 }
 
 type RunError = Box<dyn std::error::Error + Send + Sync>;
@@ -417,6 +452,7 @@ impl<'a> Watch<'a> {
                     | FaultKind::RedisFailover
                     | FaultKind::PgFailover
                     | FaultKind::PgPartition
+                    | FaultKind::RedisPartition
             ) && holder.is_none()
             {
                 break;
@@ -452,7 +488,7 @@ impl<'a> Watch<'a> {
                 }
                 None => false,
             },
-            FaultKind::PgPartition => self.cut_off(fault, holder, at),
+            FaultKind::PgPartition | FaultKind::RedisPartition => self.cut_off(fault, holder, at),
             FaultKind::RedisRestart => {
                 self.picture
                     .service_fault(at, "Redis restarted, nothing persisted");
@@ -510,17 +546,23 @@ impl<'a> Watch<'a> {
         })
     }
 
-    /// Cuts `holder` off from PostgreSQL for the fault's pause, through its relay, then heals
-    /// it; whether it struck (a holder known, reaching PostgreSQL through a relay).
+    /// Cuts `holder` off from the server the fault names for the fault's pause, through its
+    /// relay, then heals it; whether it struck (a holder known, reaching that server through
+    /// a relay).
     fn cut_off(&mut self, fault: &Fault, holder: Option<(String, u32)>, at: Duration) -> bool {
+        let Some(link) = Link::cut_by(fault.kind) else {
+            return false;
+        };
         let cut = holder.and_then(|(name, _)| {
-            let relay = self.workers.get(&name)?.relay.clone()?;
-            Some((name, relay))
+            let worker = self.workers.get(&name)?;
+            let (_, relay) = worker.relays.iter().find(|(l, _)| *l == link)?;
+            Some((name, relay.clone()))
         });
         let Some((name, relay)) = cut else {
             return false;
         };
-        self.picture.partitioned(at, &name, fault.pause);
+        self.picture
+            .partitioned(at, &name, link.server(), fault.pause);
         relay.partition();
         let pause = fault.pause;
         tokio::spawn(async move {
@@ -572,7 +614,18 @@ impl Spawner<'_> {
     fn spawn(&mut self, stop_after_call: Option<&str>) -> Result<(String, Worker), RunError> {
         let name = char::from(b'A' + self.next % 26).to_string();
         self.next += 1;
-        let (database_url, relay) = self.database_for_worker()?;
+        let mut relays = Vec::new();
+        let database_url =
+            self.relayed(Link::Postgres, &self.services.database_url, &mut relays)?;
+        let redis_url = self.services.redis.url();
+        let redis_relayed = self.relayed(Link::Redis, &redis_url, &mut relays)?;
+        let lease_args = self.lease_args.iter().map(|arg| {
+            if *arg == redis_url {
+                &redis_relayed
+            } else {
+                arg
+            }
+        });
         let mut command = Command::new(&self.services.program);
         command
             .arg("worker")
@@ -581,7 +634,7 @@ impl Spawner<'_> {
             .args(["--ttl-ms", &self.plan.sizing.ttl.as_millis().to_string()])
             .args(["--fences", if self.plan.fences { "on" } else { "off" }])
             .args(["--database-url", &database_url])
-            .args(&self.lease_args)
+            .args(lease_args)
             .args([
                 "--history-check",
                 if self.plan.history_check { "on" } else { "off" },
@@ -620,26 +673,34 @@ impl Spawner<'_> {
             Worker {
                 pid,
                 killed: false,
-                relay,
+                relays,
             },
         ))
     }
 
-    /// Where a new worker reaches PostgreSQL: directly, or, in a run that cuts a worker off
-    /// from it, through a relay of its own.
-    fn database_for_worker(&self) -> Result<(String, Option<Arc<Relay>>), RunError> {
-        let url = &self.services.database_url;
-        if !self.plan.has(FaultKind::PgPartition) {
-            return Ok((url.clone(), None));
+    /// Where a new worker reaches the server at `url` (`127.0.0.1:<port>/`): directly, or, in
+    /// a run that cuts a worker off from it, through a relay of its own (added to `relays`).
+    fn relayed(
+        &self,
+        link: Link,
+        url: &str,
+        relays: &mut Vec<(Link, Arc<Relay>)>,
+    ) -> Result<String, RunError> {
+        if !self.plan.has(link.fault()) {
+            return Ok(url.to_owned());
         }
-        let options: sqlx::postgres::PgConnectOptions = url.parse()?;
-        let port = options.get_port();
+        let port = url
+            .split_once("127.0.0.1:")
+            .and_then(|(_, rest)| rest.split('/').next())
+            .and_then(|port| port.parse::<u16>().ok())
+            .ok_or_else(|| format!("cannot route {url} through a relay: no 127.0.0.1:<port>/"))?;
         let relay = Relay::start(port)?;
-        let relayed = url.replacen(&format!(":{port}/"), &format!(":{}/", relay.port()), 1);
-        if relayed == *url {
-            return Err(format!("cannot route {url} through a relay: no :{port}/ in it").into());
-        }
-        Ok((relayed, Some(Arc::new(relay))))
+        relays.push((link, Arc::new(relay)));
+        Ok(url.replacen(
+            &format!(":{port}/"),
+            &format!(":{}/", relays.last().expect("pushed").1.port()),
+            1,
+        ))
     }
 }
 
