@@ -8,7 +8,7 @@ use fencing_harness::audit::{Check, euros};
 use fencing_harness::plan::{FaultKind, LeaseKind, Protection};
 
 use super::gallery::Drawn;
-use super::run::RunResult;
+use super::run::{RunResult, UnknownOutcomes};
 
 /// Totals over the runs with fences on, or off.
 #[derive(Default)]
@@ -22,6 +22,7 @@ struct Totals {
     incidents: usize,
     repeated_calls: usize,
     redeliveries: usize,
+    unknown_outcomes: UnknownOutcomes,
     refunds: usize,
     wall: Duration,
 }
@@ -44,6 +45,7 @@ fn totals<'a>(results: impl Iterator<Item = &'a RunResult>) -> Totals {
         totals.incidents += result.incidents.len();
         totals.repeated_calls += result.audit.repeated_calls;
         totals.redeliveries += result.deliveries.saturating_sub(1);
+        totals.unknown_outcomes.add(&result.unknown_outcomes);
         totals.refunds += result.plan.sizing.refunds;
         totals.wall += result.wall;
     }
@@ -69,6 +71,7 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
         .filter(|(p, t)| *p != Protection::HistoryCheckOff || t.runs > 0)
         .collect();
     let mut out = totals_table(&groups);
+    out.push_str(&unknown_outcomes_table(&groups));
     out.push_str(&breakdown_tables(&groups));
     out.push_str(&failover_timings(results));
     out
@@ -109,6 +112,30 @@ fn totals_table(groups: &[(Protection, Totals)]) -> String {
             t.repeated_calls,
             t.redeliveries,
             minutes(t.wall)
+        );
+    }
+    out
+}
+
+/// Per protection, the writes whose answer a worker lost, and how each ended.
+fn unknown_outcomes_table(groups: &[(Protection, Totals)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "| fences | writes with an unknown outcome | settled: applied | settled: refused | returned still unknown |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+    for (protection, t) in groups.iter().filter(|(_, t)| t.runs > 0) {
+        let u = &t.unknown_outcomes;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            protection.label(),
+            u.unknown,
+            u.applied,
+            u.refused,
+            u.still_unknown
         );
     }
     out
@@ -450,6 +477,12 @@ Incidents are problems of a run itself (a worker that exited with an error, a ru
 deadline); repeated gateway calls are creates answered from an earlier create by idempotency
 key: harmless, and what the idempotency key is for. Job redeliveries are receives of the job's
 message after the first: a stalled or killed worker's message coming back to the queue.
+A write with an unknown outcome is one with an attempt whose answer its worker never saw (a
+connection cut or terminated mid-request, a server restarted under it); the library sent it
+again with the same token and settled it by how it ended: applied (the retry landed, or
+found that the lost attempt had), refused (by then a newer holder's fence or the record's
+state), or returned to the worker still unknown, which then leaves the record to the next
+holder. The workers say each one as it happens (`unknown` and `settled` lines in the logs).
 
 Wall time of the campaign: {}. Command:
 

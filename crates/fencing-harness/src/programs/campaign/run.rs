@@ -44,6 +44,8 @@ pub(crate) struct RunResult {
     pub(crate) audit: AuditReport,
     /// How many times the job's message was received (1: never redelivered).
     pub(crate) deliveries: usize,
+    /// The writes whose answer a worker lost, and how each ended.
+    pub(crate) unknown_outcomes: UnknownOutcomes,
     pub(crate) wall: Duration,
     /// When it ended.
     pub(crate) ended: Instant,
@@ -66,6 +68,43 @@ impl RunResult {
     /// Whether the run passed: its audit found nothing and nothing went wrong with the run.
     pub(crate) fn passed(&self) -> bool {
         self.audit.violations.is_empty() && self.incidents.is_empty()
+    }
+}
+
+/// Writes whose answer a worker lost (an attempt sent, its outcome never seen), and how each
+/// ended, as the workers' `unknown` and `settled` lines say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct UnknownOutcomes {
+    /// Writes with an attempt whose outcome was lost.
+    pub(crate) unknown: usize,
+    /// Settled as applied: the retry landed, or found that the lost attempt had.
+    pub(crate) applied: usize,
+    /// Settled as refused: a newer holder's fence (or the record's state) by then.
+    pub(crate) refused: usize,
+    /// Returned ambiguous to the worker: the library gave up knowing.
+    pub(crate) still_unknown: usize,
+}
+
+impl UnknownOutcomes {
+    /// Counts a worker's `line`, if it is about a write's unknown outcome.
+    fn record(&mut self, line: &str) {
+        if line.starts_with("unknown ") {
+            self.unknown += 1;
+        } else if line.starts_with("settled ") {
+            match line.rsplit_once(": ").map(|(_, how)| how) {
+                Some("applied") => self.applied += 1,
+                Some("still unknown") => self.still_unknown += 1,
+                _ => self.refused += 1,
+            }
+        }
+    }
+
+    /// The sum of both.
+    pub(crate) fn add(&mut self, other: &UnknownOutcomes) {
+        self.unknown += other.unknown;
+        self.applied += other.applied;
+        self.refused += other.refused;
+        self.still_unknown += other.still_unknown;
     }
 }
 
@@ -181,6 +220,7 @@ pub(crate) async fn run(
         incidents,
         failovers,
         deliveries,
+        unknown_outcomes,
         reported,
         picture,
         ..
@@ -194,6 +234,7 @@ pub(crate) async fn run(
         injected,
         audit,
         deliveries,
+        unknown_outcomes,
         wall: started.elapsed(),
         ended: Instant::now(),
         incidents,
@@ -260,6 +301,7 @@ struct Watch<'a> {
     incidents: Vec<String>,
     filed: usize,
     deliveries: usize,
+    unknown_outcomes: UnknownOutcomes,
     reported: WorkerReports,
     /// The holder, as far as the campaign can tell: the last to acquire or file.
     last_writer: Option<String>,
@@ -313,6 +355,7 @@ impl<'a> Watch<'a> {
             incidents: Vec::new(),
             filed: 0,
             deliveries: 0,
+            unknown_outcomes: UnknownOutcomes::default(),
             reported: WorkerReports::default(),
             last_writer: None,
             lagging: None,
@@ -359,6 +402,7 @@ impl<'a> Watch<'a> {
         if line.starts_with("received ") {
             self.deliveries += 1;
         }
+        self.unknown_outcomes.record(&line);
         self.reported.record(&line);
         if line.starts_with("acquired ") {
             if let Some(killed_at) = self.awaiting_token.take()

@@ -6,10 +6,18 @@
 //! refused <store> <record> <claim|holder_only> token <t>: <what it met>
 //! took over <store> <record> token <t>
 //! looked up <record> <found|not found>
+//! unknown <store> <record> token <t>
+//! settled <store> <record> token <t>: <applied|refused (<outcome>)|still unknown>
 //! ```
+//!
+//! A write whose answer was lost (an attempt sent, its outcome never seen) is `unknown` once,
+//! then `settled` by how the write ended: applied (its retry landed, or found it had), refused
+//! (a newer holder's fence, or the record's state, by then), or still unknown when the
+//! library gave up and returned it ambiguous.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
+use std::sync::Mutex;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -18,13 +26,20 @@ use tracing_subscriber::layer::{Context, Layer};
 /// Says the lines above for the library's events, and nothing for any other.
 pub(crate) struct LibraryEvents {
     say: Box<dyn Fn(String) + Send + Sync>,
+    /// The writes (`<store> <record> token <t>`) said unknown and not settled yet.
+    unsettled: Mutex<HashSet<String>>,
 }
 
 impl LibraryEvents {
     /// The lines on standard output, where the campaign reads them.
     pub(crate) fn printed() -> Self {
+        Self::saying(|line| println!("{line}"))
+    }
+
+    fn saying(say: impl Fn(String) + Send + Sync + 'static) -> Self {
         LibraryEvents {
-            say: Box::new(|line| println!("{line}")),
+            say: Box::new(say),
+            unsettled: Mutex::default(),
         }
     }
 }
@@ -93,6 +108,43 @@ fn line(fields: &Fields) -> Option<String> {
     }
 }
 
+/// The `unknown` and `settled` lines for an event with `fields`, given the writes said
+/// unknown and not settled yet (updated).
+fn unknown_outcomes(fields: &Fields, unsettled: &mut HashSet<String>) -> Vec<String> {
+    let (Some(store), Some(record), Some(token)) = (
+        fields.get("store"),
+        fields.get("record"),
+        fields.get("token"),
+    ) else {
+        return Vec::new();
+    };
+    let write = format!("{store} {record} token {token}");
+    if fields.get("retry").is_some() {
+        // Sent again after a lost answer: said once, however many retries.
+        return match unsettled.insert(write.clone()) {
+            true => vec![format!("unknown {write}")],
+            false => Vec::new(),
+        };
+    }
+    let Some(outcome) = fields.get("outcome") else {
+        return Vec::new();
+    };
+    let how = match outcome {
+        "accepted" => "applied".to_owned(),
+        "ambiguous" => "still unknown".to_owned(),
+        refused => format!("refused ({refused})"),
+    };
+    match (unsettled.remove(&write), outcome) {
+        (true, _) => vec![format!("settled {write}: {how}")],
+        // Returned ambiguous without a retry (a write sent once).
+        (false, "ambiguous") => vec![
+            format!("unknown {write}"),
+            format!("settled {write}: {how}"),
+        ],
+        (false, _) => Vec::new(),
+    }
+}
+
 impl<S: Subscriber> Layer<S> for LibraryEvents {
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         if event.metadata().target() != "fencing" {
@@ -101,6 +153,13 @@ impl<S: Subscriber> Layer<S> for LibraryEvents {
         let mut fields = Fields::default();
         event.record(&mut fields);
         if let Some(line) = line(&fields) {
+            (self.say)(line);
+        }
+        let mut unsettled = self
+            .unsettled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for line in unknown_outcomes(&fields, &mut unsettled) {
             (self.say)(line);
         }
     }
@@ -125,9 +184,9 @@ mod tests {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
         let _events = tracing_subscriber::registry()
-            .with(LibraryEvents {
-                say: Box::new(move |line| sink.lock().unwrap().push(line)),
-            })
+            .with(LibraryEvents::saying(move |line| {
+                sink.lock().unwrap().push(line)
+            }))
             .set_default();
         let store = MemoryStore::new("refunds");
         let source = MemoryTokenSource::new();
@@ -246,5 +305,47 @@ mod tests {
             ),
         ]);
         assert_eq!(line(&retry), None);
+    }
+
+    #[test]
+    fn a_lost_answer_is_unknown_once_then_settled_by_how_the_write_ended() {
+        let write = [("store", "refunds"), ("record", "r_0815"), ("token", "4")];
+        let event = |extra: (&'static str, &str)| {
+            let mut all = write.to_vec();
+            all.push(extra);
+            fields(&all)
+        };
+        let mut unsettled = HashSet::new();
+        let mut said = Vec::new();
+        for fields in [
+            event(("outcome", "accepted")),
+            event(("retry", "1")),
+            event(("retry", "2")),
+            event(("outcome", "accepted")),
+            event(("retry", "1")),
+            event(("outcome", "fenced")),
+            event(("retry", "1")),
+            event(("outcome", "ambiguous")),
+            event(("outcome", "ambiguous")),
+        ] {
+            said.extend(unknown_outcomes(&fields, &mut unsettled));
+        }
+        let w = "refunds r_0815 token 4";
+        assert_eq!(
+            said,
+            [
+                format!("unknown {w}"),
+                format!("settled {w}: applied"),
+                format!("unknown {w}"),
+                format!("settled {w}: refused (fenced)"),
+                format!("unknown {w}"),
+                format!("settled {w}: still unknown"),
+                format!("unknown {w}"),
+                format!("settled {w}: still unknown"),
+            ]
+        );
+        assert!(unsettled.is_empty());
+        let lease = fields(&[("resource", "settle:m_4471"), ("outcome", "granted")]);
+        assert!(unknown_outcomes(&lease, &mut unsettled).is_empty());
     }
 }
