@@ -422,10 +422,22 @@ fn the_audit_reports_a_job_message_left_deleted_twice_or_deleted_by_another() {
         "the finisher died before deleting: the next receiver deletes"
     );
     assert_eq!(
-        job_findings(&["A#1", "B#1"]),
-        [r#"deleted 2 times: by ["A#1", "B#1"]"#]
+        job_findings(&["B#1", "C, finished by B#1", "A, finished by B#1"]),
+        Vec::<String>::new(),
+        "the message came back while B#1 held it: each who received it again deletes it"
     );
-    assert_eq!(job_findings(&["A#1"]), ["deleted by A#1, finished by B#1"]);
+    assert_eq!(
+        job_findings(&["A#1", "B#1"]),
+        [r#"deleted by ["A#1", "B#1"], finished by B#1"#]
+    );
+    assert_eq!(
+        job_findings(&["B#1", "B#1"]),
+        [r#"deleted by ["B#1", "B#1"], finished by B#1"#]
+    );
+    assert_eq!(
+        job_findings(&["A#1"]),
+        [r#"deleted by ["A#1"], finished by B#1"#]
+    );
     finish("A#1");
     assert_eq!(
         job_findings(&["A#1"]),

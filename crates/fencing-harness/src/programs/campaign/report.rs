@@ -441,9 +441,10 @@ claimed it, with the gateway's reference; that no fence ever went down, in the r
 history or across receipt versions; that each refund, its ledger entry and its receipt were
 last written under one token, the filer's (the ledger keeps no history of its own, so this is
 what the audit can say of it); that every sent refund has its ledger entry and its
-receipt; and that the job was finished by one holder and its message deleted once, by that
-holder (or, had it died before deleting, by the next worker to receive the message, which
-found the job finished), with the queue empty by its own counts; and, with fences on, that
+receipt; and that the job was finished by one holder and its message deleted at most once by
+that holder, and otherwise only by workers that received it again and found the job finished
+(had the finisher died before deleting, or the message come back while it held it), with the
+queue empty by its own counts; and, with fences on, that
 no token was issued twice (every `acquired <holder> token <token>` line the workers print
 carries a token no other acquisition of the run carried). Claims and confirms are recorded as the acquisition that wrote them (worker name
 and acquisition number, in columns of the refunds table), so that check means the same with

@@ -135,6 +135,13 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         acquisitions += 1;
         let holder = format!("{}#{acquisitions}", args.name);
         println!("acquired {holder} token {}", guard.token());
+        // The job may have been finished while this worker waited for the lease: its message
+        // came back to the queue (a visibility extension lost, say) while the finisher still
+        // held it. Finishing it again would overwrite who finished it.
+        if worker.finished_before(&message).await {
+            let _ = worker.lease.release(guard).await;
+            continue;
+        }
         let lease = &worker.lease;
         let renewal = LeaseRenewal::start(lease.clone(), guard.clone(), worker.ttl.duration() / 3);
         let stores = &worker.stores;
