@@ -189,11 +189,6 @@ impl<S: VersionedStore> CasStore<S> {
         &self.inner
     }
 
-    /// The codec bodies are in.
-    pub fn codec(&self) -> &dyn ObjectCodec {
-        &*self.codec
-    }
-
     /// Reads `key` from the store, a tombstone included, with its version (and remembers it).
     /// An object the codec cannot read is an [`Error::Backend`] that says it is not written
     /// over.

@@ -739,12 +739,9 @@ impl Spawner<'_> {
             .and_then(|port| port.parse::<u16>().ok())
             .ok_or_else(|| format!("cannot route {url} through a relay: no 127.0.0.1:<port>/"))?;
         let relay = Relay::start(port)?;
+        let relayed = url.replacen(&format!(":{port}/"), &format!(":{}/", relay.port()), 1);
         relays.push((link, Arc::new(relay)));
-        Ok(url.replacen(
-            &format!(":{port}/"),
-            &format!(":{}/", relays.last().expect("pushed").1.port()),
-            1,
-        ))
+        Ok(relayed)
     }
 }
 
