@@ -8,8 +8,8 @@
 /// The core's job-facing names, each listed: what an adapter author needs besides is in
 /// `fencing_core::adapter`, which this crate does not re-export.
 pub use fencing_core::{
-    BatchScope, BoxError, CounterHistory, EffectOutcome, EffectStart, Error, Fence, FenceCheck,
-    FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, Finished, FoundFence,
+    BatchScope, BoxError, CounterHistory, EffectOutcome, EffectStart, Error, FenceCheck,
+    FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, Finished, FoundFence, Holder,
     InputKind, InvalidInput, Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease,
     MemoryStore, MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Pipeline, RateBound, Record,
     RecordKey, RecordWrites, ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord,
@@ -25,7 +25,7 @@ pub use fencing_core::{
 /// still means the `redis` crate. What an adapter author needs is in `fencing_core::adapter`.
 pub mod prelude {
     pub use fencing_core::{
-        BoxError, EffectOutcome, Error, Fence, FencedBatch, FencedStore, FencingToken, Finished,
+        BoxError, EffectOutcome, Error, FencedBatch, FencedStore, FencingToken, Finished, Holder,
         Lease, LeaseGuard, Lifecycle, MemoryLease, MemoryStore, Record, RecordKey, ResourceName,
         Result, SideEffect, Ttl, async_trait,
     };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing::{
-    Fence, FenceCheck, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard,
+    FenceCheck, FencedBatch, FencedStore, FencedWrite, FencingToken, Holder, Lease, LeaseGuard,
     Lifecycle, MemoryLease, MemoryStore, MemoryTokenSource, Record, RecordKey, ResourceName,
     RetryPolicy, SideEffect, TokenSource, Ttl,
 };
@@ -83,8 +83,8 @@ impl<S: FencedStore> World<S> {
         }
     }
 
-    fn fence(&self, token: u64) -> Fence<'_> {
-        Fence::new(&self.resource, token_of(token), &self.source)
+    fn holder(&self, token: u64) -> Holder<'_> {
+        Holder::new(&self.resource, token_of(token), &self.source)
     }
 
     async fn records(&self) -> Vec<Record> {
@@ -156,7 +156,7 @@ impl<S: FencedStore> World<S> {
             .run(async |batch| {
                 for key in &self.keys {
                     batch
-                        .fence()
+                        .holder()
                         .run_effect(&store, key, &self.lifecycle, gateway)
                         .await?;
                 }
@@ -174,7 +174,7 @@ fn ttl() -> Ttl {
     Ttl::new(TTL).unwrap()
 }
 
-/// `Fence::write` of the write `of` makes for the one refund of each world from `world`,
+/// `Holder::write` of the write `of` makes for the one refund of each world from `world`,
 /// dropped at each step; then the same holder sends it again, which must leave the refund in
 /// the state the write sets. Returns the number of steps.
 async fn drop_a_write_everywhere<S: FencedStore>(
@@ -184,15 +184,15 @@ async fn drop_a_write_everywhere<S: FencedStore>(
     drop_at_every_step(
         world,
         async |world| {
-            let fence = world.fence(2);
+            let holder = world.holder(2);
             let write = of(&world.lifecycle);
-            fence.write(&*world.store, &world.keys[0], &write).await
+            holder.write(&*world.store, &world.keys[0], &write).await
         },
         async |world, _| {
             world.check_reachable(&[2]).await;
-            let fence = world.fence(2);
+            let holder = world.holder(2);
             let write = of(&world.lifecycle);
-            let written = fence.write(&*world.plain, &world.keys[0], &write).await;
+            let written = holder.write(&*world.plain, &world.keys[0], &write).await;
             let state = written.unwrap().record.state;
             assert_eq!(state.as_ref(), write.new_state());
         },
@@ -207,7 +207,7 @@ async fn a_claim_dropped_anywhere_is_settled_by_the_same_holders_next_claim() {
     assert_eq!(steps, 2);
 }
 
-/// A write whose answer is lost is resent by `Fence`, and the refusal the resend earns is read
+/// A write whose answer is lost is resent by `Holder`, and the refusal the resend earns is read
 /// back: every one of those points dropped too.
 #[tokio::test(start_paused = true)]
 async fn a_confirm_whose_answer_was_lost_dropped_during_its_retry_is_still_settled() {
@@ -222,7 +222,7 @@ async fn a_confirm_whose_answer_was_lost_dropped_during_its_retry_is_still_settl
             .unwrap();
         world.gateway.inner().performed_elsewhere(&world.keys[0]);
         // The confirm applies and its answer is lost; the resend is refused (the record is
-        // done already), and the fence reads the record back to recognise its own write.
+        // done already), and the holder reads the record back to recognise its own write.
         world
             .plain
             .inject(Some(FenceCheck::HolderOnly), Fault::LoseAnswer);
@@ -233,7 +233,7 @@ async fn a_confirm_whose_answer_was_lost_dropped_during_its_retry_is_still_settl
     assert_eq!(steps, 6);
 }
 
-/// `Fence::run_effect` on the one refund of each world from `world`, dropped at each step;
+/// `Holder::run_effect` on the one refund of each world from `world`, dropped at each step;
 /// then the same holder runs it again. Returns the number of steps.
 async fn drop_the_effect_helper_everywhere<S: FencedStore>(
     world: impl AsyncFn(Arc<Steps>) -> World<S>,
@@ -241,17 +241,17 @@ async fn drop_the_effect_helper_everywhere<S: FencedStore>(
     drop_at_every_step(
         world,
         async |world| {
-            let fence = world.fence(2);
+            let holder = world.holder(2);
             let gateway = &world.gateway;
-            fence
+            holder
                 .run_effect(&*world.store, &world.keys[0], &world.lifecycle, gateway)
                 .await
         },
         async |world, _| {
             world.check_reachable(&[2]).await;
-            let fence = world.fence(2);
+            let holder = world.holder(2);
             let gateway = world.gateway.inner();
-            fence
+            holder
                 .run_effect(&*world.plain, &world.keys[0], &world.lifecycle, gateway)
                 .await
                 .unwrap();
@@ -304,7 +304,7 @@ async fn a_pipeline_dropped_anywhere_is_finished_by_the_same_holder() {
         async |steps| World::new(steps, 5).await,
         async |world| {
             world
-                .fence(2)
+                .holder(2)
                 .pipeline(&*world.store, &world.lifecycle, &world.gateway)
                 .concurrency(2)
                 .group_size(2)
@@ -315,7 +315,7 @@ async fn a_pipeline_dropped_anywhere_is_finished_by_the_same_holder() {
         async |world, _| {
             world.check_reachable(&[2]).await;
             let settled = world
-                .fence(2)
+                .holder(2)
                 .pipeline(&*world.plain, &world.lifecycle, world.gateway.inner())
                 .run(world.keys.clone())
                 .await;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use fencing::{
-    EffectOutcome, Error, Fence, FenceCheck, FencedBatch, FencedStore, FencedWrite, FencingToken,
+    EffectOutcome, Error, FenceCheck, FencedBatch, FencedStore, FencedWrite, FencingToken, Holder,
     InputKind, Lease, Lifecycle, MemoryLease, MemoryStore, MemoryTokenSource, RecordKey,
     ResourceName, Result, State, TokenSource,
 };
@@ -44,7 +44,7 @@ impl Case {
 
     async fn run(&self, gateway: &RecordingEffect) -> Result<EffectOutcome<u32>> {
         let token = self.source.next(&self.resource).await.unwrap();
-        Fence::new(&self.resource, token, &self.source)
+        Holder::new(&self.resource, token, &self.source)
             .run_effect(&self.store, &self.key, &self.lifecycle, gateway)
             .await
     }
@@ -94,7 +94,7 @@ async fn a_failed_effect_leaves_the_row_in_flight_and_the_next_holder_looks_firs
     // A row left in flight after the effect did happen is recovered, not paid again.
     let case = Case::new(Vec::new());
     let token = case.source.next(&case.resource).await.unwrap();
-    Fence::new(&case.resource, token, &case.source)
+    Holder::new(&case.resource, token, &case.source)
         .write(&case.store, &case.key, &case.lifecycle.claim())
         .await
         .unwrap();
@@ -116,7 +116,7 @@ async fn a_refusal_is_never_retried() {
         .unwrap();
     case.run(&RecordingEffect::new()).await.unwrap();
     let stale = FencingToken::new(5).unwrap();
-    let err = Fence::new(&case.resource, stale, &case.source)
+    let err = Holder::new(&case.resource, stale, &case.source)
         .write(&case.store, &case.key, &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -126,7 +126,7 @@ async fn a_refusal_is_never_retried() {
     );
 
     case.source.forget_all();
-    let err = Fence::new(&case.resource, stale, &case.source)
+    let err = Holder::new(&case.resource, stale, &case.source)
         .write(&case.store, &case.key, &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -144,7 +144,7 @@ async fn a_refusal_is_never_retried() {
         "the regression raised the source to the fence it found"
     );
     let next = case.source.next(&case.resource).await.unwrap();
-    Fence::new(&case.resource, next, &case.source)
+    Holder::new(&case.resource, next, &case.source)
         .write(&case.store, &case.key, &FencedWrite::claim())
         .await
         .expect("the next holder makes progress without an operator");
@@ -168,7 +168,7 @@ async fn a_batch_does_not_abort_on_its_own_write_whose_answer_was_lost() {
     let batch = FencedBatch::new(lease, guard, [store.clone() as Arc<dyn FencedStore>]).unwrap();
     for write in [lifecycle.claim(), lifecycle.confirm()] {
         store.inject(Some(write.check()), Fault::LoseAnswer);
-        batch.fence().write(&*store, &key, &write).await.unwrap();
+        batch.holder().write(&*store, &key, &write).await.unwrap();
     }
     assert_eq!(store.injected(), 2);
     assert_eq!(batch.aborted_by(), None);
@@ -225,7 +225,7 @@ async fn no_effect_starts_once_the_lease_has_ended_locally() {
     tokio::time::sleep(std::time::Duration::from_secs(31)).await;
     let gateway = RecordingEffect::new();
     let err = guard
-        .fence()
+        .holder()
         .run_effect(&case.store, &case.key, &case.lifecycle, &gateway)
         .await
         .unwrap_err();
@@ -236,18 +236,18 @@ async fn no_effect_starts_once_the_lease_has_ended_locally() {
     assert_eq!(record.fence, Some(guard.token()));
 }
 
-/// A guard's fence checks a refusal against the counter its token came from: a fence on the
+/// A guard's holder checks a refusal against the counter its token came from: a fence on the
 /// record above everything the lease issued is reported as a counter that went backwards (not
 /// as a newer holder), and the lease's own counter is raised past it, so its next acquisition
 /// is accepted.
 #[tokio::test]
-async fn a_guards_fence_repairs_the_counter_of_the_lease_that_issued_it() {
+async fn a_guards_holder_repairs_the_counter_of_the_lease_that_issued_it() {
     let case = Case::new(Vec::new());
     let lease = MemoryLease::new();
     let ttl = fencing::Ttl::from_secs(30).unwrap();
     let above = FencingToken::new(1_000).unwrap();
     let elsewhere = MemoryTokenSource::new();
-    Fence::new(&case.resource, above, &elsewhere)
+    Holder::new(&case.resource, above, &elsewhere)
         .write(&case.store, &case.key, &case.lifecycle.claim())
         .await
         .unwrap();
@@ -258,7 +258,7 @@ async fn a_guards_fence_repairs_the_counter_of_the_lease_that_issued_it() {
         .unwrap()
         .unwrap();
     let err = guard
-        .fence()
+        .holder()
         .write(&case.store, &case.key, &case.lifecycle.claim())
         .await
         .unwrap_err();
@@ -275,7 +275,7 @@ async fn a_guards_fence_repairs_the_counter_of_the_lease_that_issued_it() {
         .await
         .unwrap()
         .unwrap();
-    next.fence()
+    next.holder()
         .write(&case.store, &case.key, &case.lifecycle.claim())
         .await
         .unwrap();

@@ -54,26 +54,26 @@ impl Setup {
 async fn a_refusal_in_one_store_aborts_the_batch_in_every_store() {
     let setup = Setup::new();
     let a = setup.batch().await;
-    a.fence()
+    a.holder()
         .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap();
 
     tokio::time::sleep(Duration::from_secs(31)).await;
     let b = setup.batch().await;
-    b.fence()
+    b.holder()
         .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap();
 
     // B has not touched the refunds store, so its fence cannot yet refuse A there:
-    a.fence()
+    a.holder()
         .write(&setup.refunds, &key("r_815"), &FencedWrite::claim())
         .await
         .unwrap();
     // … but the ledger can, and its refusal names it.
     let err = a
-        .fence()
+        .holder()
         .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -85,7 +85,7 @@ async fn a_refusal_in_one_store_aborts_the_batch_in_every_store() {
 
     let before = setup.refunds.records();
     let err = a
-        .fence()
+        .holder()
         .write(&setup.refunds, &key("r_816"), &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -136,19 +136,19 @@ async fn batch_runs_effects_and_seeds_from_every_store() {
     let batch = setup.batch().await;
     let effect = RecordingEffect::new();
     let outcome = batch
-        .fence()
+        .holder()
         .run_effect(&setup.refunds, &key("r_001"), &lifecycle, &effect)
         .await
         .unwrap();
     assert_eq!(outcome, EffectOutcome::Performed(1));
     let again = batch
-        .fence()
+        .holder()
         .run_effect(&setup.refunds, &key("r_001"), &lifecycle, &effect)
         .await
         .unwrap();
     assert_eq!(again, EffectOutcome::AlreadyDone);
     batch
-        .fence()
+        .holder()
         .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap();
@@ -185,7 +185,7 @@ async fn the_same_store_twice_or_an_unknown_store_is_bad_input() {
     let setup = Setup::new();
     let batch = setup.batch().await;
     let err = batch
-        .fence()
+        .holder()
         .write(
             &MemoryStore::new("nowhere"),
             &key("r_001"),
@@ -227,7 +227,7 @@ async fn under_the_skip_policy_a_cancelled_or_missing_record_is_reported_and_the
     for k in ["r_001", "r_002", "r_404", "r_003"] {
         outcomes.push(
             batch
-                .fence()
+                .holder()
                 .run_effect(&setup.refunds, &key(k), &lifecycle, &effect)
                 .await,
         );
@@ -266,18 +266,18 @@ async fn under_the_skip_policy_a_fence_refusal_still_aborts() {
     tokio::time::sleep(Duration::from_secs(31)).await;
     let b = setup.batch().await;
     let effect = RecordingEffect::new();
-    b.fence()
+    b.holder()
         .run_effect(&setup.refunds, &key("r_815"), &lifecycle, &effect)
         .await
         .unwrap();
     let err = a
-        .fence()
+        .holder()
         .run_effect(&setup.refunds, &key("r_815"), &lifecycle, &effect)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
     let err = a
-        .fence()
+        .holder()
         .run_effect(&setup.refunds, &key("r_816"), &lifecycle, &effect)
         .await
         .unwrap_err();
@@ -311,7 +311,7 @@ async fn a_batch_aborted_by_a_state_mismatch_still_releases_its_lease() {
     );
     let batch = setup.batch().await;
     let err = batch
-        .fence()
+        .holder()
         .run_effect(
             &setup.refunds,
             &key("r_002"),
@@ -357,7 +357,7 @@ async fn a_batch_that_outlived_its_ttl_without_a_newer_holder_finishes_late_not_
     pending_refunds(&setup, &["r_001"]);
     let batch = setup.batch().await;
     batch
-        .fence()
+        .holder()
         .run_effect(
             &setup.refunds,
             &key("r_001"),
@@ -382,7 +382,7 @@ async fn a_scope_releases_on_error_and_refuses_a_bad_store_set_before_acquiring(
     )
     .run(async |batch| {
         batch
-            .fence()
+            .holder()
             .write(&refunds, &key("r_404"), &FencedWrite::holder_only())
             .await
     })
@@ -425,12 +425,12 @@ async fn a_write_through_the_batchs_fence_is_the_batchs() {
     let refunds: Arc<dyn FencedStore> = Arc::new(setup.refunds.clone());
     let elsewhere: Arc<dyn FencedStore> = Arc::new(MemoryStore::new("elsewhere"));
     let a = setup.batch().await;
-    a.fence()
+    a.holder()
         .write(&refunds, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap();
     let err = a
-        .fence()
+        .holder()
         .write(&elsewhere, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -438,12 +438,12 @@ async fn a_write_through_the_batchs_fence_is_the_batchs() {
 
     tokio::time::sleep(Duration::from_secs(31)).await;
     let b = setup.batch().await;
-    b.fence()
+    b.holder()
         .write(&refunds, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap();
     let err = a
-        .fence()
+        .holder()
         .write(&*refunds, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -467,7 +467,7 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
     for k in ["r_001", "r_002"] {
         claims.push(
             batch
-                .fence()
+                .holder()
                 .write(&setup.refunds, &key(k), &lifecycle.claim())
                 .await
                 .unwrap(),
@@ -476,7 +476,7 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
     let confirmed = std::sync::Mutex::new(Vec::new());
     for claimed in &claims {
         batch
-            .fence()
+            .holder()
             .run_effect_then(
                 &setup.refunds,
                 EffectStart::Claimed(claimed),
@@ -485,7 +485,7 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
                 async |receipt: &u32| {
                     confirmed.lock().unwrap().push(*receipt);
                     batch
-                        .fence()
+                        .holder()
                         .write(&setup.refunds, &claimed.record.key, &lifecycle.confirm())
                         .await
                         .map(drop)
@@ -508,12 +508,12 @@ async fn an_effect_on_an_earlier_claim_looks_up_only_records_in_flight_before_it
 
     // A claim that did not leave the record in flight is refused before any call.
     let plain = batch
-        .fence()
+        .holder()
         .write(&setup.refunds, &key("r_003"), &FencedWrite::claim())
         .await
         .unwrap();
     let err = batch
-        .fence()
+        .holder()
         .run_effect_then(
             &setup.refunds,
             EffectStart::Claimed(&plain),
@@ -537,13 +537,13 @@ async fn refund_and_post(
     effect: &RecordingEffect,
 ) {
     batch
-        .fence()
+        .holder()
         .run_effect(&setup.refunds, key, &Lifecycle::default(), effect)
         .await
         .unwrap();
     let posted = FencedWrite::claim().set_state(fencing::State::new("posted").unwrap());
     batch
-        .fence()
+        .holder()
         .write(&setup.ledger, key, &posted)
         .await
         .unwrap();
@@ -558,7 +558,7 @@ async fn a_crash_between_two_stores_is_completed_by_the_next_holder_without_a_se
     // A confirms the refund in one store and dies before the ledger entry in the other: the
     // two stores are not one transaction, so for now the refund is sent and not posted.
     let a = setup.batch().await;
-    a.fence()
+    a.holder()
         .run_effect(
             &setup.refunds,
             &key("r_815"),
@@ -650,13 +650,13 @@ async fn an_abort_by_a_token_regression_is_told_from_a_newer_holder() {
         .unwrap();
     let batch = setup.batch().await;
     let err = batch
-        .fence()
+        .holder()
         .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
     let err = batch
-        .fence()
+        .holder()
         .write(&setup.refunds, &key("r_815"), &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -681,11 +681,11 @@ async fn an_abort_by_a_token_regression_is_told_from_a_newer_holder() {
 
 #[tokio::test(start_paused = true)]
 async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abort_it() {
-    use fencing_core::adapter::FenceExt;
+    use fencing_core::adapter::HolderExt;
     let setup = Setup::new();
     pending_refunds(&setup, &["r_1", "r_2", "r_3"]);
     let a = setup.batch().await;
-    a.fence()
+    a.holder()
         .write_many(
             &setup.refunds,
             &[key("r_1"), key("r_2")],
@@ -695,14 +695,14 @@ async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abor
         .unwrap();
     tokio::time::sleep(Duration::from_secs(31)).await;
     let b = setup.batch().await;
-    b.fence()
+    b.holder()
         .write(&setup.refunds, &key("r_2"), &FencedWrite::claim())
         .await
         .unwrap();
 
     // A grouped write: one record refused among accepted ones aborts the batch.
     let each = a
-        .fence()
+        .holder()
         .write_many(
             &setup.refunds,
             &[key("r_3"), key("r_2")],
@@ -718,10 +718,10 @@ async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abor
     );
     assert_eq!(a.aborted_by(), Some(("refunds".to_owned(), key("r_2"))));
 
-    // An adapter's own request under the batch's fence is refused unsent once it aborted.
+    // An adapter's own request under the batch's holder is refused unsent once it aborted.
     let sent = std::sync::atomic::AtomicBool::new(false);
     let err = a
-        .fence()
+        .holder()
         .run_write(
             "ledger",
             &[&key("m_4471")],
@@ -745,11 +745,11 @@ async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abor
         store: "ledger".to_owned(),
         record: key("m_4471"),
         presented: c.token(),
-        found: fencing::FoundFence::Fence(c.token().next().unwrap()),
+        found: fencing::FoundFence::Holder(c.token().next().unwrap()),
     };
     let mut refusals = vec![refusal];
     let err = c
-        .fence()
+        .holder()
         .run_write(
             "ledger",
             &[&key("m_4471")],
@@ -773,11 +773,11 @@ async fn a_record_skipped_in_a_callers_confirm_is_reported_once() {
         .with_mismatch_policy(MismatchPolicy::Skip);
     let lifecycle = Lifecycle::default();
     let effect = RecordingEffect::default();
-    let fence = batch.fence();
+    let holder = batch.holder();
     // The caller's confirm requires a state the record is not in: its write through the
     // batch's fence notes the skip, and so does the effect helper it returns the error to.
     let confirm = async |_: &_| {
-        fence
+        holder
             .write(
                 &setup.refunds,
                 &key("r_1"),
@@ -786,7 +786,7 @@ async fn a_record_skipped_in_a_callers_confirm_is_reported_once() {
             .await
             .map(drop)
     };
-    let err = fence
+    let err = holder
         .run_effect_then(
             &setup.refunds,
             EffectStart::Claim(&key("r_1")),
@@ -807,18 +807,18 @@ async fn an_aborted_batchs_effects_and_pipelines_start_nothing() {
     let setup = Setup::new();
     pending_refunds(&setup, &["r_1", "r_2", "r_3"]);
     let a = setup.batch().await;
-    a.fence()
+    a.holder()
         .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(31)).await;
     let b = setup.batch().await;
-    b.fence()
+    b.holder()
         .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap();
     let refused = a
-        .fence()
+        .holder()
         .write(&setup.ledger, &key("m_4471"), &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -827,13 +827,13 @@ async fn an_aborted_batchs_effects_and_pipelines_start_nothing() {
     let lifecycle = Lifecycle::default();
     let effect = RecordingEffect::default();
     let err = a
-        .fence()
+        .holder()
         .run_effect(&setup.refunds, &key("r_1"), &lifecycle, &effect)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
     let settled = a
-        .fence()
+        .holder()
         .pipeline(&setup.refunds, &lifecycle, &effect)
         .run([key("r_2"), key("r_3")])
         .await;

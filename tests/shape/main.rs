@@ -3,6 +3,7 @@
 //! small, a facade that re-exports the core's job-facing names and not its adapter surface.
 
 mod facade;
+mod first_steps;
 mod long_functions;
 mod module_graph;
 mod prelude;

@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use fencing_core::{
-    Fence, FencedWrite, FencingToken, MemoryStore, MemoryTokenSource, RecordKey, ResourceName,
+    FencedWrite, FencingToken, Holder, MemoryStore, MemoryTokenSource, RecordKey, ResourceName,
     TokenSource,
 };
 
@@ -26,11 +26,11 @@ async fn claims(keys: &[RecordKey], round: usize) -> Duration {
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let token = FencingToken::new(round as u64 + 1).unwrap();
     source.advance_to(&resource, token).await.unwrap();
-    let fence = Fence::new(&resource, token, &source);
+    let holder = Holder::new(&resource, token, &source);
     let claim = FencedWrite::claim();
     let start = Instant::now();
     for key in keys {
-        fence.write(&store, key, &claim).await.unwrap();
+        holder.write(&store, key, &claim).await.unwrap();
     }
     start.elapsed()
 }
@@ -41,8 +41,8 @@ async fn main() {
         .map(|n| RecordKey::new(format!("r_{n:05}")).unwrap())
         .collect();
     let variants = [
-        "Fence::write (claim), no subscriber",
-        "Fence::write (claim), every event formatted to a discarding subscriber",
+        "Holder::write (claim), no subscriber",
+        "Holder::write (claim), every event formatted to a discarding subscriber",
     ];
     let mut times = vec![Vec::new(); variants.len()];
     for round in 0..ROUNDS {

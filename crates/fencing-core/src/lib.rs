@@ -11,8 +11,8 @@
 //!   [`seed_from_floors`] keep it from going backwards.
 //! * [`FencedStore`] applies the two kinds of [`FencedWrite`]: a claim (`fence <= token`) and a
 //!   holder-only write (`fence == token`).
-//! * [`Fence`] presents a token and tells a stale holder ([`Error::Fenced`]) from a counter
-//!   that went backwards ([`Error::TokenRegression`]); [`Fence::run_effect`] runs the
+//! * [`Holder`] presents a token and tells a stale holder ([`Error::Fenced`]) from a counter
+//!   that went backwards ([`Error::TokenRegression`]); [`Holder::run_effect`] runs the
 //!   claim → side effect → confirm sequence with an idempotency key.
 //! * [`FencedBatch`] runs one acquisition across several stores and stops at the first refusal.
 //! * [`MemoryLease`], [`MemoryTokenSource`] and [`MemoryStore`] implement every contract in
@@ -54,11 +54,11 @@ pub use contract::token_source::{
 };
 pub use holder::batch::{BatchScope, FencedBatch};
 pub use holder::effect::{EffectOutcome, EffectStart, Lifecycle, SideEffect};
-pub use holder::fence::Fence;
 pub use holder::latch::MismatchPolicy;
 pub use holder::pipeline::{Pipeline, RecordWrites, Settled};
 pub use holder::renewal::LeaseRenewal;
 pub use holder::retry::{RetryPolicy, acquire};
+pub use holder::write::Holder;
 pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
 pub use value::error::{BoxError, Error, FoundFence, Result};
 pub use value::input::{InputKind, InvalidInput};

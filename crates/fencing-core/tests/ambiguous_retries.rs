@@ -1,5 +1,5 @@
-//! How a fence sends again a write whose outcome was lost, in `Fence::write`,
-//! `Fence::write_many` and `Fence::run_write`: up to the fence's retries and no further, never
+//! How a fence sends again a write whose outcome was lost, in `Holder::write`,
+//! `Holder::write_many` and `Holder::run_write`: up to the holder's retries and no further, never
 //! after an outright failure; a refusal met on a retry is read back and recognised as the
 //! write's own earlier success, a refusal on a first attempt never is. For many records, a
 //! request whose answer was lost is sent again whole and a record whose answer was lost alone;
@@ -9,9 +9,9 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use fencing_core::adapter::FenceExt;
+use fencing_core::adapter::HolderExt;
 use fencing_core::{
-    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, MemoryStore,
+    Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, MemoryStore,
     MemoryTokenSource, Record, RecordKey, ResourceName, Result, State, TokenSource, Written,
     async_trait,
 };
@@ -169,19 +169,22 @@ async fn source() -> (MemoryTokenSource, ResourceName) {
 #[tokio::test]
 async fn a_fence_keeps_the_retries_it_was_given() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source);
-    assert_eq!(fence.ambiguous_retries(), Fence::DEFAULT_AMBIGUOUS_RETRIES);
-    assert_eq!(fence.with_ambiguous_retries(5).ambiguous_retries(), 5);
+    let holder = Holder::new(&resource, token(34), &source);
+    assert_eq!(
+        holder.ambiguous_retries(),
+        Holder::DEFAULT_AMBIGUOUS_RETRIES
+    );
+    assert_eq!(holder.with_ambiguous_retries(5).ambiguous_retries(), 5);
 }
 
 #[tokio::test]
 async fn a_lost_request_is_sent_again_whole_up_to_the_retries() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(2);
+    let holder = Holder::new(&resource, token(34), &source).with_ambiguous_retries(2);
 
     let store = Planned::new([Mishap::RequestLost, Mishap::RequestLost]);
     pending(&store).await;
-    let outcomes = fence
+    let outcomes = holder
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap();
@@ -194,7 +197,7 @@ async fn a_lost_request_is_sent_again_whole_up_to_the_retries() {
         Mishap::RequestLost,
     ]);
     pending(&store).await;
-    let err = fence
+    let err = holder
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap_err();
@@ -205,10 +208,10 @@ async fn a_lost_request_is_sent_again_whole_up_to_the_retries() {
 #[tokio::test]
 async fn a_request_that_fails_outright_is_not_sent_again() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     let store = Planned::new([Mishap::Refused]);
     pending(&store).await;
-    let err = fence
+    let err = holder
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap_err();
@@ -219,10 +222,10 @@ async fn a_request_that_fails_outright_is_not_sent_again() {
 #[tokio::test]
 async fn a_record_whose_answer_was_lost_is_sent_again_and_recognised_as_applied() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(1);
+    let holder = Holder::new(&resource, token(34), &source).with_ambiguous_retries(1);
     let store = Planned::new([Mishap::RecordsLost(vec![1])]);
     pending(&store).await;
-    let outcomes = fence
+    let outcomes = holder
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap();
@@ -239,10 +242,10 @@ async fn a_record_whose_answer_was_lost_is_sent_again_and_recognised_as_applied(
 #[tokio::test]
 async fn a_record_still_lost_after_the_retries_is_reported_ambiguous_alone() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(1);
+    let holder = Holder::new(&resource, token(34), &source).with_ambiguous_retries(1);
     let store = Planned::new([Mishap::RecordsLost(vec![2]), Mishap::RecordsLost(vec![0])]);
     pending(&store).await;
-    let outcomes = fence
+    let outcomes = holder
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap();
@@ -253,7 +256,7 @@ async fn a_record_still_lost_after_the_retries_is_reported_ambiguous_alone() {
     );
     assert_eq!(store.requests(), 2);
 
-    let never = Fence::new(&resource, token(34), &source).with_ambiguous_retries(0);
+    let never = Holder::new(&resource, token(34), &source).with_ambiguous_retries(0);
     let store = Planned::new([Mishap::RecordsLost(vec![0])]);
     pending(&store).await;
     let outcomes = never
@@ -267,16 +270,16 @@ async fn a_record_still_lost_after_the_retries_is_reported_ambiguous_alone() {
 #[tokio::test]
 async fn a_first_refusal_is_not_taken_for_the_writes_own_success() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     let store = Planned::new([]);
     pending(&store).await;
-    fence
+    holder
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap();
     // The same write sent afresh, not as a retry: the records already look as it would leave
     // them, but nothing says this request wrote them, so the refusal stands.
-    let outcomes = fence
+    let outcomes = holder
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap();
@@ -291,10 +294,10 @@ async fn a_first_refusal_is_not_taken_for_the_writes_own_success() {
 #[tokio::test]
 async fn answers_for_the_wrong_number_of_records_are_a_failure() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     let store = Planned::new([Mishap::OneShort]);
     pending(&store).await;
-    let err = fence
+    let err = holder
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap_err();
@@ -304,12 +307,15 @@ async fn answers_for_the_wrong_number_of_records_are_a_failure() {
 #[tokio::test]
 async fn a_single_write_is_sent_again_up_to_the_retries_and_no_further() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(2);
+    let holder = Holder::new(&resource, token(34), &source).with_ambiguous_retries(2);
     let key = &keys()[0];
 
     let store = Planned::new([Mishap::RequestLost, Mishap::RequestLost]);
     pending(&store).await;
-    fence.write(&store, key, &claim_of_pending()).await.unwrap();
+    holder
+        .write(&store, key, &claim_of_pending())
+        .await
+        .unwrap();
     assert_eq!(store.requests(), 3);
 
     let store = Planned::new([
@@ -318,7 +324,7 @@ async fn a_single_write_is_sent_again_up_to_the_retries_and_no_further() {
         Mishap::RequestLost,
     ]);
     pending(&store).await;
-    let err = fence
+    let err = holder
         .write(&store, key, &claim_of_pending())
         .await
         .unwrap_err();
@@ -327,7 +333,7 @@ async fn a_single_write_is_sent_again_up_to_the_retries_and_no_further() {
 
     let store = Planned::new([Mishap::Refused]);
     pending(&store).await;
-    let err = fence
+    let err = holder
         .write(&store, key, &claim_of_pending())
         .await
         .unwrap_err();
@@ -338,15 +344,18 @@ async fn a_single_write_is_sent_again_up_to_the_retries_and_no_further() {
 #[tokio::test]
 async fn a_single_write_refused_on_its_retry_is_read_back_but_not_on_its_first_try() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     let key = &keys()[0];
     let store = Planned::new([Mishap::AnswerLost]);
     pending(&store).await;
-    let written = fence.write(&store, key, &claim_of_pending()).await.unwrap();
+    let written = holder
+        .write(&store, key, &claim_of_pending())
+        .await
+        .unwrap();
     assert_eq!(written.record.state, Some(state("sending")));
     assert_eq!(store.requests(), 2);
 
-    let err = fence
+    let err = holder
         .write(&store, key, &claim_of_pending())
         .await
         .unwrap_err();
@@ -356,12 +365,12 @@ async fn a_single_write_refused_on_its_retry_is_read_back_but_not_on_its_first_t
 #[tokio::test]
 async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
     let (source, resource) = source().await;
-    let fence = Fence::new(&resource, token(34), &source).with_ambiguous_retries(2);
+    let holder = Holder::new(&resource, token(34), &source).with_ambiguous_retries(2);
     let key = keys()[0].clone();
     let store = Planned::new([]);
     for (losses, ends_ambiguous) in [(2, false), (3, true)] {
         let attempts = AtomicU32::new(0);
-        let result = fence
+        let result = holder
             .run_write("refunds", &[&key], FenceCheck::Claim, async || {
                 if attempts.fetch_add(1, Ordering::SeqCst) < losses {
                     Err(store.lost())
@@ -374,7 +383,7 @@ async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
         assert_eq!(attempts.load(Ordering::SeqCst), 3);
     }
     let attempts = AtomicU32::new(0);
-    let result = fence
+    let result = holder
         .run_write("refunds", &[&key], FenceCheck::Claim, async || {
             attempts.fetch_add(1, Ordering::SeqCst);
             Err::<(), _>(store.refused())

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fencing_core::{
-    BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedBatch, FencedStore, FencedWrite,
-    FencingToken, Lease, Lifecycle, MemoryLease, MemoryStore, MismatchPolicy, Record, RecordKey,
-    RecordWrites, ResourceName, Result, SideEffect, State, Ttl, Written, async_trait,
+    BoxError, EffectOutcome, Error, FenceCheck, FencedBatch, FencedStore, FencedWrite,
+    FencingToken, Holder, Lease, Lifecycle, MemoryLease, MemoryStore, MismatchPolicy, Record,
+    RecordKey, RecordWrites, ResourceName, Result, SideEffect, State, Ttl, Written, async_trait,
 };
 
 fn key(n: usize) -> RecordKey {
@@ -265,7 +265,7 @@ async fn every_record_is_settled_once_with_effects_side_by_side_and_writes_group
     let batch = batch(&lease, &store).await;
     let started = tokio::time::Instant::now();
     let pipeline = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(32)
         .group_size(32)
@@ -343,7 +343,7 @@ async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent
         tokio::spawn(async move {
             let worker = Worker::new(&gateway, Some((paused_at, Duration::from_secs(40))));
             let settled = a
-                .fence()
+                .holder()
                 .pipeline(&*store, &lifecycle, &worker)
                 .concurrency(8)
                 .group_size(16)
@@ -373,7 +373,7 @@ async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent
     assert!(b_token > a_token);
     let b_worker = Worker::new(&gateway, None);
     let b_settled = b
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &b_worker)
         .concurrency(8)
         .group_size(16)
@@ -445,7 +445,7 @@ async fn a_failed_effect_stops_new_work_and_confirms_what_finished() {
     };
     let batch = batch(&lease, &store).await;
     let settled = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .group_size(8)
@@ -492,7 +492,7 @@ async fn done_records_are_reported_and_mismatches_skipped_or_stopping_by_policy(
         let gateway = Gateway::default();
         let batch = batch(&lease, &store).await.with_mismatch_policy(policy);
         let settled = batch
-            .fence()
+            .holder()
             .pipeline(&*store, &lifecycle, &gateway)
             .concurrency(2)
             .group_size(4)
@@ -535,7 +535,7 @@ async fn confirms_go_in_full_groups_when_effects_keep_pace() {
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let settled = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(8)
         .group_size(8)
@@ -574,7 +574,7 @@ async fn a_finished_effect_is_confirmed_after_flush_after_without_a_full_group()
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let pipeline = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(2)
         .group_size(8)
@@ -613,7 +613,7 @@ async fn the_window_is_twice_the_concurrency_unless_set() {
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let pipeline = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(40)
         .group_size(8)
@@ -654,7 +654,7 @@ async fn a_record_whose_effect_was_made_elsewhere_is_reported_recovered() {
     gateway.calls().sent.insert(key(2), 7);
     let batch = batch(&lease, &store).await;
     let outcomes = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(2)
         .run(records)
@@ -682,7 +682,7 @@ async fn a_window_of_the_concurrency_smaller_than_a_group_settles_every_record()
     let lifecycle = Lifecycle::default();
     let batch = batch(&lease, &store).await;
     let settled = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .window(4)
@@ -707,7 +707,7 @@ async fn a_skipped_group_of_claims_frees_its_place_in_the_window() {
         .await
         .with_mismatch_policy(MismatchPolicy::Skip);
     let settled = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .group_size(8)
@@ -744,7 +744,7 @@ async fn records_skipped_one_by_one_free_their_places_in_the_window() {
         .await
         .with_mismatch_policy(MismatchPolicy::Skip);
     let settled = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(2)
         .group_size(4)
@@ -770,7 +770,7 @@ async fn bad_settings_and_repeated_keys_are_refused_with_nothing_written() {
         assert!(settled.outcomes.is_empty());
         matches!(settled.error, Some(Error::InvalidInput(_)))
     };
-    let pipeline = || batch.fence().pipeline(&*store, &lifecycle, &gateway);
+    let pipeline = || batch.holder().pipeline(&*store, &lifecycle, &gateway);
     assert!(refused(
         pipeline().concurrency(0).run(records.clone()).await
     ));
@@ -806,7 +806,7 @@ async fn bad_settings_and_repeated_keys_are_refused_with_nothing_written() {
     let elsewhere = MemoryStore::new("not-in-the-batch");
     assert!(refused(
         batch
-            .fence()
+            .holder()
             .pipeline(&elsewhere, &lifecycle, &gateway)
             .run(records.clone())
             .await
@@ -853,7 +853,7 @@ async fn a_pipeline_dropped_at_any_moment_leaves_states_the_protocol_produces() 
         let gateway = Gateway::with_latency(Duration::from_millis(3));
         let first = batch(&lease, &store).await;
         let run = first
-            .fence()
+            .holder()
             .pipeline(&*store, &lifecycle, &gateway)
             .concurrency(4)
             .group_size(4)
@@ -896,7 +896,7 @@ async fn a_pipeline_dropped_at_any_moment_leaves_states_the_protocol_produces() 
         let next = batch(&lease, &store).await;
         let lookups_before = gateway.calls().lookups.len();
         let outcomes = next
-            .fence()
+            .holder()
             .pipeline(&*store, &lifecycle, &gateway)
             .run(records.clone())
             .await
@@ -942,21 +942,26 @@ struct ReceiptWrites<'s> {
 
 #[async_trait]
 impl RecordWrites<u32> for ReceiptWrites<'_> {
-    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
+    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written> {
         let claim = if self.claims_nothing {
             FencedWrite::claim()
         } else {
             self.lifecycle.claim()
         };
-        fence.write(self.store, key, &claim).await
+        holder.write(self.store, key, &claim).await
     }
 
-    async fn confirm(&self, fence: &Fence<'_>, key: &RecordKey, receipt: &u32) -> Result<Written> {
+    async fn confirm(
+        &self,
+        holder: &Holder<'_>,
+        key: &RecordKey,
+        receipt: &u32,
+    ) -> Result<Written> {
         let confirm = self
             .lifecycle
             .confirm()
             .set_payload(receipt.to_string().into_bytes());
-        fence.write(self.store, key, &confirm).await
+        holder.write(self.store, key, &confirm).await
     }
 }
 
@@ -974,7 +979,7 @@ async fn own_writes_carry_each_records_receipt_one_request_per_record() {
         claims_nothing: false,
     };
     let outcomes = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(16)
         .writes(&writes)
@@ -1009,7 +1014,7 @@ async fn own_writes_of_a_stale_holder_are_refused_before_any_effect() {
     // A's lease ends without A's knowing (its deadline is far off).
     lease.release(a.guard().clone()).await.unwrap();
     let b = batch(&lease, &store).await;
-    b.fence()
+    b.holder()
         .write(&*store, &key(3), &lifecycle.claim())
         .await
         .unwrap();
@@ -1019,7 +1024,7 @@ async fn own_writes_of_a_stale_holder_are_refused_before_any_effect() {
         claims_nothing: false,
     };
     let settled = a
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .group_size(8)
@@ -1053,7 +1058,7 @@ async fn an_own_claim_that_does_not_claim_stops_the_pipeline_before_its_effect()
         claims_nothing: true,
     };
     let settled = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .writes(&writes)
         .run(records)
@@ -1145,7 +1150,7 @@ async fn a_worker_stopped_past_its_deadline_starts_no_effect_on_waking() {
     let a_gateway = Timed::new(&gateway);
     let a_run = async {
         let settled = a
-            .fence()
+            .holder()
             .pipeline(&*store, &lifecycle, &a_gateway)
             .concurrency(32)
             .group_size(32)
@@ -1166,7 +1171,7 @@ async fn a_worker_stopped_past_its_deadline_starts_no_effect_on_waking() {
         tokio::time::sleep(Duration::from_secs(31)).await;
         let b = batch(&lease, &store).await;
         let settled = b
-            .fence()
+            .holder()
             .pipeline(&*store, &lifecycle, &b_gateway)
             .concurrency(32)
             .run(records.clone())
@@ -1218,7 +1223,7 @@ async fn a_renewed_lease_keeps_a_long_pipeline_going_and_a_lost_renewal_stops_it
     );
     // 200 calls of 1 s, 4 at a time: 50 s, beyond the 30 s TTL.
     let settled = a
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .run(records.clone())
@@ -1248,7 +1253,7 @@ async fn a_renewed_lease_keeps_a_long_pipeline_going_and_a_lost_renewal_stops_it
         tokio::time::sleep(Duration::from_secs(100)).await;
     };
     let run = b
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(4)
         .run(more.clone());
@@ -1279,7 +1284,7 @@ async fn records_claimed_up_front_are_settled_without_another_claim() {
     // An earlier holder left r_0007 in flight, its refund made.
     let earlier = batch(&lease, &store).await;
     earlier
-        .fence()
+        .holder()
         .write(&*store, &key(7), &lifecycle.claim())
         .await
         .unwrap();
@@ -1291,8 +1296,8 @@ async fn records_claimed_up_front_are_settled_without_another_claim() {
     drop(earlier);
 
     let batch = batch(&lease, &store).await;
-    let fence = batch.fence();
-    let claimed: Vec<Written> = fence
+    let holder = batch.holder();
+    let claimed: Vec<Written> = holder
         .write_many(&*store, &records, &lifecycle.claim())
         .await
         .unwrap()
@@ -1307,7 +1312,7 @@ async fn records_claimed_up_front_are_settled_without_another_claim() {
     let twice = vec![claimed[1].clone(), claimed[1].clone()];
     for bad in [vec![foreign], twice] {
         let settled = batch
-            .fence()
+            .holder()
             .pipeline(&*store, &lifecycle, &gateway)
             .run_claimed(bad)
             .await;
@@ -1324,7 +1329,7 @@ async fn records_claimed_up_front_are_settled_without_another_claim() {
     );
 
     let outcomes = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(8)
         .run_claimed(claimed)

@@ -3,9 +3,9 @@
 //! test binary: `tracing` caches per call site whether anyone listens, and a test running
 //! beside it without a subscriber could make it decide nobody does.
 
-use fencing_core::adapter::{FenceExt, RecordOutcomes};
+use fencing_core::adapter::{HolderExt, RecordOutcomes};
 use fencing_core::{
-    Error, Fence, FenceCheck, FencingToken, MemoryTokenSource, RecordKey, ResourceName, State,
+    Error, FenceCheck, FencingToken, Holder, MemoryTokenSource, RecordKey, ResourceName, State,
     TokenSource,
 };
 use fencing_testkit::events::{capture, line};
@@ -37,7 +37,7 @@ fn each_record_of_an_adapters_write_is_reported_with_its_own_outcome() {
         let source = MemoryTokenSource::new();
         let resource = ResourceName::new("settle:m_4471").unwrap();
         source.advance_to(&resource, token(34)).await.unwrap();
-        let fence = Fence::new(&resource, token(34), &source);
+        let holder = Holder::new(&resource, token(34), &source);
         let applied = RecordKey::new("r_815").unwrap();
         let refused = RecordKey::new("r_816").unwrap();
         let mismatch = || Error::StateMismatch {
@@ -47,7 +47,7 @@ fn each_record_of_an_adapters_write_is_reported_with_its_own_outcome() {
             expected: vec![state("pending")],
             found: Some(state("sent")),
         };
-        fence
+        holder
             .run_write(
                 "refunds",
                 &[&applied, &refused],

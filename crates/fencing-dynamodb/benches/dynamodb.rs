@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use fencing_core::{
-    Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource, RecordKey,
+    FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey,
     ResourceName, State, TokenSource,
 };
 use fencing_dynamodb::{DynamoKeyType, DynamoStore, DynamoTable, DynamoWrite};
@@ -207,10 +207,10 @@ impl Bench {
                 let source = MemoryTokenSource::new();
                 let resource = ResourceName::new("settle:m_4471").unwrap();
                 source.advance_to(&resource, token).await.unwrap();
-                let fence = Fence::new(&resource, token, &source);
+                let holder = Holder::new(&resource, token, &source);
                 for chunk in self.keys.chunks(TRANSACTION) {
                     let writes: Vec<_> = chunk.iter().map(|k| (k.clone(), claim.clone())).collect();
-                    self.store.transact(&fence, &writes).await.unwrap();
+                    self.store.transact(&holder, &writes).await.unwrap();
                 }
             }
             other => unreachable!("no variant {other}"),
@@ -270,14 +270,14 @@ impl Bench {
                 let source = MemoryTokenSource::new();
                 let resource = ResourceName::new("settle:m_4471").unwrap();
                 source.advance_to(&resource, token).await.unwrap();
-                let fence = Fence::new(&resource, token, &source);
+                let holder = Holder::new(&resource, token, &source);
                 let start = Instant::now();
                 let write = DynamoWrite::new(lifecycle.claim())
                     .set("amount_cents", n(1000 + i))
                     .unwrap()
                     .set("posted by", s("worker-b"))
                     .unwrap();
-                self.ledger.write_with(&fence, k, write).await.unwrap();
+                self.ledger.write_with(&holder, k, write).await.unwrap();
                 start.elapsed()
             }
             other => unreachable!("no variant {other}"),

@@ -12,9 +12,9 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
-use fencing_core::adapter::{FenceExt, RequestEffect, check_store_name};
+use fencing_core::adapter::{HolderExt, RequestEffect, check_store_name};
 use fencing_core::{
-    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
+    Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput,
     Record, RecordKey, Result, Written,
 };
 
@@ -35,7 +35,7 @@ const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
 /// round trip.
 ///
 /// The SDK's own retries are turned off for fenced writes: a write whose answer is lost comes
-/// back as [`Error::Ambiguous`], and [`Fence::write`] sends it again with the same token,
+/// back as [`Error::Ambiguous`], and [`Holder::write`] sends it again with the same token,
 /// recognising its own first attempt if it landed. Left on, the SDK would re-send a write that
 /// applied and report its refusal.
 #[derive(Clone, Debug)]
@@ -71,7 +71,7 @@ impl DynamoStore {
     }
 
     /// The store's client: the caller's, with the SDK's retries off (fenced writes are retried
-    /// by [`Fence`], with the same token, never by the SDK).
+    /// by [`Holder`], with the same token, never by the SDK).
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -84,18 +84,18 @@ impl DynamoStore {
     /// [`Error::TokenRegression`]); nothing was applied. An empty list, more than 100 writes,
     /// one key twice, or more than DynamoDB's 4 MB are refused before sending. The request's
     /// `ClientRequestToken` is derived from the token and the writes, so a retry after an
-    /// ambiguous outcome (done here, as [`Fence::write`] does) is idempotent for the service's
+    /// ambiguous outcome (done here, as [`Holder::write`] does) is idempotent for the service's
     /// ten-minute window.
     pub async fn transact(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         writes: &[(RecordKey, FencedWrite)],
     ) -> Result<()> {
         let writes: Vec<(RecordKey, DynamoWrite)> = writes
             .iter()
             .map(|(key, write)| (key.clone(), DynamoWrite::from(write)))
             .collect();
-        self.transact_with(fence, &writes).await
+        self.transact_with(holder, &writes).await
     }
 
     /// [`Self::transact`] of writes that also set attributes of the caller's own
@@ -103,10 +103,10 @@ impl DynamoStore {
     /// refusal anywhere sets none of them anywhere.
     pub async fn transact_with(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         writes: &[(RecordKey, DynamoWrite)],
     ) -> Result<()> {
-        let token = fence.token();
+        let token = holder.token();
         let mut pins = vec![StatePin::Absent; writes.len()];
         // Checked once before the first request: a bad list is refused unsent.
         self.transaction_items(token, writes, &pins)?;
@@ -118,7 +118,7 @@ impl DynamoStore {
             true => FenceCheck::Claim,
             false => FenceCheck::HolderOnly,
         };
-        fence
+        holder
             .run_write(&self.name, &records, check, async || {
                 for _ in 0..PIN_ROUNDS {
                     match self.transact_once(token, writes, &pins).await? {
@@ -340,19 +340,19 @@ impl FencedStore for DynamoStore {
 }
 
 impl DynamoStore {
-    /// Writes `key` under `fence`'s token as [`Fence::write`] does (a lost answer sent again
+    /// Writes `key` under `fence`'s token as [`Holder::write`] does (a lost answer sent again
     /// and its own earlier success recognised, a refusal explained, the outcome reported),
     /// also setting the write's own attributes in the same `UpdateItem`.
     pub async fn write_with(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         key: &RecordKey,
         write: impl Into<DynamoWrite>,
     ) -> Result<Written> {
         let write = write.into();
-        fence
+        holder
             .write_by(self, key, write.write(), || {
-                self.write_setting(key, fence.token(), write.write(), write.extras())
+                self.write_setting(key, holder.token(), write.write(), write.extras())
             })
             .await
     }

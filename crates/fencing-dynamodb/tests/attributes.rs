@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{
-    Error, Fence, FencedWrite, FencingToken, InputKind, Lifecycle, MemoryTokenSource, ResourceName,
-    TokenSource,
+    Error, FencedWrite, FencingToken, Holder, InputKind, Lifecycle, MemoryTokenSource,
+    ResourceName, TokenSource,
 };
 use fencing_dynamodb::{DynamoStore, DynamoWrite};
 use fencing_test_support::aws::LoseAnswers;
@@ -48,8 +48,8 @@ async fn attributes_are_set_with_the_fence_and_a_stale_holder_sets_none() {
     let store = ledger(&client).await;
     let key = store.table().record_key("m_4471", Some("815")).unwrap();
     let (source, resource) = issued().await;
-    let newer = Fence::new(&resource, token(34), &source);
-    let stale = Fence::new(&resource, token(33), &source);
+    let newer = Holder::new(&resource, token(34), &source);
+    let stale = Holder::new(&resource, token(33), &source);
 
     store
         .write_with(&newer, &key, entry("1250", "worker-b"))
@@ -91,12 +91,12 @@ async fn attributes_named_like_the_tables_own_are_refused_with_nothing_written()
     let store = ledger(&client).await;
     let key = store.table().record_key("m_4471", Some("815")).unwrap();
     let (source, resource) = issued().await;
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     for taken in ["merchant", "entry", "fence", "status", "payload"] {
         let write = DynamoWrite::new(FencedWrite::claim())
             .set(taken, AttributeValue::S("x".into()))
             .unwrap();
-        let err = store.write_with(&fence, &key, write).await.unwrap_err();
+        let err = store.write_with(&holder, &key, write).await.unwrap_err();
         assert!(
             matches!(&err, Error::InvalidInput(input) if input.kind() == InputKind::Write),
             "{taken}: {err:?}"
@@ -128,7 +128,7 @@ async fn a_write_with_attributes_whose_answer_is_lost_is_resent_and_recognised()
     let store = ledger(&client).await;
     let key = store.table().record_key("m_4471", Some("815")).unwrap();
     let (source, resource) = issued().await;
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     let lifecycle = Lifecycle::default();
     make_pending(&store, &key).await;
 
@@ -136,12 +136,12 @@ async fn a_write_with_attributes_whose_answer_is_lost_is_resent_and_recognised()
     let claim = DynamoWrite::new(lifecycle.claim())
         .set("gateway", AttributeValue::S("acme".into()))
         .unwrap();
-    store.write_with(&fence, &key, claim).await.unwrap();
+    store.write_with(&holder, &key, claim).await.unwrap();
     faults.arm(1);
     let confirm = DynamoWrite::new(lifecycle.confirm())
         .set("gateway_ref", AttributeValue::S("re_3Pq81".into()))
         .unwrap();
-    store.write_with(&fence, &key, confirm).await.unwrap();
+    store.write_with(&holder, &key, confirm).await.unwrap();
     assert_eq!(faults.lost(), 2);
 
     let (record, attributes) = store.read_with(&key).await.unwrap().unwrap();
@@ -162,8 +162,8 @@ async fn a_transaction_sets_every_items_attributes_or_none() {
         store.table().record_key("m_4471", Some("816")).unwrap(),
     );
     let (source, resource) = issued().await;
-    let newer = Fence::new(&resource, token(35), &source);
-    let holder = Fence::new(&resource, token(34), &source);
+    let newer = Holder::new(&resource, token(35), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     // A newer holder has the second entry already.
     store
         .write_with(&newer, &second, entry("700", "worker-c"))
@@ -211,7 +211,7 @@ async fn a_dropped_write_with_attributes_sets_all_of_it_or_nothing() {
     let client = common::client();
     let store = ledger(&client).await;
     let (source, resource) = issued().await;
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     let claim = || {
         DynamoWrite::new(Lifecycle::default().claim())
             .set("gateway", AttributeValue::S("acme".into()))
@@ -225,7 +225,7 @@ async fn a_dropped_write_with_attributes_sets_all_of_it_or_nothing() {
             make_pending(&store, &key).await;
             key
         },
-        async |key| store.write_with(&fence, key, claim()).await,
+        async |key| store.write_with(&holder, key, claim()).await,
         async |key, output| {
             if let Some(ended) = output {
                 ended.unwrap();
@@ -237,7 +237,7 @@ async fn a_dropped_write_with_attributes_sets_all_of_it_or_nothing() {
                 claimed,
                 "{record:?} {attributes:?}"
             );
-            store.write_with(&fence, key, claim()).await.unwrap();
+            store.write_with(&holder, key, claim()).await.unwrap();
             let (record, attributes) = store.read_with(key).await.unwrap().unwrap();
             assert_eq!(record.fence, Some(token(34)));
             assert_eq!(attributes["gateway"], AttributeValue::S("acme".into()));

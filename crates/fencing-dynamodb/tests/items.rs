@@ -6,8 +6,8 @@ mod common;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{
-    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, InputKind, Lease,
-    Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource, Ttl,
+    Error, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, InputKind,
+    Lease, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource, Ttl,
 };
 use fencing_dynamodb::{
     DynamoFenceCondition, DynamoLease, DynamoStore, DynamoTable, DynamoTokenSource,
@@ -51,12 +51,12 @@ async fn a_transaction_with_one_item_fenced_higher_applies_nothing_and_names_it(
 
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let source = issued_up_to_1000(&resource).await;
-    let fence = Fence::new(&resource, token(33), &source);
+    let holder = Holder::new(&resource, token(33), &source);
     let writes: Vec<_> = keys
         .iter()
         .map(|k| (k.clone(), lifecycle.claim()))
         .collect();
-    let err = store.transact(&fence, &writes).await.unwrap_err();
+    let err = store.transact(&holder, &writes).await.unwrap_err();
     match &err {
         Error::Fenced {
             record,
@@ -66,7 +66,7 @@ async fn a_transaction_with_one_item_fenced_higher_applies_nothing_and_names_it(
         } => {
             assert_eq!(record, &keys[3]);
             assert_eq!(*presented, token(33));
-            assert_eq!(*found, FoundFence::Fence(token(34)));
+            assert_eq!(*found, FoundFence::Holder(token(34)));
         }
         other => panic!("expected the refusal of r_4, got {other:?}"),
     }
@@ -77,13 +77,13 @@ async fn a_transaction_with_one_item_fenced_higher_applies_nothing_and_names_it(
     }
 
     // The same transaction under the newer token applies every write.
-    let fence = Fence::new(&resource, token(34), &source);
-    store.transact(&fence, &writes).await.unwrap();
+    let holder = Holder::new(&resource, token(34), &source);
+    store.transact(&holder, &writes).await.unwrap();
     let confirms: Vec<_> = keys
         .iter()
         .map(|k| (k.clone(), lifecycle.confirm()))
         .collect();
-    store.transact(&fence, &confirms).await.unwrap();
+    store.transact(&holder, &confirms).await.unwrap();
     for k in &keys {
         let record = store.read(k).await.unwrap().unwrap();
         assert_eq!(record.state.as_ref(), Some(lifecycle.done()));
@@ -96,7 +96,7 @@ async fn a_transaction_out_of_bounds_is_refused_before_sending() {
     let store = common::store().await;
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let source = issued_up_to_1000(&resource).await;
-    let fence = Fence::new(&resource, token(5), &source);
+    let holder = Holder::new(&resource, token(5), &source);
     let claim = FencedWrite::claim();
     let too_many: Vec<_> = (0..=MAX_TRANSACTION_ITEMS)
         .map(|n| (key(&format!("r_{n}")), claim.clone()))
@@ -111,7 +111,7 @@ async fn a_transaction_out_of_bounds_is_refused_before_sending() {
         })
         .collect();
     for writes in [Vec::new(), too_many, twice, huge] {
-        let err = store.transact(&fence, &writes).await.unwrap_err();
+        let err = store.transact(&holder, &writes).await.unwrap_err();
         assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     }
     let scanned = store
@@ -149,10 +149,10 @@ async fn a_write_whose_answer_is_lost_after_it_applied_is_retried_and_recognised
     // with the same token and recognised as applied, never reported refused.
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let source = issued_up_to_1000(&resource).await;
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     for write in [lifecycle.claim(), lifecycle.confirm()] {
         faults.arm(1);
-        fence.write(&store, &k, &write).await.unwrap();
+        holder.write(&store, &k, &write).await.unwrap();
     }
     assert_eq!(faults.lost(), 3);
     let record = store.read(&k).await.unwrap().unwrap();

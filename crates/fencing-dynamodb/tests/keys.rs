@@ -108,7 +108,7 @@ async fn record_keys_the_table_cannot_hold_are_refused_with_nothing_written() {
     let bad = key("m_4471|x");
     let err = store
         .transact(
-            &fencing_core::Fence::new(
+            &fencing_core::Holder::new(
                 &fencing_core::ResourceName::new("settle:m_4471").unwrap(),
                 token(1),
                 &fencing_core::MemoryTokenSource::new(),

@@ -4,7 +4,7 @@
 mod common;
 
 use fencing_core::{
-    Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource, RecordKey,
+    FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey,
     ResourceName, TokenSource,
 };
 use fencing_dynamodb::DynamoStore;
@@ -32,14 +32,14 @@ fn a_transaction_reports_each_record_its_retry_and_its_refusal() {
         let source = MemoryTokenSource::new();
         let t = |n| FencingToken::new(n).unwrap();
         source.advance_to(&resource, t(34)).await.unwrap();
-        let holder = Fence::new(&resource, t(34), &source);
+        let holder = Holder::new(&resource, t(34), &source);
         let claims: Vec<_> = keys
             .iter()
             .map(|k| (k.clone(), lifecycle.claim()))
             .collect();
         faults.arm(1);
         store.transact(&holder, &claims).await.unwrap();
-        let stale = Fence::new(&resource, t(33), &source);
+        let stale = Holder::new(&resource, t(33), &source);
         let confirm = vec![(keys[1].clone(), FencedWrite::holder_only())];
         store.transact(&stale, &confirm).await.unwrap_err();
         store.name().to_owned()

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::{
-    Error, Fence, FencedStore, FencedWrite, FencingToken, FoundFence, Lease, Lifecycle,
+    Error, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, Lease, Lifecycle,
     MemoryTokenSource, RecordKey, ResourceName, State, TokenSource, Ttl,
 };
 use fencing_dynamodb::{DynamoLease, DynamoStore};
@@ -157,10 +157,10 @@ async fn a_write_without_a_state_condition_follows_a_valid_state_it_did_not_know
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let source = MemoryTokenSource::new();
     source.advance_to(&resource, token(100)).await.unwrap();
-    let fence = Fence::new(&resource, token(7), &source);
+    let holder = Holder::new(&resource, token(7), &source);
     store
         .transact(
-            &fence,
+            &holder,
             &[
                 (
                     key("r_1"),
@@ -182,7 +182,7 @@ async fn a_write_without_a_state_condition_follows_a_valid_state_it_did_not_know
     let before = get(&client, &table, ("id", "r_3")).await;
     let err = store
         .transact(
-            &fence,
+            &holder,
             &[
                 (key("r_1"), FencedWrite::claim()),
                 (key("r_3"), FencedWrite::claim().set_state(state("sent"))),
@@ -217,7 +217,7 @@ async fn a_fence_is_read_by_its_value_as_the_service_compares_it() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(1000)),
+        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(1000)),
         "{err:?}"
     );
     assert_eq!(get(&client, &table, ("id", "r_e")).await, before);
@@ -235,7 +235,7 @@ async fn a_fence_is_read_by_its_value_as_the_service_compares_it() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(5)),
+        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(5)),
         "{err:?}"
     );
     // A holder-only write needs the fence to equal its token, which no fraction does: refused,
@@ -448,9 +448,9 @@ async fn a_store_built_from_the_same_client_keeps_its_retries_off_too() {
         .await
         .unwrap()
         .unwrap();
-    let fence = guard.fence();
+    let holder = guard.holder();
     faults.arm(1);
-    let written = fence
+    let written = holder
         .write(
             &store,
             &key("ledger_1"),

@@ -141,7 +141,7 @@ async fn the_leader_killed_mid_batch_issues_no_token_twice_and_lets_no_stale_wri
     let lifecycle = Lifecycle::default();
     let gateway = Gateway::default();
     let settle = batch
-        .fence()
+        .holder()
         .pipeline(&*store, &lifecycle, &gateway)
         .concurrency(8)
         .run(refunds.clone());
@@ -238,7 +238,7 @@ async fn a_member_stopped_past_the_ttl_changes_nothing_a_fence_allows() {
     cluster.pause(follower);
 
     let a = acquire_through_failures(&lease, ttl).await;
-    let fence_a = a.fence();
+    let fence_a = a.holder();
     fence_a
         .write(&store, &refund, &lifecycle.claim())
         .await
@@ -246,7 +246,7 @@ async fn a_member_stopped_past_the_ttl_changes_nothing_a_fence_allows() {
     tokio::time::sleep(caps().past_expiry()).await;
     let b = acquire_through_failures(&lease, long).await;
     assert!(b.token() > a.token());
-    let fence_b = b.fence();
+    let fence_b = b.holder();
     fence_b
         .write(&store, &refund, &lifecycle.claim())
         .await

@@ -11,7 +11,7 @@
 //! its confirm, as `Pipeline` does. Every decision the
 //! workers and the store make is the library's own code: [`FencedWrite::decide`] and
 //! [`FencedWrite::apply`] in the store, the [`Lifecycle`] writes, the retry rules
-//! [`FencedWrite::refusal_may_be_own`] and [`FencedWrite::is_reflected_in`] of `Fence::write`,
+//! [`FencedWrite::refusal_may_be_own`] and [`FencedWrite::is_reflected_in`] of `Holder::write`,
 //! the regression rule [`is_regression`], and the epoch rules [`must_open_epoch`],
 //! [`open_epoch`] and [`advance_target`] for the counter, which also opens an epoch when it is
 //! bound to another server history than the one serving it.
@@ -327,7 +327,7 @@ impl Protocol {
                     store: STORE.into(),
                     record: record.key.clone(),
                     presented: token,
-                    found: FoundFence::Fence(token),
+                    found: FoundFence::Holder(token),
                 })
             }
             _ => write.decide(STORE, &record.key, token, Some(record)),
@@ -365,7 +365,7 @@ impl Protocol {
     /// The library's repair after a regression: `advance_to` the fence found.
     fn repair(&self, world: &mut World, refusal: &Error) {
         let Error::Fenced {
-            found: FoundFence::Fence(found),
+            found: FoundFence::Holder(found),
             ..
         } = refusal
         else {
@@ -518,7 +518,7 @@ impl Protocol {
         }
         let lane = &mut world.workers[wi].lanes[li];
         if delivery != Delivery::Normal {
-            // Ambiguous: `Fence::write` sends the same write again.
+            // Ambiguous: `Holder::write` sends the same write again.
             lane.retried = true;
             lane.earlier_applied |= applied;
             return;

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{CasStore, FenceExt, ObjectCodec, check_store_name};
+use fencing_core::adapter::{CasStore, HolderExt, ObjectCodec, check_store_name};
 use fencing_core::{
-    Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey,
+    FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey,
     Result, Written,
 };
 use object_store::ObjectStore;
@@ -99,11 +99,11 @@ impl FencedObjectStore {
     /// ([`FencedStore::read`]) find no record, a write from a token below the kept fence is
     /// refused as stale ([`fencing_core::Error::Fenced`]), and only a token at least the
     /// fence meets the record absent (a claim may create it again). Returns the record
-    /// deleted. A refusal is explained and the outcome reported as [`Fence::write`]'s; an
+    /// deleted. A refusal is explained and the outcome reported as [`Holder::write`]'s; an
     /// ambiguous outcome is settled by reading the tombstone back, not sent again.
-    pub async fn delete(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Record> {
-        let attempt = self.cas.delete(key, fence.token());
-        fence
+    pub async fn delete(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Record> {
+        let attempt = self.cas.delete(key, holder.token());
+        holder
             .run_write_once(self.cas.name(), &[key], FenceCheck::HolderOnly, attempt)
             .await
     }

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use fencing_core::{
-    BoxError, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, Lifecycle,
+    BoxError, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, Lifecycle,
     MemoryTokenSource, Record, RecordKey, ResourceName, SideEffect, State, TokenSource,
     async_trait,
 };
@@ -52,8 +52,8 @@ async fn main() {
     println!();
     let observed = bench
         .compare(&[
-            "Fence::write (claim), no subscriber",
-            "Fence::write (claim), every event formatted to a discarding subscriber",
+            "Holder::write (claim), no subscriber",
+            "Holder::write (claim), every event formatted to a discarding subscriber",
         ])
         .await;
     bench::report(&observed, ROWS, "row");
@@ -298,7 +298,7 @@ impl Bench {
                 ..self.clone()
             };
             let pipelined = bench
-                .compare(&["settlement, row-by-row (Fence::run_effect)", PIPELINED])
+                .compare(&["settlement, row-by-row (Holder::run_effect)", PIPELINED])
                 .await;
             bench::report(&pipelined, ROWS, "refund");
             println!();
@@ -393,14 +393,14 @@ impl Bench {
         .await
     }
 
-    /// A claim of every row through a `Fence` (so with its events and, with the `metrics`
+    /// A claim of every row through a `Holder` (so with its events and, with the `metrics`
     /// feature, its counters).
     async fn fenced_claims(&self, token: FencingToken) {
         let (source, resource) = issued(token).await;
-        let fence = Fence::new(&resource, token, &source);
+        let holder = Holder::new(&resource, token, &source);
         let claim = self.lifecycle.claim();
         for k in &self.keys {
-            fence.write(&self.store, k, &claim).await.unwrap();
+            holder.write(&self.store, k, &claim).await.unwrap();
         }
     }
 
@@ -455,8 +455,8 @@ impl Bench {
                     self.store.write(k, token, &claim).await.unwrap();
                 }
             }
-            "Fence::write (claim), no subscriber" => self.fenced_claims(token).await,
-            "Fence::write (claim), every event formatted to a discarding subscriber" => {
+            "Holder::write (claim), no subscriber" => self.fenced_claims(token).await,
+            "Holder::write (claim), every event formatted to a discarding subscriber" => {
                 let discard = tracing_subscriber::fmt()
                     .with_max_level(tracing::Level::TRACE)
                     .with_writer(std::io::sink)
@@ -483,11 +483,11 @@ impl Bench {
                         .unwrap();
                 }
             }
-            "settlement, row-by-row (Fence::run_effect)" => {
+            "settlement, row-by-row (Holder::run_effect)" => {
                 let (source, resource) = issued(token).await;
-                let fence = Fence::new(&resource, token, &source);
+                let holder = Holder::new(&resource, token, &source);
                 for k in &self.keys {
-                    fence
+                    holder
                         .run_effect(&self.store, k, &self.lifecycle, &self.gateway)
                         .await
                         .unwrap();
@@ -495,8 +495,8 @@ impl Bench {
             }
             PIPELINED => {
                 let (source, resource) = issued(token).await;
-                let fence = Fence::new(&resource, token, &source);
-                let settled = fence
+                let holder = Holder::new(&resource, token, &source);
+                let settled = holder
                     .pipeline(&self.store, &self.lifecycle, &self.gateway)
                     .concurrency(32)
                     .group_size(32)
@@ -506,10 +506,10 @@ impl Bench {
             }
             "settlement, batch claim (write_together)" => {
                 let (source, resource) = issued(token).await;
-                let fence = Fence::new(&resource, token, &source);
+                let holder = Holder::new(&resource, token, &source);
                 let claimed = self
                     .store
-                    .write_together(&fence, &self.keys, &self.lifecycle.claim())
+                    .write_together(&holder, &self.keys, &self.lifecycle.claim())
                     .await
                     .unwrap();
                 assert_eq!(claimed.written.len(), ROWS);

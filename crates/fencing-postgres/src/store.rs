@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::adapter::{
-    FenceExt, RecordOutcomes, RequestEffect, check_distinct, check_store_name,
+    HolderExt, RecordOutcomes, RequestEffect, check_distinct, check_store_name,
 };
 use fencing_core::{
-    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput,
+    Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput,
     Record, RecordKey, Result, Written,
 };
 use sqlx::postgres::{PgArguments, PgRow};
@@ -33,7 +33,7 @@ use crate::table::PgTable;
 ///
 /// The `*_in` methods take the caller's own connection or transaction instead of the pool
 /// (`&mut *conn` of a pooled connection, `&mut *tx` of a transaction) and use it alone, the
-/// table's shape included when it is not known yet; the writes among them take a [`Fence`],
+/// table's shape included when it is not known yet; the writes among them take a [`Holder`],
 /// so fenced writes join other work in one transaction with a regression still told from a
 /// stale holder. They take a plain
 /// `&mut PgConnection` (not any `sqlx::Acquire`) so that they can be called from inside an
@@ -271,19 +271,19 @@ impl PgStore {
     }
 
     /// A [`PgWrite`] (a fenced write that may set other columns too) of `key` under
-    /// `fence`'s token on the store's pool, with [`Fence::write`]'s rules: an ambiguous
+    /// `fence`'s token on the store's pool, with [`Holder::write`]'s rules: an ambiguous
     /// outcome sent again, a refused retry recognised as this holder's own, a refusal
     /// explained. The pool's form of [`Self::write_in`].
     pub async fn write_with(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         key: &RecordKey,
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
         let write = write.into();
-        fence
+        holder
             .write_by(self, key, write.write(), || {
-                self.write_via(Via::Pool, key, fence.token(), &write)
+                self.write_via(Via::Pool, key, holder.token(), &write)
             })
             .await
     }
@@ -298,21 +298,21 @@ impl PgStore {
     /// first in the same statement, so a refusal names the fence it met. A claim without a
     /// state condition on a missing row inserts it; the table's other columns need defaults.
     ///
-    /// It goes through [`FenceExt::run_write_once`]: a refusal is explained (a counter that
+    /// It goes through [`HolderExt::run_write_once`]: a refusal is explained (a counter that
     /// went backwards is a regression, not a newer holder) and the outcome reported as
-    /// [`Fence::write`] reports it; with a batch's fence ([`fencing_core::FencedBatch::fence`])
+    /// [`Holder::write`] reports it; with a batch's holder ([`fencing_core::FencedBatch::holder`])
     /// the batch notes it. For writes inside the caller's transaction: an ambiguous outcome is
     /// returned, not retried, since the transaction it was part of is gone.
     pub async fn write_in(
         &self,
         conn: &mut PgConnection,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         key: &RecordKey,
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
         let write = write.into();
-        let attempt = self.write_via(Via::Caller(conn), key, fence.token(), &write);
-        fence
+        let attempt = self.write_via(Via::Caller(conn), key, holder.token(), &write);
+        holder
             .run_write_once(&self.name, &[key], write.write().check(), attempt)
             .await
     }
@@ -333,24 +333,24 @@ impl PgStore {
     pub async fn write_together_in(
         &self,
         conn: &mut PgConnection,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
     ) -> Result<PgWrittenTogether> {
-        self.write_together_via(Via::Caller(conn), fence, keys, &write.into())
+        self.write_together_via(Via::Caller(conn), holder, keys, &write.into())
             .await
     }
 
     async fn write_together_via(
         &self,
         via: Via<'_>,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         keys: &[RecordKey],
         write: &PgWrite,
     ) -> Result<PgWrittenTogether> {
         let records: Vec<&RecordKey> = keys.iter().collect();
-        let attempt = self.write_together_unobserved(via, fence.token(), keys, write);
-        fence
+        let attempt = self.write_together_unobserved(via, holder.token(), keys, write);
+        holder
             .run_write_once(&self.name, &records, write.write().check(), attempt)
             .await
     }
@@ -468,11 +468,11 @@ impl PgStore {
     /// takes a bare token: code that calls `write_many(&fence, …)` wants this.)
     pub async fn write_together(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
     ) -> Result<PgWrittenTogether> {
-        self.write_together_via(Via::Pool, fence, keys, &write.into())
+        self.write_together_via(Via::Pool, holder, keys, &write.into())
             .await
     }
 

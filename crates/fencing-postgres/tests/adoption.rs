@@ -6,7 +6,7 @@ mod common;
 
 use common::Schema;
 use fencing_core::{
-    EffectOutcome, EffectStart, Error, Fence, FencedStore, FencedWrite, FencingToken, FoundFence,
+    EffectOutcome, EffectStart, Error, FencedStore, FencedWrite, FencingToken, FoundFence, Holder,
     InputKind, Lifecycle, RecordKey, State, TokenSource,
 };
 use fencing_postgres::{PgStore, PgTable, PgValue, PgWrite};
@@ -75,21 +75,21 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
         .unwrap()
         .set("amount_cents", 7025)
         .unwrap();
-    // On the store's pool under a fence: Fence::write's rules, a refusal explained.
+    // On the store's pool under a holder: Holder::write's rules, a refusal explained.
     let (source, resource) = fencing_testkit::issued_up_to(33).await;
-    let stale = Fence::new(&resource, token(32), &source);
+    let stale = Holder::new(&resource, token(32), &source);
     let err = payouts
         .write_with(&stale, &key(P1), &confirm)
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(33)),
+        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(33)),
         "{err:?}"
     );
     let behind = fencing_core::MemoryTokenSource::new();
     let err = payouts
         .write_with(
-            &Fence::new(&resource, token(32), &behind),
+            &Holder::new(&resource, token(32), &behind),
             &key(P1),
             &confirm,
         )
@@ -98,7 +98,7 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
     assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
     payouts
         .write_with(
-            &Fence::new(&resource, token(33), &source),
+            &Holder::new(&resource, token(33), &source),
             &key(P1),
             &confirm,
         )
@@ -126,7 +126,7 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
     let err = payouts
         .write_in(
             &mut payouts.pool().acquire().await.unwrap(),
-            &Fence::new(&resource, token(32), &source),
+            &Holder::new(&resource, token(32), &source),
             &key(P1),
             &stale,
         )
@@ -353,7 +353,7 @@ async fn writes_the_table_cannot_carry_are_refused_before_sending() {
         let err = payouts
             .write_in(
                 &mut payouts.pool().acquire().await.unwrap(),
-                &Fence::new(&resource, token(5), &source),
+                &Holder::new(&resource, token(5), &source),
                 &key(P1),
                 write,
             )
@@ -399,22 +399,22 @@ async fn after_a_batch_claim_only_records_in_flight_before_it_are_looked_up() {
         .unwrap();
     let (source, resource) = fencing_testkit::issued_up_to(33).await;
     let mine = token(33);
-    let fence = Fence::new(&resource, mine, &source);
+    let holder = Holder::new(&resource, mine, &source);
     let claimed = payouts
-        .write_together(&fence, &[key(P1), key(P2)], &lifecycle.claim())
+        .write_together(&holder, &[key(P1), key(P2)], &lifecycle.claim())
         .await
         .unwrap();
     assert_eq!(claimed.written[0].record.payload, Vec::<u8>::new());
     let gateway = RecordingEffect::new();
     for written in &claimed.written {
-        let outcome = fence
+        let outcome = holder
             .run_effect_then(
                 &payouts,
                 EffectStart::Claimed(written),
                 &lifecycle,
                 &gateway,
                 async |_: &u32| {
-                    fence
+                    holder
                         .write(&payouts, &written.record.key, &lifecycle.confirm())
                         .await
                         .map(drop)
@@ -445,10 +445,10 @@ async fn a_write_in_the_callers_transaction_tells_a_regression_from_a_newer_hold
         .unwrap();
     let (source, resource) = fencing_testkit::issued_up_to(33).await;
     let mine = token(33);
-    let fence = Fence::new(&resource, mine, &source);
+    let holder = Holder::new(&resource, mine, &source);
     let mut tx = schema.pool.begin().await.unwrap();
     let err = payouts
-        .write_in(&mut tx, &fence, &key(P1), &lifecycle.claim())
+        .write_in(&mut tx, &holder, &key(P1), &lifecycle.claim())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
@@ -461,7 +461,7 @@ async fn a_write_in_the_callers_transaction_tells_a_regression_from_a_newer_hold
     let err = payouts
         .write_in(
             &mut schema.pool.acquire().await.unwrap(),
-            &Fence::new(&resource, mine, &source),
+            &Holder::new(&resource, mine, &source),
             &key(P1),
             &lifecycle.claim(),
         )
@@ -489,7 +489,7 @@ async fn a_value_its_column_cannot_hold_fails_the_whole_statement_and_writes_not
     let err = payouts
         .write_in(
             &mut payouts.pool().acquire().await.unwrap(),
-            &Fence::new(&resource, token(7), &source),
+            &Holder::new(&resource, token(7), &source),
             &key(P1),
             &confirm,
         )

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use common::Schema;
 use fencing_core::{
-    BoxError, EffectOutcome, Error, Fence, FencedBatch, FencedStore, FencedWrite, Lease, Lifecycle,
-    MemoryLease, Record, RecordKey, RecordWrites, ResourceName, Result, SideEffect, Ttl, Written,
-    async_trait,
+    BoxError, EffectOutcome, Error, FencedBatch, FencedStore, FencedWrite, Holder, Lease,
+    Lifecycle, MemoryLease, Record, RecordKey, RecordWrites, ResourceName, Result, SideEffect, Ttl,
+    Written, async_trait,
 };
 use fencing_postgres::PgStore;
 use sqlx::postgres::PgPoolOptions;
@@ -49,19 +49,19 @@ async fn a_first_write_in_the_callers_transaction_needs_no_second_connection() {
     let pool = pool_of_one().await;
     let store = PgStore::new(pool.clone(), schema.table.clone());
     let (source, resource) = fencing_testkit::issued_up_to(5).await;
-    let fence = Fence::new(
+    let holder = Holder::new(
         &resource,
         fencing_core::FencingToken::new(5).unwrap(),
         &source,
     );
     let mut tx = pool.begin().await.unwrap();
     let written = store
-        .write_in(&mut tx, &fence, &key(1), &FencedWrite::claim())
+        .write_in(&mut tx, &holder, &key(1), &FencedWrite::claim())
         .await
         .expect("no second connection is asked for");
-    assert_eq!(written.record.fence, Some(fence.token()));
+    assert_eq!(written.record.fence, Some(holder.token()));
     let read = store.read_in(&mut tx, &key(1)).await.unwrap().unwrap();
-    assert_eq!(read.fence, Some(fence.token()));
+    assert_eq!(read.fence, Some(holder.token()));
     tx.commit().await.unwrap();
     // And a fresh store's first read and write_together on the caller's connection too.
     let fresh = PgStore::new(pool.clone(), schema.table.clone());
@@ -69,7 +69,7 @@ async fn a_first_write_in_the_callers_transaction_needs_no_second_connection() {
     assert!(fresh.read_in(&mut conn, &key(2)).await.unwrap().is_none());
     let fresh = PgStore::new(pool.clone(), schema.table.clone());
     let together = fresh
-        .write_together_in(&mut conn, &fence, &[key(1)], FencedWrite::claim())
+        .write_together_in(&mut conn, &holder, &[key(1)], FencedWrite::claim())
         .await
         .unwrap();
     assert_eq!(together.keys(), vec![key(1)]);
@@ -103,13 +103,13 @@ struct ConfirmWithLedger<'a> {
 
 #[async_trait]
 impl RecordWrites<String> for ConfirmWithLedger<'_> {
-    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
-        fence.write(self.store, key, &self.lifecycle.claim()).await
+    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written> {
+        holder.write(self.store, key, &self.lifecycle.claim()).await
     }
 
     async fn confirm(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         key: &RecordKey,
         receipt: &String,
     ) -> Result<Written> {
@@ -130,7 +130,7 @@ impl RecordWrites<String> for ConfirmWithLedger<'_> {
         .map_err(|e| self.store.sql_failure(e))?;
         let written = self
             .store
-            .write_in(&mut tx, fence, key, &self.lifecycle.confirm())
+            .write_in(&mut tx, holder, key, &self.lifecycle.confirm())
             .await?;
         tx.commit().await.map_err(|e| self.store.sql_failure(e))?;
         Ok(written)
@@ -164,7 +164,7 @@ async fn a_pipeline_confirms_each_record_with_the_callers_writes_in_one_transact
     let stores: [Arc<dyn FencedStore>; 1] = [Arc::new(store.clone())];
     let batch = FencedBatch::new(lease.clone(), guard, stores).unwrap();
     let settled = batch
-        .fence()
+        .holder()
         .pipeline(&store, &lifecycle, &Gateway)
         .concurrency(8)
         .writes(&writes)
@@ -180,7 +180,7 @@ async fn a_pipeline_confirms_each_record_with_the_callers_writes_in_one_transact
 
     // A newer holder claims r_031 behind the batch's back; the batch's confirm of it (after
     // its own claim and effect) is refused, and its ledger entry goes with it.
-    let stale = batch.fence();
+    let stale = batch.holder();
     stale
         .write(&store, &key(31), &lifecycle.claim())
         .await
@@ -190,7 +190,7 @@ async fn a_pipeline_confirms_each_record_with_the_callers_writes_in_one_transact
     lease.release(batch.guard().clone()).await.unwrap();
     let newer = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     newer
-        .fence()
+        .holder()
         .write(&store, &key(31), &lifecycle.claim())
         .await
         .unwrap();

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use fencing_core::{Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, Record, RecordKey};
+use fencing_core::{FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, Record, RecordKey};
 use fencing_postgres::PgStore;
 use fencing_test_support::services;
 use fencing_testkit::cancellation::drop_at_every_yield;
@@ -33,7 +33,7 @@ async fn a_write_in_dropped_inside_the_callers_transaction_is_applied_or_not() {
     let schema = common::Schema::new().await;
     let store = schema.store();
     let (source, resource) = fencing_testkit::issued_up_to(7).await;
-    let fence = Fence::new(&resource, token(7), &source);
+    let holder = Holder::new(&resource, token(7), &source);
     let claim = Lifecycle::default().claim();
     for commit in [true, false] {
         let sweep = drop_at_every_yield(
@@ -47,7 +47,7 @@ async fn a_write_in_dropped_inside_the_callers_transaction_is_applied_or_not() {
             async |(key, _, tx)| {
                 let mut tx = tx.lock().await;
                 let tx = tx.as_mut().expect("the transaction");
-                store.write_in(tx, &fence, key, &claim).await
+                store.write_in(tx, &holder, key, &claim).await
             },
             async |(key, before, tx), output| {
                 let tx = tx.lock().await.take().expect("the transaction");
@@ -80,7 +80,7 @@ async fn a_group_written_together_and_dropped_is_applied_whole_or_not_at_all() {
     let schema = common::Schema::new().await;
     let store = schema.store();
     let (source, resource) = fencing_testkit::issued_up_to(7).await;
-    let fence = Fence::new(&resource, token(7), &source);
+    let holder = Holder::new(&resource, token(7), &source);
     let lifecycle = Lifecycle::default();
     let claim = lifecycle.claim();
     let sweep = drop_at_every_yield(
@@ -93,7 +93,7 @@ async fn a_group_written_together_and_dropped_is_applied_whole_or_not_at_all() {
             }
             keys
         },
-        async |keys| store.write_together(&fence, keys, &claim).await,
+        async |keys| store.write_together(&holder, keys, &claim).await,
         async |keys, output| {
             if let Some(ended) = output {
                 ended.unwrap();
@@ -114,7 +114,7 @@ async fn a_group_written_together_and_dropped_is_applied_whole_or_not_at_all() {
                 claimed == 0 || claimed == keys.len(),
                 "{claimed} of the group claimed"
             );
-            store.write_together(&fence, keys, &claim).await.unwrap();
+            store.write_together(&holder, keys, &claim).await.unwrap();
             for key in keys {
                 let record = record(&store, key).await;
                 assert_eq!(record.fence, Some(token(7)), "{record:?}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::Schema;
 use fencing_core::{
-    BoxError, EffectOutcome, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, Lifecycle,
+    BoxError, EffectOutcome, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, Lifecycle,
     MemoryLease, MemoryTokenSource, Record, RecordKey, ResourceName, Result, SideEffect,
     TokenSource, async_trait,
 };
@@ -76,9 +76,9 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_sends_nothing_twice() {
     let source = MemoryTokenSource::new();
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let token = source.next(&resource).await.unwrap();
-    let fence = Fence::new(&resource, token, &source);
+    let holder = Holder::new(&resource, token, &source);
     for k in &keys {
-        let outcome = fence
+        let outcome = holder
             .run_effect(&store, k, &lifecycle, &gateway)
             .await
             .unwrap();
@@ -138,9 +138,9 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
         .await
         .unwrap();
     let (source, resource) = fencing_testkit::issued_up_to(33).await;
-    let fence = Fence::new(&resource, token, &source);
+    let holder = Holder::new(&resource, token, &source);
     store
-        .write_in(&mut conn, &fence, &k, &lifecycle.claim())
+        .write_in(&mut conn, &holder, &k, &lifecycle.claim())
         .await
         .unwrap();
 
@@ -155,7 +155,7 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
     backend_gone(&schema.pool, &application).await;
 
     let err = store
-        .write_in(&mut conn, &fence, &k, &lifecycle.confirm())
+        .write_in(&mut conn, &holder, &k, &lifecycle.confirm())
         .await
         .unwrap_err();
     assert!(

@@ -1,4 +1,4 @@
-//! Writes made outside `Fence::write` are reported like any fenced write: one in the caller's
+//! Writes made outside `Holder::write` are reported like any fenced write: one in the caller's
 //! transaction and a batch write of many rows, each record with its outcome. Alone in its test
 //! binary (see `fencing_testkit::events`).
 
@@ -6,7 +6,7 @@ mod common;
 
 use common::Schema;
 use fencing_core::{
-    Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryTokenSource, RecordKey,
+    FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey,
     ResourceName, TokenSource,
 };
 use fencing_testkit::events::{capture, line};
@@ -30,7 +30,7 @@ fn writes_in_the_callers_transaction_and_batch_writes_are_reported_per_record() 
             .unwrap();
         let create = FencedWrite::claim().set_state(lifecycle.in_flight().clone());
         store.write(&key, newer, &create).await.unwrap();
-        let stale = Fence::new(&resource, FencingToken::new(33).unwrap(), &source);
+        let stale = Holder::new(&resource, FencingToken::new(33).unwrap(), &source);
         let mut tx = schema.pool.begin().await.unwrap();
         store
             .write_in(&mut tx, &stale, &key, &lifecycle.confirm())
@@ -47,7 +47,7 @@ fn writes_in_the_callers_transaction_and_batch_writes_are_reported_per_record() 
         store.write(&keys[0], newer, &pending).await.unwrap();
         store.write(&keys[1], newer, &pending).await.unwrap();
         store.write(&keys[2], newer, &done).await.unwrap();
-        let holder = Fence::new(&resource, newer, &source);
+        let holder = Holder::new(&resource, newer, &source);
         let many = store
             .write_together(&holder, &keys, lifecycle.claim())
             .await

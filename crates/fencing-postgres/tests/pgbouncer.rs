@@ -5,7 +5,7 @@ mod common;
 
 use common::Schema;
 use fencing_core::{
-    Error, Fence, FencedStore, FencingToken, Lease, Lifecycle, RecordKey, ResourceName,
+    Error, FencedStore, FencingToken, Holder, Lease, Lifecycle, RecordKey, ResourceName,
 };
 use fencing_postgres::{PgFenceFloor, PgLease, PgQualifiedName, PgStore, PgTokenSource};
 use fencing_test_support::services::{self, PgBouncer};
@@ -94,10 +94,10 @@ async fn without_named_prepared_statements_fenced_writes_work_behind_transaction
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err:?}");
     let (source, resource) = fencing_testkit::issued_up_to(8).await;
-    let fence = Fence::new(&resource, token(8), &source);
+    let holder = Holder::new(&resource, token(8), &source);
     let keys: Vec<_> = (0..40).map(|i| key(&format!("r_{i:03}"))).collect();
     let again = unnamed
-        .write_together(&fence, &keys, &fencing_core::FencedWrite::claim())
+        .write_together(&holder, &keys, &fencing_core::FencedWrite::claim())
         .await
         .unwrap();
     assert_eq!(again.written.len(), 40);
@@ -112,12 +112,12 @@ async fn server_connections_terminated_under_the_pooler_lose_no_write_and_double
     let lifecycle = Lifecycle::default();
     let create = fencing_core::FencedWrite::claim().set_state(lifecycle.pending().clone());
     let (source, resource) = fencing_testkit::issued_up_to(9).await;
-    let fence = Fence::new(&resource, token(9), &source);
+    let holder = Holder::new(&resource, token(9), &source);
     let mut terminated = 0;
     for i in 0..12 {
         let k = key(&format!("r_{i:03}"));
-        fence.write(&store, &k, &create).await.unwrap();
-        fence.write(&store, &k, &lifecycle.claim()).await.unwrap();
+        holder.write(&store, &k, &create).await.unwrap();
+        holder.write(&store, &k, &lifecycle.claim()).await.unwrap();
         // Between the claim and the confirm, the server connection under the pooler dies.
         let killed: Vec<bool> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{}'",
@@ -127,12 +127,15 @@ async fn server_connections_terminated_under_the_pooler_lose_no_write_and_double
         .await
         .unwrap();
         terminated += killed.len();
-        let confirmed = fence.write(&store, &k, &lifecycle.confirm()).await;
+        let confirmed = holder.write(&store, &k, &lifecycle.confirm()).await;
         match confirmed {
             Ok(_) => {}
             // A request that failed before it was sent is safe to send again.
             Err(err) if !err.is_rejection() => {
-                fence.write(&store, &k, &lifecycle.confirm()).await.unwrap();
+                holder
+                    .write(&store, &k, &lifecycle.confirm())
+                    .await
+                    .unwrap();
             }
             Err(err) => panic!("{k:?}: {err}"),
         }
@@ -236,10 +239,10 @@ async fn two_workers_in_transactions_on_two_server_connections_never_wait_for_a_
             sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
             // Both transactions now hold a server connection each: there is no third.
             barrier.wait().await;
-            let fence = Fence::new(resource, token(9), source);
+            let holder = Holder::new(resource, token(9), source);
             let k = key(&format!("r_{i}"));
             store
-                .write_in(&mut tx, &fence, &k, fencing_core::FencedWrite::claim())
+                .write_in(&mut tx, &holder, &k, fencing_core::FencedWrite::claim())
                 .await?;
             tx.commit().await.map_err(|e| store.sql_failure(e))?;
             pool.close().await;

@@ -5,7 +5,7 @@ mod common;
 
 use common::Schema;
 use fencing_core::{
-    Error, Fence, FenceCheck, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence,
+    Error, FenceCheck, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, Holder,
     InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
 };
 use fencing_postgres::{
@@ -41,11 +41,11 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
 
     let (source, resource) = fencing_testkit::issued_up_to(33).await;
     let mine = token(33);
-    let fence = Fence::new(&resource, mine, &source);
+    let holder = Holder::new(&resource, mine, &source);
     let mut asked = keys.clone();
     asked.push(key("r_missing"));
     let done = store
-        .write_together(&fence, &asked, &lifecycle.claim())
+        .write_together(&holder, &asked, &lifecycle.claim())
         .await
         .unwrap();
     assert_eq!(done.written.len(), 19);
@@ -61,7 +61,7 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
     );
 
     let confirmed = store
-        .write_together(&fence, &done.keys(), &lifecycle.confirm())
+        .write_together(&holder, &done.keys(), &lifecycle.confirm())
         .await
         .unwrap();
     assert_eq!(confirmed.keys(), done.keys());
@@ -83,13 +83,13 @@ async fn batch_claim_is_all_or_nothing_when_a_newer_holder_fenced_one_row() {
     let source = MemoryTokenSource::new();
     let resource = ResourceName::new("settle:m_4471").unwrap();
     source.advance_to(&resource, token(34)).await.unwrap();
-    let stale = Fence::new(&resource, token(33), &source);
+    let stale = Holder::new(&resource, token(33), &source);
     let err = store
         .write_together(&stale, &keys, &lifecycle.claim())
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Fenced { record, found: FoundFence::Fence(f), .. } if *record == keys[7] && *f == token(34)),
+        matches!(&err, Error::Fenced { record, found: FoundFence::Holder(f), .. } if *record == keys[7] && *f == token(34)),
         "{err:?}"
     );
     for k in &keys[..7] {
@@ -116,10 +116,10 @@ async fn fenced_writes_join_the_callers_transaction() {
     let lifecycle = Lifecycle::default();
 
     let (source, resource) = fencing_testkit::issued_up_to(33).await;
-    let fence = Fence::new(&resource, token(33), &source);
+    let holder = Holder::new(&resource, token(33), &source);
     let mut tx = schema.pool.begin().await.unwrap();
     store
-        .write_in(&mut tx, &fence, &k, &lifecycle.claim())
+        .write_in(&mut tx, &holder, &k, &lifecycle.claim())
         .await
         .unwrap();
     let inside = store.read_in(&mut tx, &k).await.unwrap().unwrap();
@@ -134,7 +134,7 @@ async fn fenced_writes_join_the_callers_transaction() {
 
     let mut tx = schema.pool.begin().await.unwrap();
     store
-        .write_in(&mut tx, &fence, &k, &lifecycle.claim())
+        .write_in(&mut tx, &holder, &k, &lifecycle.claim())
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -564,9 +564,9 @@ async fn a_batch_write_naming_one_key_twice_is_refused_before_sending() {
     pending_rows(&store, &keys[..2]).await;
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let source = MemoryTokenSource::new();
-    let fence = Fence::new(&resource, token(5), &source);
+    let holder = Holder::new(&resource, token(5), &source);
     let err = store
-        .write_together(&fence, &keys, &Lifecycle::default().claim())
+        .write_together(&holder, &keys, &Lifecycle::default().claim())
         .await
         .unwrap_err();
     assert!(
@@ -596,7 +596,7 @@ async fn a_claim_waiting_on_a_row_being_changed_reports_what_the_change_left() {
     store
         .write_in(
             &mut earlier_holder,
-            &Fence::new(&resource, token(33), &source),
+            &Holder::new(&resource, token(33), &source),
             &refund,
             lifecycle.claim(),
         )

@@ -51,9 +51,9 @@ async fn batch(
         .try_acquire(resource, Ttl::from_secs(30).unwrap())
         .await?
         .expect("the lease is free");
-    let fence = guard.fence();
+    let holder = guard.holder();
     for key in keys {
-        fence
+        holder
             .run_effect(store, key, &Lifecycle::default(), gateway)
             .await?;
     }
@@ -141,7 +141,7 @@ async fn a_restart_without_persistence_never_reissues_a_token() {
     // A acquires, claims r_001 and stalls; a second holder A2 acquires nothing yet.
     let lease = RedisLease::new(connect(&server.url()).await, epochs.clone());
     let a = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
-    let fence_a = a.fence();
+    let fence_a = a.holder();
     fence_a
         .write(&store, &r1, &lifecycle.claim())
         .await
@@ -151,7 +151,7 @@ async fn a_restart_without_persistence_never_reissues_a_token() {
     let lease = RedisLease::new(connect(&server.url()).await, epochs.clone());
     let b = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     assert!(b.token() > a.token(), "{} after {}", b.token(), a.token());
-    let fence_b = b.fence();
+    let fence_b = b.holder();
     fence_b
         .write(&store, &r1, &lifecycle.claim())
         .await

@@ -3,10 +3,10 @@
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use fencing_core::adapter::{
-    CasStore, FenceExt, ObjectCodec, check_conditional_writes, check_store_name,
+    CasStore, HolderExt, ObjectCodec, check_conditional_writes, check_store_name,
 };
 use fencing_core::{
-    Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, InvalidInput, Record, RecordKey,
+    FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey,
     Result, Written,
 };
 
@@ -106,11 +106,11 @@ impl S3Store {
     /// ([`fencing_core::Error::Fenced`]), and only a token at least the fence meets the record
     /// absent (a claim may create it again). A lifecycle rule that expires tombstones gives
     /// that protection up for the records it removes. Returns the record deleted. A refusal
-    /// is explained and the outcome reported as [`Fence::write`]'s; an ambiguous outcome is
+    /// is explained and the outcome reported as [`Holder::write`]'s; an ambiguous outcome is
     /// settled by reading the tombstone back, not sent again.
-    pub async fn delete(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Record> {
-        let attempt = self.cas.delete(key, fence.token());
-        fence
+    pub async fn delete(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Record> {
+        let attempt = self.cas.delete(key, holder.token());
+        holder
             .run_write_once(self.cas.name(), &[key], FenceCheck::HolderOnly, attempt)
             .await
     }

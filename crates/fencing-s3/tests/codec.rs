@@ -7,7 +7,7 @@ mod common;
 
 use aws_sdk_s3::primitives::ByteStream;
 use fencing_core::{
-    Error, Fence, FencedStore, FencedWrite, FencingToken, InputKind, MemoryTokenSource, RecordKey,
+    Error, FencedStore, FencedWrite, FencingToken, Holder, InputKind, MemoryTokenSource, RecordKey,
     ResourceName, State, TokenSource,
 };
 use fencing_s3::S3Store;
@@ -160,8 +160,8 @@ async fn the_json_codec_store_keeps_the_fence_under_a_fence_and_a_floor() {
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let source = MemoryTokenSource::new();
     source.advance_to(&resource, token(34)).await.unwrap();
-    let fence = Fence::new(&resource, token(34), &source);
-    fence
+    let holder = Holder::new(&resource, token(34), &source);
+    holder
         .write(&*store, &key("r_0815"), &receipt(RECEIPT))
         .await
         .unwrap();

@@ -11,7 +11,7 @@ use fencing_core::adapter::ConditionalPutDefect;
 use fencing_core::adapter::WriteId;
 use fencing_core::adapter::envelope::{self, FORMAT_VERSION, MAGIC};
 use fencing_core::{
-    Error, Fence, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, InputKind,
+    Error, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, InputKind,
     Lifecycle, MemoryTokenSource, Record, RecordKey, ResourceName, TokenSource,
 };
 use fencing_s3::{JsonCodec, S3Bucket, S3FenceFloor, S3Store};
@@ -68,7 +68,7 @@ async fn a_byte_identical_newer_write_cannot_be_overwritten_by_a_stale_holder() 
     let store = common::store().await;
     let bucket = store.bucket().bucket().to_owned();
 
-    // Fence in metadata only: the ETag covers the body, so it does not change, and the stale
+    // Holder in metadata only: the ETag covers the body, so it does not change, and the stale
     // holder's If-Match succeeds and lowers the fence from 34 to 33.
     let stale_etag = put_raw(&store, "metadata-only", b"70.25".to_vec(), Some("33")).await;
     let newer_etag = put_raw(&store, "metadata-only", b"70.25".to_vec(), Some("34")).await;
@@ -89,7 +89,7 @@ async fn a_byte_identical_newer_write_cannot_be_overwritten_by_a_stale_holder() 
         Some("33")
     );
 
-    // Fence in the body: A (33) writes, B (34) writes the same payload; A's next put, which
+    // Holder in the body: A (33) writes, B (34) writes the same payload; A's next put, which
     // reuses the ETag of its own last write, is refused and the fence stays at 34.
     let k = key("r_815");
     let payload = FencedWrite::claim().set_payload(b"70.25".to_vec());
@@ -98,7 +98,7 @@ async fn a_byte_identical_newer_write_cannot_be_overwritten_by_a_stale_holder() 
     newer.write(&k, token(34), &payload).await.unwrap();
     let err = store.write(&k, token(33), &payload).await.unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
+        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(34)),
         "{err:?}"
     );
     let record = newer.read(&k).await.unwrap().unwrap();
@@ -114,7 +114,7 @@ async fn a_byte_identical_newer_write_cannot_be_overwritten_by_a_stale_holder() 
 #[tokio::test]
 async fn a_stale_holders_put_and_delete_after_a_takeover_are_refused() {
     let (source, resource) = fencing_testkit::issued_up_to(34).await;
-    let holder = |n: u64| Fence::new(&resource, token(n), &source);
+    let holder = |n: u64| Holder::new(&resource, token(n), &source);
     let store = common::store().await;
     let lifecycle = Lifecycle::default();
     let k = key("r_815");
@@ -146,7 +146,7 @@ async fn claim_then_delete(store: &S3Store, k: &RecordKey, n: u64) {
         .write(k, token(n), &FencedWrite::claim())
         .await
         .unwrap();
-    let holder = Fence::new(&resource, token(n), &source);
+    let holder = Holder::new(&resource, token(n), &source);
     store.delete(&holder, k).await.unwrap();
 }
 
@@ -200,10 +200,10 @@ async fn a_confirm_whose_answer_was_lost_is_recognised_by_its_write_id() {
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let source = MemoryTokenSource::new();
     source.advance_to(&resource, token(1000)).await.unwrap();
-    let fence = Fence::new(&resource, token(34), &source);
+    let holder = Holder::new(&resource, token(34), &source);
     for write in [lifecycle.claim(), lifecycle.confirm()] {
         faults.arm(1);
-        let written = fence.write(&store, &k, &write).await.unwrap();
+        let written = holder.write(&store, &k, &write).await.unwrap();
         assert_eq!(written.record.fence, Some(token(34)));
     }
     assert_eq!(faults.lost(), 2);
@@ -214,7 +214,7 @@ async fn a_confirm_whose_answer_was_lost_is_recognised_by_its_write_id() {
 #[tokio::test]
 async fn an_object_that_is_not_a_readable_envelope_is_never_written_over() {
     let (source, resource) = fencing_testkit::issued_up_to(9).await;
-    let holder = |n: u64| Fence::new(&resource, token(n), &source);
+    let holder = |n: u64| Holder::new(&resource, token(n), &source);
     let store = common::store().await;
     let good = envelope::encode(
         &Record {
@@ -263,7 +263,7 @@ async fn tampered_store(tamper: &TamperRequests) -> S3Store {
 #[tokio::test]
 async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_conflict() {
     let (source, resource) = fencing_testkit::issued_up_to(34).await;
-    let holder = |n: u64| Fence::new(&resource, token(n), &source);
+    let holder = |n: u64| Holder::new(&resource, token(n), &source);
     let tamper = TamperRequests::default();
     let store = tampered_store(&tamper).await;
     let k = key("r_815");
@@ -298,7 +298,7 @@ async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_con
 #[tokio::test]
 async fn a_delete_that_meets_a_changed_object_is_a_conflict_settled_by_reading_again() {
     let (source, resource) = fencing_testkit::issued_up_to(34).await;
-    let holder = |n: u64| Fence::new(&resource, token(n), &source);
+    let holder = |n: u64| Holder::new(&resource, token(n), &source);
     let tamper = TamperRequests::default();
     let store = tampered_store(&tamper).await;
     let k = key("r_815");
@@ -387,7 +387,7 @@ async fn the_floor_is_the_highest_fence_under_the_prefix_or_one_resources() {
 #[tokio::test]
 async fn bad_input_is_refused_before_anything_is_sent() {
     let (source, resource) = fencing_testkit::issued_up_to(1).await;
-    let holder = |n: u64| Fence::new(&resource, token(n), &source);
+    let holder = |n: u64| Holder::new(&resource, token(n), &source);
     for bucket in [
         "",
         "ab",

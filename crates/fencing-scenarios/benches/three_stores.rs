@@ -22,7 +22,7 @@ use fencing::dynamodb::{DynamoStore, DynamoTable};
 use fencing::postgres::{PgStore, PgTable};
 use fencing::s3::{S3Bucket, S3Store};
 use fencing::{
-    BoxError, Fence, FencedStore, FencedWrite, FencingToken, Lifecycle, MemoryStore,
+    BoxError, FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryStore,
     MemoryTokenSource, Record, RecordKey, ResourceName, Result, SideEffect, TokenSource, Written,
     async_trait,
 };
@@ -35,9 +35,9 @@ const ROUNDS: usize = 5;
 const NETWORK: Duration = Duration::from_millis(10);
 
 /// The payout: an instant gateway call, then the ledger entry and the receipt, each a claim
-/// under the fence's token in its own store.
+/// under the holder's token in its own store.
 struct Payout<'a, L, R> {
-    fence: Fence<'a>,
+    holder: Holder<'a>,
     ledger: &'a L,
     receipts: &'a R,
 }
@@ -78,8 +78,8 @@ impl<L: FencedStore, R: FencedStore> SideEffect for Payout<'_, L, R> {
 
     async fn perform(&self, key: &RecordKey, _: &Record) -> Result<(), BoxError> {
         let entry = FencedWrite::claim().set_payload(format!("{key}: 70.25 EUR").into_bytes());
-        self.fence.write(self.ledger, key, &entry).await?;
-        self.fence.write(self.receipts, key, &entry).await?;
+        self.holder.write(self.ledger, key, &entry).await?;
+        self.holder.write(self.receipts, key, &entry).await?;
         Ok(())
     }
 }
@@ -165,7 +165,7 @@ impl Settle<'_> {
         let resource = ResourceName::new("settle:m_4471").unwrap();
         bench::compare(
             &[
-                "row by row (Fence::run_effect per refund)",
+                "row by row (Holder::run_effect per refund)",
                 "pipelined (32 in flight, groups of 32)",
             ],
             ROUNDS,
@@ -176,22 +176,22 @@ impl Settle<'_> {
                     .await
                     .unwrap();
                 let token = self.source.next(&resource).await.unwrap();
-                let fence = Fence::new(&resource, token, &self.source);
+                let holder = Holder::new(&resource, token, &self.source);
                 let payout = Payout {
-                    fence,
+                    holder,
                     ledger,
                     receipts,
                 };
                 let start = Instant::now();
                 if variant.starts_with("row by row") {
                     for key in self.keys {
-                        fence
+                        holder
                             .run_effect(self.refunds, key, &lifecycle, &payout)
                             .await
                             .unwrap();
                     }
                 } else {
-                    let settled = fence
+                    let settled = holder
                         .pipeline(self.refunds, &lifecycle, &payout)
                         .concurrency(32)
                         .group_size(32)

@@ -97,12 +97,12 @@ async fn a_stale_holder_refused_by(
     let a_token = a.token();
     let batch_a = FencedBatch::new(lease.clone(), a, stores()).unwrap();
     batch_a
-        .fence()
+        .holder()
         .write(&*refunds, &key("r_1"), &lifecycle.claim())
         .await
         .unwrap();
     batch_a
-        .fence()
+        .holder()
         .write(&*other, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap();
@@ -112,13 +112,13 @@ async fn a_stale_holder_refused_by(
     assert!(b.token() > a_token);
     let batch_b = FencedBatch::new(lease.clone(), b, stores()).unwrap();
     batch_b
-        .fence()
+        .holder()
         .write(&*other, &key("r_1"), &FencedWrite::claim())
         .await
         .unwrap();
 
     let err = batch_a
-        .fence()
+        .holder()
         .write(
             &*other,
             &key("r_1"),
@@ -132,7 +132,7 @@ async fn a_stale_holder_refused_by(
     );
     for store in [&refunds_dyn, &other] {
         let err = batch_a
-            .fence()
+            .holder()
             .write(&**store, &key("r_2"), &lifecycle.claim())
             .await
             .unwrap_err();
@@ -233,7 +233,7 @@ async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
     let batch_a = FencedBatch::new(lease.clone(), a, stores()).unwrap();
     let receipt = FencedWrite::claim().set_payload(b"r_1: 70.25 EUR".to_vec());
     batch_a
-        .fence()
+        .holder()
         .write(&*receipts, &key("r_1"), &receipt)
         .await
         .unwrap();
@@ -248,7 +248,7 @@ async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
         .unwrap();
 
     let err = batch_a
-        .fence()
+        .holder()
         .write(&*receipts, &key("r_1"), &receipt)
         .await
         .unwrap_err();
@@ -257,7 +257,7 @@ async fn a_refusal_in_s3_aborts_the_batch_and_nothing_more_is_sent() {
         "{err:?}"
     );
     let err = batch_a
-        .fence()
+        .holder()
         .write(&*refunds, &key("r_2"), &Lifecycle::default().claim())
         .await
         .unwrap_err();
@@ -306,8 +306,11 @@ impl fencing::SideEffect for Payout<'_> {
         }
         *self.sent.lock().unwrap().entry(key.clone()).or_default() += 1;
         let entry = FencedWrite::claim().set_payload(self.batch.token().to_string().into_bytes());
-        self.batch.fence().write(self.ledger, key, &entry).await?;
-        self.batch.fence().write(self.receipts, key, &entry).await?;
+        self.batch.holder().write(self.ledger, key, &entry).await?;
+        self.batch
+            .holder()
+            .write(self.receipts, key, &entry)
+            .await?;
         Ok(())
     }
 }
@@ -357,7 +360,7 @@ async fn a_pipeline_across_three_stores_stops_a_stale_holder_at_its_first_refusa
         pause: Some((stalled.clone(), Duration::from_secs(7))),
     };
     let a_run = batch_a
-        .fence()
+        .holder()
         .pipeline(&*refunds, &lifecycle, &a_payout)
         .concurrency(16)
         .run(keys.clone());
@@ -379,7 +382,7 @@ async fn a_pipeline_across_three_stores_stops_a_stale_holder_at_its_first_refusa
             pause: None,
         };
         let settled = batch_b
-            .fence()
+            .holder()
             .pipeline(&*refunds, &lifecycle, &b_payout)
             .concurrency(16)
             .run(keys.clone())

@@ -34,7 +34,7 @@ pub fn unique_name(prefix: &str) -> String {
 use fencing_core::{FencingToken, MemoryTokenSource, ResourceName, TokenSource};
 
 /// A token source that has issued every token up to `n` for `settle:m_4471`, and that
-/// resource: what a [`fencing_core::Fence`] with token `n` (or below, for a stale holder)
+/// resource: what a [`fencing_core::Holder`] with token `n` (or below, for a stale holder)
 /// needs in a test that writes without a lease, so that a refusal by a fence up to `n` is a
 /// newer holder's, not a counter gone backwards.
 pub async fn issued_up_to(n: u64) -> (MemoryTokenSource, ResourceName) {

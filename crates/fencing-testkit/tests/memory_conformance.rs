@@ -9,7 +9,7 @@ use fencing_core::adapter::{
     CasStore, JsonCodec, MemoryVersionedStore, TokioClock, VersionedStore,
 };
 use fencing_core::{
-    Fence, FencedStore, Lease, MemoryLease, MemoryStore, MemoryTokenSource, RecordKey, TokenSource,
+    FencedStore, Holder, Lease, MemoryLease, MemoryStore, MemoryTokenSource, RecordKey, TokenSource,
 };
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
@@ -97,8 +97,8 @@ mod compare_and_swap {
             fencing_testkit::conformance::a_delete_leaves_a_tombstone_that_keeps_the_fence(
                 &store,
                 &stale,
-                async |store: &CasStore<_>, fence: &Fence<'_>, key: &RecordKey| {
-                    store.delete(key, fence.token()).await
+                async |store: &CasStore<_>, holder: &Holder<'_>, key: &RecordKey| {
+                    store.delete(key, holder.token()).await
                 },
                 async |key| objects.get(key).await.unwrap().unwrap().body,
             )

@@ -159,7 +159,7 @@ async fn main() -> std::result::Result<(), BoxError> {
 
 /// DynamoDB and S3 clients on `endpoint`: static credentials, rustls with ring (it speaks
 /// plain HTTP to a local emulator too), S3 addressed path-style (an emulator has no virtual
-/// hosts). The adapters turn the SDK's retries off in their copies: `Fence` resends a write
+/// hosts). The adapters turn the SDK's retries off in their copies: `Holder` resends a write
 /// whose answer was lost, with the same token, and recognises its own earlier success.
 fn aws_clients(endpoint: &str) -> (aws_sdk_dynamodb::Client, aws_sdk_s3::Client) {
     use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};

@@ -323,7 +323,7 @@ pub(crate) async fn run(
             let amounts = unpaid_amounts(pool, schema, merchant, &payouts).await?;
             let keys: Vec<RecordKey> = amounts.keys().cloned().collect();
             let claimed = payouts
-                .write_together(&batch.fence(), &keys, &lifecycle.claim())
+                .write_together(&batch.holder(), &keys, &lifecycle.claim())
                 .await?;
             let call = PayoutCall {
                 gateway,
@@ -341,7 +341,7 @@ pub(crate) async fn run(
             // Eight transfers side by side, each confirmed with its ledger entry; a renewal
             // that gives up stops new transfers (the guard is the renewal's too).
             let settled = batch
-                .fence()
+                .holder()
                 .pipeline(&payouts, &lifecycle, &call)
                 .concurrency(8)
                 .writes(&paid_with_entry)
@@ -377,15 +377,15 @@ struct PaidWithLedgerEntry<'a> {
 
 #[async_trait]
 impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
-    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
-        fence
+    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written> {
+        holder
             .write(self.payouts, key, &self.lifecycle.claim())
             .await
     }
 
     async fn confirm(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         key: &RecordKey,
         reference: &String,
     ) -> Result<Written> {
@@ -395,7 +395,7 @@ impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
                     self.pool,
                     self.schema,
                     self.payouts,
-                    fence,
+                    holder,
                     key,
                     reference,
                 )
@@ -408,8 +408,8 @@ impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
                     cents: self.amounts[key],
                     reference,
                 };
-                post_to_aws(entries, receipts, fence, &payout).await?;
-                self.payouts.write_with(fence, key, paid(reference)?).await
+                post_to_aws(entries, receipts, holder, &payout).await?;
+                self.payouts.write_with(holder, key, paid(reference)?).await
             }
         }
     }
@@ -421,13 +421,13 @@ async fn confirm_with_ledger_entry(
     pool: &PgPool,
     schema: &str,
     payouts: &PgStore,
-    fence: &Fence<'_>,
+    holder: &Holder<'_>,
     key: &RecordKey,
     reference: &str,
 ) -> Result<Written> {
     let mut tx = pool.begin().await.map_err(|e| payouts.sql_failure(e))?;
     let written = payouts
-        .write_in(&mut tx, fence, key, paid(reference)?)
+        .write_in(&mut tx, holder, key, paid(reference)?)
         .await?;
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO \"{schema}_Billing\".\"LedgerEntries\" (payout_id, amount_cents) \
@@ -467,7 +467,7 @@ pub(crate) struct Payout<'a> {
 pub(crate) async fn post_to_aws(
     entries: &DynamoStore,
     receipts: &S3Store,
-    fence: &Fence<'_>,
+    holder: &Holder<'_>,
     payout: &Payout<'_>,
 ) -> Result<()> {
     let state = |s: &str| State::new(s).expect("a state name");
@@ -478,7 +478,7 @@ pub(crate) async fn post_to_aws(
             AttributeValue::S(payout.reference.to_owned()),
         )?;
     let entry_key = Ledger::entry_key(entries, payout.merchant, payout.key)?;
-    entries.write_with(fence, &entry_key, entry).await?;
+    entries.write_with(holder, &entry_key, entry).await?;
     let receipt = serde_json::json!({
         "payout_id": payout.key.as_str(),
         "merchant": payout.merchant,
@@ -489,6 +489,6 @@ pub(crate) async fn post_to_aws(
         .set_state(state("issued"))
         .set_payload(receipt.to_string());
     let receipt_key = Ledger::receipt_key(payout.merchant, payout.key)?;
-    fence.write(receipts, &receipt_key, &receipt).await?;
+    holder.write(receipts, &receipt_key, &receipt).await?;
     Ok(())
 }

@@ -10,11 +10,11 @@
 //!   ([`is_refused_char`],
 //!   [`refused_char_ranges`],
 //!   [`check_store_name`]);
-//! * the rules a store applies that `Fence` does not ([`is_regression`];
+//! * the rules a store applies that `Holder` does not ([`is_regression`];
 //!   `FencedWrite::decide` and `apply` are methods of the write);
 //! * the error rule ([`RequestEffect`] for
-//!   `Error::failed_request`), the writes an adapter makes outside `Fence::write`
-//!   ([`FenceExt`]: `write_by`, `run_write`, `run_write_once`, and [`RecordOutcomes`] for
+//!   `Error::failed_request`), the writes an adapter makes outside `Holder::write`
+//!   ([`HolderExt`]: `write_by`, `run_write`, `run_write_once`, and [`RecordOutcomes`] for
 //!   what a write of many records reports), what a lease records on its guards
 //!   ([`LeaseGuardExt`]: `new`, `extended`, `lost`), the key check of a write of many records
 //!   ([`check_distinct`]), and the clock a
@@ -80,8 +80,8 @@ pub use crate::cas::object::{Contents, WriteId};
 pub use crate::contract::extras::Extras;
 pub use crate::contract::guard::LeaseGuardExt;
 pub use crate::contract::store::{RecordOutcomes, check_distinct};
-pub use crate::holder::fence::FenceExt;
 pub use crate::holder::retry::contention_pause;
+pub use crate::holder::write::HolderExt;
 pub use crate::memory::MemoryVersionedStore;
 pub use crate::protocol::rules::is_regression;
 pub use crate::value::clock::{Clock, TokioClock};

@@ -111,7 +111,7 @@ impl LeaseGuard {
     }
 
     /// The counter the token was drawn from: the lease's [`crate::Lease::token_source`]. A
-    /// fenced write checks a refusal against it ([`Self::fence`]).
+    /// fenced write checks a refusal against it ([`Self::holder`]).
     pub fn token_source(&self) -> &Arc<dyn TokenSource> {
         &self.source
     }

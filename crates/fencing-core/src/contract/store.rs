@@ -128,7 +128,7 @@ impl FencedWrite {
 /// When a retry after an ambiguous attempt finds that attempt applied
 /// ([`FencedWrite::is_reflected_in`]), what the record held before the first attempt is no
 /// longer known: `previous_fence` and `previous_state` then describe the record as that
-/// attempt left it, which makes [`crate::Fence::run_effect`] look an effect up before
+/// attempt left it, which makes [`crate::Holder::run_effect`] look an effect up before
 /// performing it — the safe side.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -242,7 +242,7 @@ pub fn check_distinct(keys: &[RecordKey]) -> Result<(), InvalidInput> {
 }
 
 /// What an accepted fenced write says about each record it was sent for, for the events and
-/// metrics of [`crate::adapter::FenceExt::run_write`]: the records the store refused while it applied the
+/// metrics of [`crate::adapter::HolderExt::run_write`]: the records the store refused while it applied the
 /// others (a write of many rows that skips the ones in another state). Empty for a write of
 /// one record, or of several applied all or nothing.
 pub trait RecordOutcomes {

@@ -25,7 +25,7 @@ use crate::value::token::FencingToken;
 ///   [`crate::Error::TokenExhausted`] and changes nothing.
 ///
 /// A source that can lose state (Redis without persistence) may break the first rule after a
-/// restart. [`crate::Fence`] reports that as [`crate::Error::TokenRegression`] when a store
+/// restart. [`crate::Holder`] reports that as [`crate::Error::TokenRegression`] when a store
 /// refuses a claim, and [`seed_from_floors`] repairs it.
 #[async_trait]
 pub trait TokenSource: Send + Sync + Debug {

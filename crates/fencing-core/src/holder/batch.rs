@@ -5,9 +5,9 @@ use std::sync::Arc;
 use crate::contract::guard::LeaseGuard;
 use crate::contract::lease::Lease;
 use crate::contract::store::FencedStore;
-use crate::holder::fence::Fence;
 use crate::holder::latch::{Latch, MismatchPolicy};
 use crate::holder::retry::{RetryPolicy, acquire};
+use crate::holder::write::Holder;
 use crate::telemetry;
 use crate::value::error::{Error, Result};
 use crate::value::input::{InputKind, InvalidInput};
@@ -44,7 +44,7 @@ use crate::value::ttl::Ttl;
 /// let resource = ResourceName::new("settle:m_4471")?;
 /// let guard = lease.try_acquire(&resource, Ttl::from_secs(30)?).await?.expect("free");
 /// let batch = FencedBatch::new(lease, guard, [refunds.clone(), ledger.clone()])?;
-/// batch.fence().write(&*ledger, &RecordKey::new("m_4471")?, &FencedWrite::claim()).await?;
+/// batch.holder().write(&*ledger, &RecordKey::new("m_4471")?, &FencedWrite::claim()).await?;
 /// assert_eq!(batch.finish().await?, Finished::Released);
 /// # Ok(()) }
 /// ```
@@ -100,7 +100,7 @@ impl FencedBatch {
     /// let token = FencedBatch::scope(lease.clone(), &resource, Ttl::from_secs(30)?, [refunds.clone()])
     ///     .mismatch_policy(MismatchPolicy::Skip)
     ///     .run(async |batch| {
-    ///         batch.fence().write(&*refunds, &RecordKey::new("r_1")?, &FencedWrite::claim()).await?;
+    ///         batch.holder().write(&*refunds, &RecordKey::new("r_1")?, &FencedWrite::claim()).await?;
     ///         Ok(batch.token())
     ///     })
     ///     .await?;
@@ -153,8 +153,8 @@ impl FencedBatch {
     }
 
     /// The fence every write of this batch presents, and the one handle the batch writes
-    /// with: [`Fence::write`], [`Fence::write_many`], [`Fence::run_effect`],
-    /// [`Fence::run_effect_then`], [`Fence::pipeline`], and an adapter's own fenced
+    /// with: [`Holder::write`], [`Holder::write_many`], [`Holder::run_effect`],
+    /// [`Holder::run_effect_then`], [`Holder::pipeline`], and an adapter's own fenced
     /// methods taking it (a write in the caller's transaction, a store's batch write).
     ///
     /// Every write through it is the batch's: it is refused unsent once the batch has
@@ -162,8 +162,8 @@ impl FencedBatch {
     /// ([`Error::InvalidInput`]), and its first rejection aborts the batch, except a missing
     /// record or an unexpected state under [`MismatchPolicy::Skip`], which is still returned
     /// as its error and recorded in [`Self::skipped`].
-    pub fn fence(&self) -> Fence<'_> {
-        self.guard().fence().latched(&self.latch)
+    pub fn holder(&self) -> Holder<'_> {
+        self.guard().holder().latched(&self.latch)
     }
 
     /// Ends the batch and releases its lease, whether or not it aborted (the release is
@@ -305,12 +305,12 @@ mod tests {
             FencedBatch::scope(lease, &r, ttl, [refunds.clone()])
                 .mismatch_policy(policy)
                 .run(async |batch| {
-                    let fence = batch.fence();
-                    fence
+                    let holder = batch.holder();
+                    holder
                         .write(&*refunds, &present, &FencedWrite::claim())
                         .await?;
-                    assert!(fence.write(&*refunds, &missing, &confirm).await.is_err());
-                    fence.write(&*refunds, &present, &confirm).await?;
+                    assert!(holder.write(&*refunds, &missing, &confirm).await.is_err());
+                    holder.write(&*refunds, &present, &confirm).await?;
                     Ok(batch.skipped().len())
                 })
                 .await

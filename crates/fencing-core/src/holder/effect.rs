@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use crate::contract::store::{FencedStore, FencedWrite, Record, RecordOutcomes, Written};
-use crate::holder::fence::Fence;
+use crate::holder::write::Holder;
 use crate::telemetry;
 use crate::value::error::{BoxError, Error, Result};
 use crate::value::input::{InputKind, InvalidInput};
@@ -118,7 +118,7 @@ pub enum EffectOutcome<R> {
 
 impl<R> RecordOutcomes for EffectOutcome<R> {}
 
-/// How [`Fence::run_effect_then`] starts: by claiming the record now, or from a claim this
+/// How [`Holder::run_effect_then`] starts: by claiming the record now, or from a claim this
 /// holder already made.
 #[derive(Clone, Copy, Debug)]
 pub enum EffectStart<'a> {
@@ -130,20 +130,20 @@ pub enum EffectStart<'a> {
     Claimed(&'a Written),
 }
 
-impl<'a> Fence<'a> {
+impl<'a> Holder<'a> {
     /// Claims `key`, performs `effect` with the record key as idempotency key, and confirms.
     ///
     /// * A record already done returns [`EffectOutcome::AlreadyDone`] without any call.
     /// * A record found in flight (claimed under a lower fence by a holder whose lease ended,
     ///   or by this holder before an ambiguous failure) is taken over, and the effect is first
     ///   looked up by its idempotency key; it is performed only if it did not happen.
-    /// * Any rejection is returned as it is; a batch's fence ([`crate::FencedBatch::fence`])
+    /// * Any rejection is returned as it is; a batch's holder ([`crate::FencedBatch::holder`])
     ///   notes it, and the batch aborts. An effect error is returned as
-    ///   [`Error::Effect`] and leaves the record in flight under this fence.
+    ///   [`Error::Effect`] and leaves the record in flight under this holder's token.
     /// * A fence made from a guard that [has ended locally](crate::LeaseGuard::has_ended_locally)
     ///   by the time the effect would start (its deadline passed while the claim was out, or
     ///   its renewal gave up) starts nothing: [`Error::LeaseLost`], the record left in flight
-    ///   under this fence for the next holder to look up.
+    ///   under this holder's token for the next holder to look up.
     pub async fn run_effect<S, E>(
         &self,
         store: &S,
@@ -155,16 +155,16 @@ impl<'a> Fence<'a> {
         S: FencedStore + ?Sized,
         E: SideEffect + ?Sized,
     {
-        let fence = self.admit(store.name())?;
+        let holder = self.admit(store.name())?;
         let confirm = async |_: &E::Receipt| {
             // A confirm whose answer was lost and whose retry finds the record done is
-            // recognised as this holder's own by `Fence::write`.
-            fence
+            // recognised as this holder's own by `Holder::write`.
+            holder
                 .write(store, key, &lifecycle.confirm())
                 .await
                 .map(drop)
         };
-        let outcome = fence
+        let outcome = holder
             .run_effect_then(store, EffectStart::Claim(key), lifecycle, effect, confirm)
             .await;
         self.noted(outcome)
@@ -174,7 +174,7 @@ impl<'a> Fence<'a> {
     /// entry in one transaction of the caller's), and optionally a claim already made.
     ///
     /// `confirm` runs only after the effect happened (or was found), with its receipt; it must
-    /// make the record done with a holder-only write under this fence's token
+    /// make the record done with a holder-only write under this holder's token
     /// ([`Lifecycle::confirm`]). A record claimed through [`EffectStart::Claimed`] must carry this
     /// fence's token and be in flight, or nothing is called and [`Error::InvalidInput`] says
     /// why.
@@ -191,12 +191,12 @@ impl<'a> Fence<'a> {
         E: SideEffect + ?Sized,
         C: AsyncFnOnce(&E::Receipt) -> Result<()>,
     {
-        let fence = self.admit(store.name())?;
+        let holder = self.admit(store.name())?;
         let outcome = async {
             let claimed_now;
             let claimed = match claim {
                 EffectStart::Claim(key) => {
-                    match fence.write(store, key, &lifecycle.claim()).await {
+                    match holder.write(store, key, &lifecycle.claim()).await {
                         Err(err) if lifecycle.is_done(&err) => {
                             return Ok(EffectOutcome::AlreadyDone);
                         }
@@ -207,11 +207,11 @@ impl<'a> Fence<'a> {
                     }
                 }
                 EffectStart::Claimed(written) => {
-                    fence.check_claimed(&written.record.key, written, lifecycle)?;
+                    holder.check_claimed(&written.record.key, written, lifecycle)?;
                     written
                 }
             };
-            let (receipt, was_recovered) = fence
+            let (receipt, was_recovered) = holder
                 .perform_claimed(store.name(), claimed, lifecycle, effect)
                 .await?;
             confirm(&receipt).await?;
@@ -225,7 +225,7 @@ impl<'a> Fence<'a> {
         self.noted(outcome)
     }
 
-    /// Refuses a claim's answer that does not leave `key` in flight under this fence's token.
+    /// Refuses a claim's answer that does not leave `key` in flight under this holder's token.
     pub(crate) fn check_claimed(
         &self,
         key: &RecordKey,

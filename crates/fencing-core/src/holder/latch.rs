@@ -1,4 +1,4 @@
-//! What a batch's fence notes on every write it makes: the first rejection, which aborts the
+//! What a batch's holder notes on every write it makes: the first rejection, which aborts the
 //! batch, and the records its mismatch policy leaves alone.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -123,7 +123,7 @@ impl Latch {
 
     /// Notes `err`; true when the policy left its record alone. A record is reported skipped
     /// once however many times its error is noted (a confirm of the caller's that wrote
-    /// through the batch's fence, then returned its error to the batch's effect helper).
+    /// through the batch's holder, then returned its error to the batch's effect helper).
     pub(crate) fn note_one(
         &self,
         resource: &ResourceName,

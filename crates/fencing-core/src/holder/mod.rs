@@ -1,4 +1,4 @@
-//! What a holder writes with: the fence (its token, checked against the source that issued
+//! What a holder writes with: the holder (its token, checked against the source that issued
 //! it), the effect helper, the batch and its latch, the pipeline, and the lease's renewal and
 //! retries.
 //!
@@ -8,7 +8,7 @@ pub(crate) mod latch;
 pub(crate) mod renewal;
 pub(crate) mod retry;
 
-pub(crate) mod fence;
+pub(crate) mod write;
 
 pub(crate) mod effect;
 

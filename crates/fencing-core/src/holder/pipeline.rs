@@ -13,14 +13,14 @@ use tokio::time::Instant;
 
 use crate::contract::store::{FencedStore, Written, check_distinct};
 use crate::holder::effect::{EffectOutcome, Lifecycle, SideEffect};
-use crate::holder::fence::Fence;
+use crate::holder::write::Holder;
 use crate::value::error::{Error, Result};
 use crate::value::input::{InputKind, InvalidInput};
 use crate::value::name::RecordKey;
 use crate::value::ttl::Ttl;
 
-/// Settles many records of one store under one fence ([`Fence::pipeline`]): each record is
-/// claimed, its side effect performed (or looked up) and confirmed, as [`Fence::run_effect`]
+/// Settles many records of one store under one fence ([`Holder::pipeline`]): each record is
+/// claimed, its side effect performed (or looked up) and confirmed, as [`Holder::run_effect`]
 /// does one record, but with records side by side.
 ///
 /// * **Claims** go out in groups ([`Self::group_size`], one [`FencedStore::write_many`] per
@@ -47,10 +47,10 @@ use crate::value::ttl::Ttl;
 #[must_use = "a pipeline does nothing until it is run"]
 pub struct Pipeline<'b, E: SideEffect + ?Sized> {
     /// The fence every request is sent with; it notes nothing.
-    fence: Fence<'b>,
-    /// The fence the pipeline was made from, whose batch (for a batch's fence) notes what
+    holder: Holder<'b>,
+    /// The holder the pipeline was made from, whose batch (for a batch's holder) notes what
     /// stops the pipeline.
-    noting: Fence<'b>,
+    noting: Holder<'b>,
     store: Result<&'b dyn FencedStore>,
     lifecycle: &'b Lifecycle,
     effect: &'b E,
@@ -66,7 +66,7 @@ pub struct Pipeline<'b, E: SideEffect + ?Sized> {
 impl<E: SideEffect + ?Sized> std::fmt::Debug for Pipeline<'_, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pipeline")
-            .field("token", &self.fence.token())
+            .field("token", &self.holder.token())
             .field("store", &self.store.as_ref().map(|s| s.name()))
             .field("concurrency", &self.concurrency)
             .field("group_size", &self.group_size)
@@ -98,10 +98,10 @@ impl<E: SideEffect + ?Sized> std::fmt::Debug for Pipeline<'_, E> {
 #[async_trait]
 pub trait RecordWrites<R>: Send + Sync {
     /// Claims `key` under `fence`'s token.
-    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written>;
+    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written>;
 
     /// Makes `key` done under `fence`'s token, its effect's `receipt` in hand.
-    async fn confirm(&self, fence: &Fence<'_>, key: &RecordKey, receipt: &R) -> Result<Written>;
+    async fn confirm(&self, holder: &Holder<'_>, key: &RecordKey, receipt: &R) -> Result<Written>;
 }
 
 /// What a [`Pipeline`] did: every record it settled, and the error that stopped it, if one
@@ -113,7 +113,7 @@ pub struct Settled<R> {
     /// the order their claims were answered).
     pub outcomes: Vec<(RecordKey, EffectOutcome<R>)>,
     /// The first error, after which nothing new was started. Records claimed and not
-    /// settled are in flight under the batch's fence.
+    /// settled are in flight under the batch's holder.
     pub error: Option<Error>,
 }
 
@@ -127,13 +127,13 @@ impl<R> Settled<R> {
     }
 }
 
-impl<'a> Fence<'a> {
+impl<'a> Holder<'a> {
     /// A [`Pipeline`] settling records of `store` through `lifecycle` and `effect`, under
-    /// this fence's token. Defaults: 16 effects under way, groups of 32, a window of twice
+    /// this holder's token. Defaults: 16 effects under way, groups of 32, a window of twice
     /// the concurrency (at least 64 records), confirms flushed 5 ms after the oldest finished
     /// effect.
     ///
-    /// Run on a batch's fence ([`crate::FencedBatch::fence`]), its refusals are the batch's:
+    /// Run on a batch's holder ([`crate::FencedBatch::holder`]), its refusals are the batch's:
     /// the first aborts the batch (a mismatch is skipped under
     /// [`crate::MismatchPolicy::Skip`]), and a batch already aborted, or a store outside it,
     /// starts nothing. On any other fence, a record in an unexpected state stops it.
@@ -161,14 +161,14 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     pub const LONGEST_FLUSH_AFTER: Duration = Ttl::MAX.duration();
 
     fn new(
-        noting: Fence<'b>,
+        noting: Holder<'b>,
         store: &'b dyn FencedStore,
         lifecycle: &'b Lifecycle,
         effect: &'b E,
     ) -> Self {
         let admitted = noting.admit(store.name());
         Pipeline {
-            fence: admitted.as_ref().map_or(noting, |fence| *fence),
+            holder: admitted.as_ref().map_or(noting, |holder| *holder),
             noting,
             store: admitted.map(|_| store),
             lifecycle,
@@ -252,7 +252,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     /// Bad settings or a key given twice are refused before anything is sent
     /// ([`Error::InvalidInput`]).
     ///
-    /// Run through a batch or a fence made from a guard, it stops as at a refusal
+    /// Run through a batch or a holder made from a guard, it stops as at a refusal
     /// ([`Error::LeaseLost`]) once the guard [has ended locally](crate::LeaseGuard::has_ended_locally)
     /// with records left to claim or to start: a process stopped past its deadline starts no
     /// new side effect on waking, before any store has refused it. Effects already started
@@ -267,7 +267,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     /// Settles records this holder already claimed, in that order (say, a whole batch
     /// claimed in one statement with `PgStore::write_together`): no claim is sent, and
     /// each effect is looked up first only where its record was in flight *before* that
-    /// claim, as [`Fence::run_effect_then`] does with [`crate::EffectStart::Claimed`].
+    /// claim, as [`Holder::run_effect_then`] does with [`crate::EffectStart::Claimed`].
     ///
     /// Each answer must show its record in flight under this pipeline's token, and no
     /// record may come twice; otherwise nothing is started ([`Error::InvalidInput`]). The
@@ -281,7 +281,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         let checked = self.check(&keys).and_then(|()| {
             claimed
                 .iter()
-                .try_for_each(|w| self.fence.check_claimed(&w.record.key, w, self.lifecycle))
+                .try_for_each(|w| self.holder.check_claimed(&w.record.key, w, self.lifecycle))
         });
         self.settle_checked(checked, VecDeque::new(), claimed).await
     }
@@ -311,14 +311,14 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         claimed: VecDeque<Written>,
         settled: &mut Settled<E::Receipt>,
     ) {
-        let fence = self.fence;
+        let holder = self.holder;
         let (claim, confirm) = (self.lifecycle.claim(), self.lifecycle.confirm());
         let mut progress = Progress::new(queue, claimed);
         let mut in_flight: UnderWay<'_, E::Receipt> = FuturesUnordered::new();
         loop {
             if settled.error.is_none()
                 && !(progress.queue.is_empty() && progress.claimed.is_empty())
-                && let Err(ended) = fence.may_start_effects()
+                && let Err(ended) = holder.may_start_effects()
             {
                 self.stop(settled, ended);
             }
@@ -329,8 +329,8 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 let claim = &claim;
                 in_flight.push(Box::pin(async move {
                     let answer = match self.writes {
-                        Some(writes) => Ok(self.own_claims(writes, &fence, &group).await),
-                        None => fence.write_many(store, &group, claim).await,
+                        Some(writes) => Ok(self.own_claims(writes, &holder, &group).await),
+                        None => holder.write_many(store, &group, claim).await,
                     };
                     Answer::Claimed(group, answer)
                 }));
@@ -340,9 +340,9 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                     break;
                 };
                 progress.effects += 1;
-                let fence = &fence;
+                let holder = &holder;
                 in_flight.push(Box::pin(async move {
-                    let done = fence
+                    let done = holder
                         .perform_claimed(store.name(), &written, self.lifecycle, self.effect)
                         .await;
                     let key = written.record.key;
@@ -357,10 +357,10 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                     let answer = match self.writes {
                         Some(writes) => {
                             let confirms =
-                                group.iter().map(|(k, r, _)| writes.confirm(&fence, k, r));
+                                group.iter().map(|(k, r, _)| writes.confirm(&holder, k, r));
                             Ok(join_all(confirms).await)
                         }
-                        None => fence.write_many(store, &keys, confirm).await,
+                        None => holder.write_many(store, &keys, confirm).await,
                     };
                     let receipts = group.into_iter().map(|(_, r, found)| (r, found)).collect();
                     Answer::Confirmed(receipts, keys, answer)
@@ -368,7 +368,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
             }
             if in_flight.is_empty() {
                 // Nothing under way: either everything is settled, or the stop left records
-                // claimed and unstarted (in flight under this fence, as the protocol allows).
+                // claimed and unstarted (in flight under this holder's token, as the protocol allows).
                 break;
             }
             let flush_at = progress
@@ -535,17 +535,17 @@ impl<R> Progress<R> {
 
 impl<E: SideEffect + ?Sized> Pipeline<'_, E> {
     /// Each of `keys` claimed through the caller's `writes`, side by side; an answer that
-    /// does not leave its record in flight under this fence is refused as the serial
+    /// does not leave its record in flight under this holder's token is refused as the serial
     /// protocol refuses such a claim ([`EffectStart::Claimed`](crate::EffectStart)).
     async fn own_claims(
         &self,
         writes: &dyn RecordWrites<E::Receipt>,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         keys: &[RecordKey],
     ) -> Vec<Result<Written>> {
         let claims = keys.iter().map(async |key| {
-            let written = writes.claim(fence, key).await?;
-            fence.check_claimed(key, &written, self.lifecycle)?;
+            let written = writes.claim(holder, key).await?;
+            holder.check_claimed(key, &written, self.lifecycle)?;
             Ok(written)
         });
         join_all(claims).await

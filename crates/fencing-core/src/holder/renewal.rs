@@ -16,7 +16,7 @@ use crate::value::error::Error;
 /// extension is refused ([`Error::LeaseLost`]) or no extension has succeeded in time; then it
 /// stops and marks the lease lost, so the batch can stop early: every clone of the guard
 /// (the batch's among them) then says [`LeaseGuard::has_ended_locally`], and the pipeline and
-/// [`crate::Fence::run_effect`] start no new side effect. Each extension moves the deadline of
+/// [`crate::Holder::run_effect`] start no new side effect. Each extension moves the deadline of
 /// every clone too.
 ///
 /// An extension that fails for another reason (the server unreachable for a moment, an

@@ -15,7 +15,7 @@ use crate::value::token::FencingToken;
 use crate::value::ttl::Ttl;
 
 #[derive(Debug)]
-struct Holder {
+struct Holding {
     owner: OwnerId,
     token: FencingToken,
     expires_at: Instant,
@@ -30,7 +30,7 @@ struct Holder {
 pub struct MemoryLease {
     clock: Arc<dyn Clock>,
     tokens: Arc<MemoryTokenSource>,
-    holders: Arc<Mutex<HashMap<ResourceName, Holder>>>,
+    holders: Arc<Mutex<HashMap<ResourceName, Holding>>>,
 }
 
 impl MemoryLease {
@@ -56,7 +56,7 @@ impl MemoryLease {
     }
 }
 
-fn is_live_owner(holder: &Holder, guard: &LeaseGuard, now: Instant) -> bool {
+fn is_live_owner(holder: &Holding, guard: &LeaseGuard, now: Instant) -> bool {
     holder.owner == *guard.owner() && holder.expires_at > now
 }
 
@@ -80,7 +80,7 @@ impl Lease for MemoryLease {
                     let owner = OwnerId::random();
                     holders.insert(
                         resource.clone(),
-                        Holder {
+                        Holding {
                             owner: owner.clone(),
                             token,
                             expires_at: now + ttl.duration(),

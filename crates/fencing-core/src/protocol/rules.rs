@@ -1,6 +1,6 @@
 //! The protocol's rules, as pure decisions: whether a store admits a write, what the write
 //! leaves, when a refusal may hide a holder's own earlier success, and when a refusal means
-//! the counter went backwards. Every store that decides in the client, `Fence`, and the
+//! the counter went backwards. Every store that decides in the client, `Holder`, and the
 //! protocol's model (`fencing-model`) run this same code; nothing here talks to a store.
 
 use crate::contract::store::{FenceCheck, FencedWrite, Record};
@@ -71,7 +71,7 @@ impl FencedWrite {
     /// After an ambiguous attempt, a retry can be refused because the first attempt landed
     /// (a confirm that finds its own `sent`). Tokens are unique per acquisition, so a record
     /// carrying this holder's fence and exactly this write's changes is this write's own
-    /// success, not a rejection. [`crate::Fence::write`] applies this rule for every store.
+    /// success, not a rejection. [`crate::Holder::write`] applies this rule for every store.
     pub fn is_reflected_in(&self, token: FencingToken, record: &Record) -> bool {
         record.fence == Some(token)
             && self
@@ -162,7 +162,7 @@ mod tests {
             store: "refunds".into(),
             record: key(),
             presented: token(33),
-            found: FoundFence::Fence(token(34)),
+            found: FoundFence::Holder(token(34)),
         };
         let already_done = Error::StateMismatch {
             store: "refunds".into(),

@@ -156,7 +156,7 @@ pub(crate) fn effect_performed(
     match result {
         Ok(()) => debug!(target: "fencing", record = record.as_str(), "effect performed"),
         Err(err) => {
-            warn!(target: "fencing", record = record.as_str(), error = %err, "effect failed; the record stays in flight under this fence")
+            warn!(target: "fencing", record = record.as_str(), error = %err, "effect failed; the record stays in flight under this holder's token")
         }
     }
     let outcome = if result.is_ok() {
@@ -300,7 +300,7 @@ mod tests {
             store: "refunds".into(),
             record: key(),
             presented: token(33),
-            found: FoundFence::Fence(token(34)),
+            found: FoundFence::Holder(token(34)),
         };
         let not_found = Error::NotFound {
             store: "refunds".into(),

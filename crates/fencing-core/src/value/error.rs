@@ -51,7 +51,7 @@ pub enum Error {
 
     /// A claim was refused because the record's fence is higher than any token the token
     /// source has issued: the counter went backwards (e.g. a Redis built to
-    /// reissue tokens restarted without persistence). [`crate::Fence`] has already raised the
+    /// reissue tokens restarted without persistence). [`crate::Holder`] has already raised the
     /// source past the fence found, so the next acquisition gets a token above it; raise it
     /// above every store's `MAX(fence)` with [`crate::seed_from_floors`].
     #[error(
@@ -112,7 +112,7 @@ pub enum Error {
 
     /// The guard's owner no longer holds the lease (it expired, or another owner holds it):
     /// extend and release are refused and change nothing. Also what the helpers that start
-    /// side effects ([`crate::Fence::run_effect`], the pipeline) return when the holder sees
+    /// side effects ([`crate::Holder::run_effect`], the pipeline) return when the holder sees
     /// by itself that its lease may be over
     /// ([`crate::LeaseGuard::has_ended_locally`]): nothing new was started.
     #[error("lease on {resource:?} is no longer held by {owner}")]
@@ -288,7 +288,7 @@ impl Error {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FoundFence {
     /// The record carries this fence.
-    Fence(FencingToken),
+    Holder(FencingToken),
     /// The record carries no fence yet.
     NoFence,
     /// The store could not report it cheaply.
@@ -299,7 +299,7 @@ impl FoundFence {
     /// The fence, where one was found.
     pub fn token(self) -> Option<FencingToken> {
         match self {
-            FoundFence::Fence(token) => Some(token),
+            FoundFence::Holder(token) => Some(token),
             FoundFence::NoFence | FoundFence::Unknown => None,
         }
     }
@@ -307,14 +307,14 @@ impl FoundFence {
 
 impl From<Option<FencingToken>> for FoundFence {
     fn from(fence: Option<FencingToken>) -> Self {
-        fence.map_or(FoundFence::NoFence, FoundFence::Fence)
+        fence.map_or(FoundFence::NoFence, FoundFence::Holder)
     }
 }
 
 impl fmt::Display for FoundFence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FoundFence::Fence(token) => write!(f, "fence is {token}"),
+            FoundFence::Holder(token) => write!(f, "fence is {token}"),
             FoundFence::NoFence => f.write_str("record has no fence"),
             FoundFence::Unknown => f.write_str("fence not reported"),
         }

@@ -44,7 +44,7 @@ pub(crate) async fn takeover_and_stale_confirm() {
 
     let a = acquire(&*lease, &resource, ttl, &retry).await.unwrap();
     let a = FencedBatch::new(lease.clone(), a, [refunds.clone()]).unwrap();
-    a.fence()
+    a.holder()
         .write(&refunds, &key, &lifecycle.claim())
         .await
         .unwrap();
@@ -52,12 +52,12 @@ pub(crate) async fn takeover_and_stale_confirm() {
 
     let b = acquire(&*lease, &resource, ttl, &retry).await.unwrap();
     let b = FencedBatch::new(lease.clone(), b, [refunds.clone()]).unwrap();
-    b.fence()
+    b.holder()
         .run_effect(&refunds, &key, &lifecycle, &Gateway)
         .await
         .unwrap();
 
-    a.fence()
+    a.holder()
         .write(&refunds, &key, &lifecycle.confirm())
         .await
         .unwrap_err();

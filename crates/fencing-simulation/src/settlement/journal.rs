@@ -10,7 +10,7 @@ use super::gateway::CallResult;
 /// Which worker, in which of its acquisitions: acquisitions are numbered in the order the
 /// lease granted them, across all workers, so a higher epoch is a newer holder.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
+pub struct Acquisition {
     /// The worker's name.
     pub worker: String,
     /// The acquisition's place in the order of grants, from 1.
@@ -135,7 +135,7 @@ pub struct Event {
 struct Book {
     events: Vec<Event>,
     epochs: u64,
-    claimers: HashMap<RecordKey, Holder>,
+    claimers: HashMap<RecordKey, Acquisition>,
 }
 
 /// Everything that happened in a run, with the per-record claimers that decide staleness.
@@ -167,25 +167,25 @@ impl Journal {
             .push(Event { at, worker, what });
     }
 
-    pub(crate) fn acquired(&self, worker: &str, token: FencingToken) -> Holder {
+    pub(crate) fn acquired(&self, worker: &str, token: FencingToken) -> Acquisition {
         let epoch = {
             let mut book = self.book.lock().unwrap();
             book.epochs += 1;
             book.epochs
         };
         self.record(worker, What::Acquired { token });
-        Holder {
+        Acquisition {
             worker: worker.to_owned(),
             epoch,
         }
     }
 
     /// The record's current claimer, read before a write.
-    pub(crate) fn claimer(&self, key: &RecordKey) -> Option<Holder> {
+    pub(crate) fn claimer(&self, key: &RecordKey) -> Option<Acquisition> {
         self.book.lock().unwrap().claimers.get(key).cloned()
     }
 
-    pub(crate) fn claimed(&self, key: &RecordKey, by: &Holder) {
+    pub(crate) fn claimed(&self, key: &RecordKey, by: &Acquisition) {
         self.book
             .lock()
             .unwrap()

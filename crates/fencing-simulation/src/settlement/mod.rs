@@ -11,7 +11,7 @@ mod timeline;
 mod worker;
 
 pub use gateway::{CallResult, Gateway, GatewayMode, GatewayTally};
-pub use journal::{Event, Holder, What};
+pub use journal::{Acquisition, Event, What};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,7 +73,7 @@ pub struct SettlementConfig {
     /// The workers.
     pub workers: Vec<WorkerPlan>,
     /// How many refunds a worker has in flight at once: 1 settles them one by one with
-    /// `Fence::run_effect`; more runs a `Pipeline` with that many effects in flight, claims
+    /// `Holder::run_effect`; more runs a `Pipeline` with that many effects in flight, claims
     /// and confirms grouped by as many and a window of twice as many.
     pub concurrency: usize,
 }

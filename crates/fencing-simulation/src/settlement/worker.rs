@@ -3,13 +3,13 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fencing_core::{
-    BoxError, EffectOutcome, Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken,
+    BoxError, EffectOutcome, Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder,
     Lease, LeaseGuard, Lifecycle, Record, RecordKey, ResourceName, Result, SideEffect, Ttl,
     Written, acquire,
 };
 
 use super::gateway::Gateway;
-use super::journal::{Holder, Journal, What};
+use super::journal::{Acquisition, Journal, What};
 use super::{Pause, WorkerPlan};
 use crate::Fencing;
 
@@ -43,8 +43,8 @@ pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
             }
             Err(err) => panic!("the lease failed: {err}"),
         };
-        let holder = shared.journal.acquired(&plan.name, guard.token());
-        let finished = run_batch(&shared, &holder, &guard, &pauses).await;
+        let acquisition = shared.journal.acquired(&plan.name, guard.token());
+        let finished = run_batch(&shared, &acquisition, &guard, &pauses).await;
         // A holder whose lease ended is refused here; only the current owner can release.
         let held = shared.lease.release(guard).await.is_ok();
         shared.journal.record(&plan.name, What::Released { held });
@@ -62,27 +62,30 @@ pub(crate) async fn work(shared: Arc<Shared>, plan: WorkerPlan) {
 /// looks at the deadline, as in a job that only takes a lease.
 async fn run_batch(
     shared: &Shared,
-    holder: &Holder,
+    acquisition: &Acquisition,
     guard: &LeaseGuard,
     pauses: &Mutex<Vec<Pause>>,
 ) -> bool {
-    let fence = match shared.fencing {
-        Fencing::On => guard.fence(),
-        Fencing::Off => Fence::new(
+    let holder = match shared.fencing {
+        Fencing::On => guard.holder(),
+        Fencing::Off => Holder::new(
             &shared.resource,
             shared.fencing.token_for(guard),
             &**guard.token_source(),
         ),
     };
-    let store = ObservedStore { shared, holder };
+    let store = ObservedStore {
+        shared,
+        acquisition,
+    };
     let gateway = WorkerGateway {
         shared,
-        worker: &holder.worker,
+        worker: &acquisition.worker,
         guard,
         pauses,
     };
     if shared.concurrency > 1 {
-        let settled = fence
+        let settled = holder
             .pipeline(&store, &shared.lifecycle, &gateway)
             .concurrency(shared.concurrency)
             .group_size(shared.concurrency)
@@ -92,27 +95,27 @@ async fn run_batch(
         for (key, outcome) in settled.outcomes {
             shared
                 .journal
-                .record(&holder.worker, settled_as(key, outcome));
+                .record(&acquisition.worker, settled_as(key, outcome));
         }
         return match settled.error {
             None => true,
             Some(err) => {
                 let key = stopped_at(&err).unwrap_or_else(|| shared.keys[0].clone());
-                aborted(shared, holder, key, &err);
+                aborted(shared, acquisition, key, &err);
                 false
             }
         };
     }
     for key in &shared.keys {
-        let outcome = fence
+        let outcome = holder
             .run_effect(&store, key, &shared.lifecycle, &gateway)
             .await;
         match outcome {
             Ok(outcome) => shared
                 .journal
-                .record(&holder.worker, settled_as(key.clone(), outcome)),
+                .record(&acquisition.worker, settled_as(key.clone(), outcome)),
             Err(err) => {
-                aborted(shared, holder, key.clone(), &err);
+                aborted(shared, acquisition, key.clone(), &err);
                 return false;
             }
         }
@@ -136,18 +139,18 @@ fn stopped_at(err: &Error) -> Option<RecordKey> {
     }
 }
 
-fn aborted(shared: &Shared, holder: &Holder, key: RecordKey, err: &Error) {
+fn aborted(shared: &Shared, acquisition: &Acquisition, key: RecordKey, err: &Error) {
     let reason = err.to_string();
     shared
         .journal
-        .record(&holder.worker, What::Aborted { key, reason });
+        .record(&acquisition.worker, What::Aborted { key, reason });
 }
 
 /// The refund store as one holder sees it: every write journaled with whether it was stale.
 #[derive(Debug)]
 struct ObservedStore<'a> {
     shared: &'a Shared,
-    holder: &'a Holder,
+    acquisition: &'a Acquisition,
 }
 
 #[async_trait]
@@ -170,7 +173,7 @@ impl FencedStore for ObservedStore<'_> {
         let claimer = journal.claimer(key);
         let stale = claimer
             .as_ref()
-            .is_some_and(|c| c.epoch > self.holder.epoch);
+            .is_some_and(|c| c.epoch > self.acquisition.epoch);
         let result = self.shared.store.write(key, token, write).await;
         let what = match &result {
             Ok(written) => {
@@ -179,11 +182,11 @@ impl FencedStore for ObservedStore<'_> {
                     written.previous_state.as_ref() == Some(self.shared.lifecycle.in_flight());
                 let took_over_from = claimer
                     .as_ref()
-                    .filter(|c| claim && in_flight && c.epoch != self.holder.epoch)
+                    .filter(|c| claim && in_flight && c.epoch != self.acquisition.epoch)
                     .map(|c| c.epoch);
-                let by_non_claimer = !claim && claimer.as_ref() != Some(self.holder);
+                let by_non_claimer = !claim && claimer.as_ref() != Some(self.acquisition);
                 if claim {
-                    journal.claimed(key, self.holder);
+                    journal.claimed(key, self.acquisition);
                 }
                 What::Accepted {
                     store: self.name().to_owned(),
@@ -210,7 +213,7 @@ impl FencedStore for ObservedStore<'_> {
                 stale,
             },
         };
-        journal.record(&self.holder.worker, what);
+        journal.record(&self.acquisition.worker, what);
         result
     }
 }

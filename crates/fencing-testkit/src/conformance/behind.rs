@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fencing_core::{
-    Fence, FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, Lifecycle, MemoryStore,
+    FencedStore, FencedWrite, FencingToken, Holder, Lease, LeaseGuard, Lifecycle, MemoryStore,
     RecordKey, ResourceName, TokenSource, Ttl,
 };
 
@@ -174,11 +174,11 @@ pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
         )
         .await
         .unwrap();
-    b.fence()
+    b.holder()
         .write(&store, &key, &lifecycle.claim())
         .await
         .unwrap();
-    let stale = Fence::new(&r, a.token(), lease.token_source());
+    let stale = Holder::new(&r, a.token(), lease.token_source());
     for write in [lifecycle.claim(), lifecycle.confirm()] {
         let err = stale.write(&store, &key, &write).await.unwrap_err();
         assert!(err.is_rejection(), "A's {:?}: {err:?}", write.check());

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use fencing_core::{
-    BoxError, Error, Fence, FenceFloor, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle,
+    BoxError, Error, FenceFloor, FencedStore, FencedWrite, FencingToken, Holder, Lease, Lifecycle,
     MemoryStore, Record, RecordKey, RecordWrites, RetryPolicy, SideEffect, State, Written, acquire,
     async_trait, seed_from_floors,
 };
@@ -96,11 +96,11 @@ impl Increments {
                         .await
                         .unwrap();
                     let token = fencing.token_for(&guard);
-                    let fence = Fence::new(&r, token, lease.token_source());
+                    let holder = Holder::new(&r, token, lease.token_source());
                     // Claim before reading: a new holder's claim raises the fence at once, so a
                     // paused holder's write below is refused even if the new holder has not
                     // written yet. Reading first and writing with a claim loses updates.
-                    let outcome = match fence.write(&*store, &k, &FencedWrite::claim()).await {
+                    let outcome = match holder.write(&*store, &k, &FencedWrite::claim()).await {
                         Ok(claimed) => {
                             let current = counter(&claimed.record.payload);
                             if rng.random_bool(0.2) {
@@ -108,7 +108,7 @@ impl Increments {
                             }
                             let write =
                                 FencedWrite::holder_only().set_payload((current + 1).to_string());
-                            fence.write(&*store, &k, &write).await
+                            holder.write(&*store, &k, &write).await
                         }
                         Err(err) => Err(err),
                     };
@@ -160,12 +160,12 @@ where
     let k = caps.key("r_815");
     make_pending(store, &k).await;
     let a = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_a = a.fence();
+    let fence_a = a.holder();
     fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
 
     tokio::time::sleep(caps.past_expiry()).await;
     let b = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_b = b.fence();
+    let fence_b = b.holder();
     let takeover = fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
     assert_eq!(takeover.previous_fence, Some(a.token()));
     assert_eq!(
@@ -176,7 +176,7 @@ where
     for write in [lifecycle.confirm(), lifecycle.claim()] {
         let err = fence_a.write(store, &k, &write).await.unwrap_err();
         assert!(
-            matches!(err, Error::Fenced { found: fencing_core::FoundFence::Fence(f), .. } if f == b.token()),
+            matches!(err, Error::Fenced { found: fencing_core::FoundFence::Holder(f), .. } if f == b.token()),
             "stale {:?}: {err:?}",
             write.check()
         );
@@ -207,7 +207,7 @@ pub async fn token_regression_is_detected<L, S>(
     for _ in 0..5 {
         let guard = must_acquire(lease, &r, caps.short_ttl).await;
         guard
-            .fence()
+            .holder()
             .write(store, &k, &FencedWrite::claim())
             .await
             .unwrap();
@@ -222,7 +222,7 @@ pub async fn token_regression_is_detected<L, S>(
         "the counter must have gone back"
     );
     let err = reborn
-        .fence()
+        .holder()
         .write(store, &k, &FencedWrite::claim())
         .await
         .unwrap_err();
@@ -249,7 +249,7 @@ pub async fn token_regression_is_detected<L, S>(
         "after a detected regression the source must be above {highest:?}, issued {}",
         next.token()
     );
-    next.fence()
+    next.holder()
         .write(store, &k, &FencedWrite::claim())
         .await
         .unwrap();
@@ -265,7 +265,7 @@ pub async fn token_regression_is_detected<L, S>(
     let repaired = must_acquire(lease, &r, caps.short_ttl).await;
     assert!(Some(repaired.token()) > floor_found);
     repaired
-        .fence()
+        .holder()
         .write(store, &k, &FencedWrite::claim())
         .await
         .unwrap();
@@ -296,7 +296,7 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
     let k = caps.key("r_1");
     make_pending(store, &k).await;
     let a = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_a = a.fence();
+    let fence_a = a.holder();
     fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
 
     lose_counters().await;
@@ -308,7 +308,7 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
         b.token(),
         a.token()
     );
-    let fence_b = b.fence();
+    let fence_b = b.holder();
     fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
     let err = fence_a
         .write(store, &k, &lifecycle.confirm())
@@ -366,11 +366,11 @@ pub async fn a_regression_is_one_on_every_write_path<L: Lease + ?Sized>(
     let lifecycle = Lifecycle::default();
     let r = resource("regression-paths");
     let guard = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence = guard.fence();
+    let holder = guard.holder();
     let is_regression = |err: &Error| matches!(err, Error::TokenRegression { .. });
 
     let single = fenced_above(&store, 1, &[3], lifecycle.pending()).await;
-    let err = fence
+    let err = holder
         .write(&store, &single[0], &lifecycle.claim())
         .await
         .unwrap_err();
@@ -381,7 +381,7 @@ pub async fn a_regression_is_one_on_every_write_path<L: Lease + ?Sized>(
         (3, lifecycle.confirm(), lifecycle.in_flight()),
     ] {
         let keys = fenced_above(&store, level, &[5, 9, 1], state).await;
-        let answers = fence.write_many(&store, &keys, &write).await.unwrap();
+        let answers = holder.write_many(&store, &keys, &write).await.unwrap();
         for (key, answer) in keys.iter().zip(answers) {
             let err = answer.unwrap_err();
             assert!(
@@ -393,7 +393,7 @@ pub async fn a_regression_is_one_on_every_write_path<L: Lease + ?Sized>(
     }
 
     let keys = fenced_above(&store, 4, &[5, 9, 1], lifecycle.pending()).await;
-    let settled = fence
+    let settled = holder
         .pipeline(&store, &lifecycle, &NeverCalled)
         .run(keys)
         .await;
@@ -405,7 +405,7 @@ pub async fn a_regression_is_one_on_every_write_path<L: Lease + ?Sized>(
         store: &store,
         lifecycle: &lifecycle,
     };
-    let settled = fence
+    let settled = holder
         .pipeline(&store, &lifecycle, &NeverCalled)
         .writes(&own)
         .run(keys)
@@ -459,17 +459,17 @@ struct ClaimsOneByOne<'a> {
 
 #[async_trait]
 impl RecordWrites<()> for ClaimsOneByOne<'_> {
-    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> fencing_core::Result<Written> {
-        fence.write(self.store, key, &self.lifecycle.claim()).await
+    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> fencing_core::Result<Written> {
+        holder.write(self.store, key, &self.lifecycle.claim()).await
     }
 
     async fn confirm(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         key: &RecordKey,
         (): &(),
     ) -> fencing_core::Result<Written> {
-        fence
+        holder
             .write(self.store, key, &self.lifecycle.confirm())
             .await
     }

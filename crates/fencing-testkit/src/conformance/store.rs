@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use fencing_core::{
-    Error, Fence, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, Lifecycle,
+    Error, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, Lifecycle,
     MemoryTokenSource, RecordKey, State, TokenSource,
 };
 use rand::SeedableRng;
@@ -62,7 +62,7 @@ pub async fn stale_claim_is_rejected<S: FencedStore + ?Sized>(store: &S, caps: C
             assert_eq!(name, store.name());
             assert_eq!(record, &k);
             assert_eq!(*presented, token(33));
-            assert_eq!(*found, FoundFence::Fence(token(34)));
+            assert_eq!(*found, FoundFence::Holder(token(34)));
         }
         other => panic!("expected Fenced, got {other:?}"),
     }
@@ -91,7 +91,7 @@ pub async fn same_token_reclaim_is_idempotent<S: FencedStore + ?Sized>(
     assert_eq!(store.read(&k).await.unwrap().unwrap().fence, Some(token(6)));
 }
 
-/// A holder-only write is accepted only with exactly the fence's token, and keeps the fence.
+/// A holder-only write is accepted only with exactly the holder's token, and keeps the fence.
 pub async fn confirm_by_a_non_claimer_is_rejected<S: FencedStore + ?Sized>(
     store: &S,
     caps: Capabilities,
@@ -120,7 +120,7 @@ pub async fn confirm_by_a_non_claimer_is_rejected<S: FencedStore + ?Sized>(
             .await
             .unwrap_err();
         assert!(
-            matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
+            matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(34)),
             "confirm with {stale_or_unclaimed}: {err:?}"
         );
     }
@@ -299,25 +299,25 @@ pub async fn refused_writes_change_nothing<S: FencedStore + ?Sized>(store: &S, c
 }
 
 /// A write whose answer was lost after it applied, or whose request was lost before, is
-/// retried by [`Fence::write`] with the same token and reported as applied, for both kinds of
+/// retried by [`Holder::write`] with the same token and reported as applied, for both kinds of
 /// write; a retry that finds the record in another state is still refused.
 pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
     let faulty = FaultyStore::new(store);
     let r = resource("retried");
     let source = MemoryTokenSource::new();
     source.advance_to(&r, token(1000)).await.unwrap();
-    let fence = Fence::new(&r, token(20), &source);
+    let holder = Holder::new(&r, token(20), &source);
     let lifecycle = Lifecycle::default();
     for fault in [Fault::LoseAnswer, Fault::LoseRequest] {
         let k = caps.key("retried");
         make_pending(store, &k).await;
         faulty.inject(Some(FenceCheck::Claim), fault);
-        let claimed = fence.write(&faulty, &k, &lifecycle.claim()).await;
+        let claimed = holder.write(&faulty, &k, &lifecycle.claim()).await;
         let claimed = claimed.unwrap_or_else(|e| panic!("claim after {fault:?}: {e}"));
         assert_eq!(claimed.record.state.as_ref(), Some(lifecycle.in_flight()));
 
         faulty.inject(Some(FenceCheck::HolderOnly), fault);
-        let confirmed = fence.write(&faulty, &k, &lifecycle.confirm()).await;
+        let confirmed = holder.write(&faulty, &k, &lifecycle.confirm()).await;
         let confirmed = confirmed.unwrap_or_else(|e| panic!("confirm after {fault:?}: {e}"));
         assert_eq!(confirmed.record.state.as_ref(), Some(lifecycle.done()));
         assert_eq!(confirmed.record.fence, Some(token(20)));
@@ -325,7 +325,7 @@ pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S, c
         faulty.inject(None, fault);
         let payload =
             FencedWrite::holder_only().set_payload(caps.payload(format!("{fault:?}").as_bytes()));
-        let written = fence.write(&faulty, &k, &payload).await;
+        let written = holder.write(&faulty, &k, &payload).await;
         let written = written.unwrap_or_else(|e| panic!("payload after {fault:?}: {e}"));
         assert_eq!(
             written.record.payload,
@@ -342,9 +342,12 @@ pub async fn retried_writes_are_recognised<S: FencedStore + ?Sized>(store: &S, c
     // retry's refusal stands.
     let k = caps.key("retried-refused");
     make_pending(store, &k).await;
-    fence.write(store, &k, &FencedWrite::claim()).await.unwrap();
+    holder
+        .write(store, &k, &FencedWrite::claim())
+        .await
+        .unwrap();
     faulty.inject(None, Fault::LoseRequest);
-    let err = fence
+    let err = holder
         .write(&faulty, &k, &lifecycle.confirm())
         .await
         .unwrap_err();
@@ -393,7 +396,7 @@ pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
                 written.previous_fence
             ),
             Err(Error::Fenced {
-                found: FoundFence::Fence(found),
+                found: FoundFence::Holder(found),
                 ..
             }) => assert!(*found > token(*t), "claim {t} refused by fence {found}"),
             Err(other) => panic!("claim {t}: {other:?}"),
@@ -548,14 +551,14 @@ async fn confirms_answer_one_by_one<S: FencedStore + ?Sized>(
 }
 
 /// A write of many records whose answer was lost after it applied, or whose request was lost
-/// before, is sent again by [`Fence::write_many`] and every record reported as applied, for
+/// before, is sent again by [`Holder::write_many`] and every record reported as applied, for
 /// claims and confirms alike; a record a newer holder took in between stays refused.
 pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S, caps: Capabilities) {
     let faulty = FaultyStore::new(store);
     let r = resource("retried-group");
     let source = MemoryTokenSource::new();
     source.advance_to(&r, token(1000)).await.unwrap();
-    let fence = Fence::new(&r, token(20), &source);
+    let holder = Holder::new(&r, token(20), &source);
     let lifecycle = Lifecycle::default();
     for fault in [Fault::LoseAnswer, Fault::LoseRequest] {
         let keys: Vec<RecordKey> = (0..5).map(|_| caps.key("retried-group")).collect();
@@ -563,7 +566,7 @@ pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S, c
             make_pending(store, k).await;
         }
         faulty.inject(Some(FenceCheck::Claim), fault);
-        let claimed = fence
+        let claimed = holder
             .write_many(&faulty, &keys, &lifecycle.claim())
             .await
             .unwrap_or_else(|e| panic!("claims after {fault:?}: {e}"));
@@ -574,7 +577,7 @@ pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S, c
             assert_eq!(written.record.state.as_ref(), Some(lifecycle.in_flight()));
         }
         faulty.inject(Some(FenceCheck::HolderOnly), fault);
-        let confirmed = fence
+        let confirmed = holder
             .write_many(&faulty, &keys, &lifecycle.confirm())
             .await
             .unwrap_or_else(|e| panic!("confirms after {fault:?}: {e}"));
@@ -595,13 +598,13 @@ pub async fn retried_groups_are_recognised<S: FencedStore + ?Sized>(store: &S, c
     for k in &keys {
         make_pending(store, k).await;
     }
-    fence
+    holder
         .write_many(store, &keys, &lifecycle.claim())
         .await
         .unwrap();
     must_claim(store, &keys[1], 21).await;
     faulty.inject(None, Fault::LoseRequest);
-    let confirmed = fence
+    let confirmed = holder
         .write_many(&faulty, &keys, &lifecycle.confirm())
         .await
         .unwrap();

@@ -2,8 +2,8 @@
 //! that a stale holder can neither delete the record again nor bring it back.
 
 use fencing_core::{
-    Error, Fence, FencedStore, FencedWrite, FencingToken, FoundFence, Lifecycle, Record, RecordKey,
-    Result,
+    Error, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, Lifecycle, Record,
+    RecordKey, Result,
 };
 
 fn token(n: u64) -> FencingToken {
@@ -11,7 +11,7 @@ fn token(n: u64) -> FencingToken {
 }
 
 fn is_fenced_by(err: &Error, kept: u64) -> bool {
-    matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if *f == token(kept))
+    matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if *f == token(kept))
 }
 
 /// A delete leaves a tombstone that keeps the fence: readers find nothing; a holder with a
@@ -31,11 +31,11 @@ pub async fn a_delete_leaves_a_tombstone_that_keeps_the_fence<S, D, B>(
     body: B,
 ) where
     S: FencedStore + ?Sized,
-    D: AsyncFn(&S, &Fence<'_>, &RecordKey) -> Result<Record>,
+    D: AsyncFn(&S, &Holder<'_>, &RecordKey) -> Result<Record>,
     B: AsyncFn(&RecordKey) -> Vec<u8>,
 {
     let (source, resource) = crate::issued_up_to(35).await;
-    let holder = |n: u64| Fence::new(&resource, token(n), &source);
+    let holder = |n: u64| Holder::new(&resource, token(n), &source);
     let k = RecordKey::new("r_815").unwrap();
     let claim = FencedWrite::claim();
     stale.write(&k, token(33), &claim).await.unwrap();

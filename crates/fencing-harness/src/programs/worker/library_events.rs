@@ -171,7 +171,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use fencing_core::{
-        Fence, FencedWrite, Lifecycle, MemoryStore, MemoryTokenSource, RecordKey, ResourceName,
+        FencedWrite, Holder, Lifecycle, MemoryStore, MemoryTokenSource, RecordKey, ResourceName,
         TokenSource,
     };
     use fencing_testkit::faults::RecordingEffect;
@@ -198,8 +198,8 @@ mod tests {
         let key = RecordKey::new("r_0815").unwrap();
         let lifecycle = Lifecycle::default();
         let (a, b) = (
-            Fence::new(&resource, older, &source),
-            Fence::new(&resource, newer, &source),
+            Holder::new(&resource, older, &source),
+            Holder::new(&resource, newer, &source),
         );
         a.write(
             &store,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use fencing_core::{
-    BoxError, EffectOutcome, EffectStart, Fence, FencedBatch, FencedWrite, Lifecycle, Record,
+    BoxError, EffectOutcome, EffectStart, FencedBatch, FencedWrite, Holder, Lifecycle, Record,
     RecordKey, RecordWrites, Result, SideEffect, SkippedRecord, Written,
 };
 use fencing_harness::http;
@@ -71,7 +71,7 @@ impl Settlement {
         let job = &self.stores.job;
         let key = RecordKey::new(JOB)?;
         let write = PgWrite::new(FencedWrite::claim()).set(column, holder)?;
-        job.write_with(&batch.fence(), &key, write).await.map(drop)
+        job.write_with(&batch.holder(), &key, write).await.map(drop)
     }
 
     /// How many refunds are not filed yet.
@@ -134,7 +134,7 @@ impl Settlement {
                 }
                 None => {
                     let claim = PgWrite::new(lifecycle.claim()).set("claimed_by", holder)?;
-                    let claimed = refunds.write_with(&batch.fence(), key, claim).await;
+                    let claimed = refunds.write_with(&batch.holder(), key, claim).await;
                     let claimed = match claimed {
                         Err(err) if SkippedRecord::of(&err).is_some() => continue,
                         claimed => claimed?,
@@ -145,12 +145,12 @@ impl Settlement {
                             .set("confirmed_by", holder)?
                             .set("gateway_ref", reference.as_str())?;
                         refunds
-                            .write_with(&batch.fence(), key, confirm)
+                            .write_with(&batch.holder(), key, confirm)
                             .await
                             .map(drop)
                     };
                     match batch
-                        .fence()
+                        .holder()
                         .run_effect_then(
                             &**refunds,
                             EffectStart::Claimed(&claimed),
@@ -222,7 +222,7 @@ impl Settlement {
             amounts: &amounts,
         };
         let settled = batch
-            .fence()
+            .holder()
             .pipeline(&*self.stores.refunds, &lifecycle, &call)
             .concurrency(concurrency)
             .writes(&writes)
@@ -250,7 +250,7 @@ impl Settlement {
     async fn take_over(&self, batch: &FencedBatch, key: &RecordKey) -> Result<bool> {
         let refunds = &self.stores.refunds;
         let claim = PgWrite::new(FencedWrite::claim());
-        let fence = batch.fence();
+        let holder = batch.holder();
         async {
             let failed = |e| refunds.sql_failure(e);
             let mut tx = self.pool.begin().await.map_err(failed)?;
@@ -265,7 +265,7 @@ impl Settlement {
             if filed {
                 return Ok(false);
             }
-            refunds.write_in(&mut tx, &fence, key, claim).await?;
+            refunds.write_in(&mut tx, &holder, key, claim).await?;
             tx.commit().await.map_err(failed)?;
             Ok(true)
         }
@@ -273,7 +273,7 @@ impl Settlement {
     }
 
     /// Files a confirmed refund: its ledger entry, its receipt, then `filed` on its row, each
-    /// under the batch's fence.
+    /// under the batch's holder.
     async fn file(
         &self,
         batch: &FencedBatch,
@@ -290,7 +290,7 @@ impl Settlement {
             "by": holder,
         });
         batch
-            .fence()
+            .holder()
             .write(
                 &*self.stores.ledger,
                 key,
@@ -303,7 +303,7 @@ impl Settlement {
             amount_cents % 100
         );
         batch
-            .fence()
+            .holder()
             .write(
                 &*self.stores.receipts,
                 key,
@@ -311,7 +311,7 @@ impl Settlement {
             )
             .await?;
         let mark_filed = PgWrite::new(FencedWrite::claim()).set("filed", true)?;
-        refunds.write_with(&batch.fence(), key, mark_filed).await?;
+        refunds.write_with(&batch.holder(), key, mark_filed).await?;
         println!("filed {key}");
         Ok(())
     }
@@ -330,17 +330,17 @@ struct RefundWrites<'a> {
 
 #[async_trait]
 impl RecordWrites<String> for RefundWrites<'_> {
-    async fn claim(&self, fence: &Fence<'_>, key: &RecordKey) -> Result<Written> {
+    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written> {
         let s = self.settlement;
         let claim = PgWrite::new(self.lifecycle.claim()).set("claimed_by", self.holder)?;
-        let claimed = s.stores.refunds.write_with(fence, key, claim).await?;
+        let claimed = s.stores.refunds.write_with(holder, key, claim).await?;
         println!("claimed {key}");
         Ok(claimed)
     }
 
     async fn confirm(
         &self,
-        fence: &Fence<'_>,
+        holder: &Holder<'_>,
         key: &RecordKey,
         reference: &String,
     ) -> Result<Written> {
@@ -348,7 +348,7 @@ impl RecordWrites<String> for RefundWrites<'_> {
         let confirm = PgWrite::new(self.lifecycle.confirm())
             .set("confirmed_by", self.holder)?
             .set("gateway_ref", reference.as_str())?;
-        let confirmed = s.stores.refunds.write_with(fence, key, confirm).await?;
+        let confirmed = s.stores.refunds.write_with(holder, key, confirm).await?;
         let amount_cents = self.amounts[key];
         s.file(self.batch, self.holder, key, amount_cents, reference)
             .await?;

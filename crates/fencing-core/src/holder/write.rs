@@ -14,10 +14,10 @@ use crate::value::token::FencingToken;
 
 /// A holder's token for one resource, with the source that issued it.
 ///
-/// Every write through a `Fence`:
+/// Every write through a `Holder`:
 /// * presents the token;
 /// * sends a write whose outcome was ambiguous again, with the same token (safe: a claim
-///   accepts `fence == token`), up to [`Fence::ambiguous_retries`] times;
+///   accepts `fence == token`), up to [`Holder::ambiguous_retries`] times;
 /// * after such a retry, recognises a refusal caused by its own first attempt having landed
 ///   ([`FencedWrite::is_reflected_in`]) and reports the write as applied; so too a holder-only
 ///   write refused only because the record is already in the state it sets (the fence, checked
@@ -26,44 +26,45 @@ use crate::value::token::FencingToken;
 ///   [`Error::TokenRegression`], and raises the source past that fence, so the next
 ///   acquisition makes progress without an operator.
 ///
-/// A fence made from a guard ([`LeaseGuard::fence`]) also knows the lease's local deadline:
-/// its helpers ([`Fence::run_effect`], the pipeline) start no side effect once the guard
+/// A holder made from a guard ([`LeaseGuard::holder`]) also knows the lease's local deadline:
+/// its helpers ([`Holder::run_effect`], the pipeline) start no side effect once the guard
 /// [has ended locally](LeaseGuard::has_ended_locally). Its writes are sent regardless: the
 /// store's fence, not the deadline, decides them.
 #[derive(Clone, Copy, Debug)]
-pub struct Fence<'a> {
+pub struct Holder<'a> {
     resource: &'a ResourceName,
     token: FencingToken,
     source: &'a dyn TokenSource,
     guard: Option<&'a LeaseGuard>,
-    /// The batch that notes this fence's writes, for a batch's fence.
+    /// The batch that notes this holder's writes, for a batch's holder.
     latch: Option<&'a Latch>,
     ambiguous_retries: u32,
 }
 
 impl LeaseGuard {
-    /// The fence of this acquisition: its token, checked against the source that issued it.
+    /// The holder of this acquisition, the handle its fenced writes go through: its token,
+    /// checked against the source that issued it.
     /// Its helpers start no side effect once this guard [has ended
     /// locally](Self::has_ended_locally).
-    pub fn fence(&self) -> Fence<'_> {
-        Fence {
+    pub fn holder(&self) -> Holder<'_> {
+        Holder {
             guard: Some(self),
-            ..Fence::new(self.resource(), self.token(), &**self.token_source())
+            ..Holder::new(self.resource(), self.token(), &**self.token_source())
         }
     }
 }
 
-impl<'a> Fence<'a> {
+impl<'a> Holder<'a> {
     /// How many times a write with an ambiguous outcome is sent again unless told otherwise.
     pub const DEFAULT_AMBIGUOUS_RETRIES: u32 = 2;
 
-    /// The fence of `token` for `resource`, issued by `source`.
+    /// The holder of `token` for `resource`, issued by `source`.
     pub fn new(
         resource: &'a ResourceName,
         token: FencingToken,
         source: &'a dyn TokenSource,
     ) -> Self {
-        Fence {
+        Holder {
             resource,
             token,
             source,
@@ -73,28 +74,28 @@ impl<'a> Fence<'a> {
         }
     }
 
-    /// The same fence, its writes noted by `latch` (a batch's fence).
+    /// The same holder, its writes noted by `latch` (a batch's holder).
     pub(crate) fn latched(self, latch: &'a Latch) -> Self {
-        Fence {
+        Holder {
             latch: Some(latch),
             ..self
         }
     }
 
-    /// The fence to send a write to `store` with, or why it must not be sent: a batch's fence
+    /// The holder to send a write to `store` with, or why it must not be sent: a batch's holder
     /// refuses every write once the batch has aborted, and a write to a store outside the
-    /// batch. The fence returned notes nothing; what it met is noted once, by [`Self::noted`].
-    pub(crate) fn admit(&self, store: &str) -> Result<Fence<'a>> {
+    /// batch. The holder returned notes nothing; what it met is noted once, by [`Self::noted`].
+    pub(crate) fn admit(&self, store: &str) -> Result<Holder<'a>> {
         if let Some(latch) = self.latch {
             latch.admit(store)?;
         }
-        Ok(Fence {
+        Ok(Holder {
             latch: None,
             ..*self
         })
     }
 
-    /// `result` noted by this fence's batch, if it has one: a rejection aborts the batch, a
+    /// `result` noted by this holder's batch, if it has one: a rejection aborts the batch, a
     /// mismatch is skipped or aborts it as its policy says.
     pub(crate) fn noted<T: RecordOutcomes>(&self, result: Result<T>) -> Result<T> {
         match self.latch {
@@ -103,7 +104,7 @@ impl<'a> Fence<'a> {
         }
     }
 
-    /// Notes `err` in this fence's batch, and returns it unless the batch's policy leaves its
+    /// Notes `err` in this holder's batch, and returns it unless the batch's policy leaves its
     /// record alone.
     pub(crate) fn note_error(&self, err: Error) -> Option<Error> {
         match self.latch {
@@ -112,10 +113,10 @@ impl<'a> Fence<'a> {
         }
     }
 
-    /// The same fence, sending a write with an ambiguous outcome again up to `retries` times
+    /// The same holder, sending a write with an ambiguous outcome again up to `retries` times
     /// (0: report the first ambiguous outcome as it is).
     pub fn with_ambiguous_retries(self, retries: u32) -> Self {
-        Fence {
+        Holder {
             ambiguous_retries: retries,
             ..self
         }
@@ -136,8 +137,8 @@ impl<'a> Fence<'a> {
         self.ambiguous_retries
     }
 
-    /// [`Error::LeaseLost`] once the guard this fence was made from has ended locally: no
-    /// new side effect may start. Always `Ok` for a fence made without a guard.
+    /// [`Error::LeaseLost`] once the guard this holder was made from has ended locally: no
+    /// new side effect may start. Always `Ok` for a holder made without a guard.
     pub(crate) fn may_start_effects(&self) -> Result<()> {
         match self.guard {
             Some(guard) if guard.has_ended_locally() => Err(guard.lost()),
@@ -145,20 +146,20 @@ impl<'a> Fence<'a> {
         }
     }
 
-    /// Writes `key` in `store` with this fence's token.
+    /// Writes `key` in `store` with this holder's token.
     pub async fn write<S: FencedStore + ?Sized>(
         &self,
         store: &S,
         key: &RecordKey,
         write: &FencedWrite,
     ) -> Result<Written> {
-        FenceExt::write_by(self, store, key, write, || {
+        HolderExt::write_by(self, store, key, write, || {
             store.write(key, self.token, write)
         })
         .await
     }
 
-    /// Writes each of `keys` in `store` with this fence's token, in one request where the
+    /// Writes each of `keys` in `store` with this holder's token, in one request where the
     /// store can ([`FencedStore::write_many`]), with the rules [`Self::write`] applies to
     /// each record: a record whose outcome was ambiguous is sent again (the ambiguous ones
     /// together) with the same token, up to [`Self::ambiguous_retries`] times; a refusal that
@@ -176,8 +177,8 @@ impl<'a> Fence<'a> {
         keys: &[RecordKey],
         write: &FencedWrite,
     ) -> Result<Vec<Result<Written>>> {
-        let fence = self.admit(store.name())?;
-        let outcomes = fence.write_many_unnoted(store, keys, write).await;
+        let holder = self.admit(store.name())?;
+        let outcomes = holder.write_many_unnoted(store, keys, write).await;
         if let Some(latch) = self.latch {
             let errors: Vec<&Error> = match &outcomes {
                 Ok(each) => each.iter().filter_map(|o| o.as_ref().err()).collect(),
@@ -357,7 +358,7 @@ impl<'a> Fence<'a> {
     /// together: against one reading of the source taken before any repair, with one repair
     /// to the highest fence found. Judged one by one, the repair made for the first would
     /// make the next (a lower fence, still above every token issued) look like a newer
-    /// holder's. A fence made from a guard also remembers the repairs of every write under
+    /// holder's. A holder made from a guard also remembers the repairs of every write under
     /// that guard, so refusals answered side by side (a pipeline's own writes) are judged
     /// alike whatever order their explanations run in.
     async fn explain_all(&self, errs: Vec<Error>) -> Vec<Error> {
@@ -392,7 +393,7 @@ impl<'a> Fence<'a> {
                     store,
                     record,
                     presented,
-                    found: FoundFence::Fence(found),
+                    found: FoundFence::Holder(found),
                 } if regressed(found) => Error::TokenRegression {
                     store,
                     record,
@@ -406,17 +407,17 @@ impl<'a> Fence<'a> {
     }
 }
 
-/// What an adapter does with a [`Fence`] and a job does not: send requests of its own under
-/// the fence's token, with every rule of [`Fence::write`]. Bring it in with
-/// `use fencing_core::adapter::FenceExt`.
-// Implemented for `Fence` alone and called on it, so each future is exactly as `Send` as its
+/// What an adapter does with a [`Holder`] and a job does not: send requests of its own under
+/// the holder's token, with every rule of [`Holder::write`]. Bring it in with
+/// `use fencing_core::adapter::HolderExt`.
+// Implemented for `Holder` alone and called on it, so each future is exactly as `Send` as its
 // arguments make it: the lint's concern (a caller that cannot require `Send`) does not arise.
 #[allow(async_fn_in_trait)]
-pub trait FenceExt {
-    /// [`Fence::write`] of a request the adapter sends itself: `send` makes `write` of `key`
-    /// under [`Fence::token`] with more besides (a row's other columns, an item's own
+pub trait HolderExt {
+    /// [`Holder::write`] of a request the adapter sends itself: `send` makes `write` of `key`
+    /// under [`Holder::token`] with more besides (a row's other columns, an item's own
     /// attributes) and maps the answer as [`FencedStore::write`] would. It gets every rule of
-    /// [`Fence::write`]: an ambiguous outcome sent again, a refused retry read back from
+    /// [`Holder::write`]: an ambiguous outcome sent again, a refused retry read back from
     /// `store` and recognised by `write`'s own effect, a refusal explained, the outcome
     /// reported.
     async fn write_by<S, F>(
@@ -430,20 +431,20 @@ pub trait FenceExt {
         S: FencedStore + ?Sized,
         F: Future<Output = Result<Written>>;
 
-    /// Runs a fenced write under the fence's token that an adapter makes outside
-    /// [`Fence::write`] (several records in one request, say), with the rules
-    /// [`Fence::write`] applies to every write:
+    /// Runs a fenced write under the holder's token that an adapter makes outside
+    /// [`Holder::write`] (several records in one request, say), with the rules
+    /// [`Holder::write`] applies to every write:
     ///
     /// * an ambiguous outcome is sent again with the same token, up to
-    ///   [`Fence::ambiguous_retries`] times;
+    ///   [`Holder::ambiguous_retries`] times;
     /// * a refusal is explained: a counter that went backwards is a
     ///   [`Error::TokenRegression`] (and the source raised past it), not a newer holder;
     /// * the outcome is reported for each of `records`: a `tracing` event, and the `metrics`
     ///   counters and latency when that feature is on.
     ///
-    /// `attempt` sends the write once with [`Fence::token`] and maps its answer to the core's
+    /// `attempt` sends the write once with [`Holder::token`] and maps its answer to the core's
     /// errors. Sending it again must be safe by itself (a claim accepts its own token; a
-    /// transaction carries a request token): unlike [`Fence::write`], a refused retry is not
+    /// transaction carries a request token): unlike [`Holder::write`], a refused retry is not
     /// read back to be recognised as an earlier success.
     async fn run_write<T: RecordOutcomes>(
         &self,
@@ -465,7 +466,7 @@ pub trait FenceExt {
     ) -> Result<T>;
 }
 
-impl FenceExt for Fence<'_> {
+impl HolderExt for Holder<'_> {
     async fn write_by<S, F>(
         &self,
         store: &S,
@@ -477,10 +478,10 @@ impl FenceExt for Fence<'_> {
         S: FencedStore + ?Sized,
         F: Future<Output = Result<Written>>,
     {
-        let fence = self.admit(store.name())?;
+        let holder = self.admit(store.name())?;
         let started = Instant::now();
-        let result = fence.write_unobserved(store, key, write, send).await;
-        fence.observe(store.name(), &[key], write.check(), started, &result);
+        let result = holder.write_unobserved(store, key, write, send).await;
+        holder.observe(store.name(), &[key], write.check(), started, &result);
         self.noted(result)
     }
 
@@ -491,22 +492,22 @@ impl FenceExt for Fence<'_> {
         check: FenceCheck,
         mut attempt: impl AsyncFnMut() -> Result<T>,
     ) -> Result<T> {
-        let fence = self.admit(store)?;
+        let holder = self.admit(store)?;
         let started = Instant::now();
         let mut retries = 0;
         let result = loop {
             match attempt().await {
-                Err(err) if err.is_ambiguous() && retries < fence.ambiguous_retries => {
+                Err(err) if err.is_ambiguous() && retries < holder.ambiguous_retries => {
                     retries += 1;
                     if let Some(first) = records.first() {
-                        telemetry::ambiguous_retry(store, first, fence.token, retries);
+                        telemetry::ambiguous_retry(store, first, holder.token, retries);
                     }
                 }
-                Err(err) => break Err(fence.explain_and_repair(err).await),
+                Err(err) => break Err(holder.explain_and_repair(err).await),
                 done => break done,
             }
         };
-        fence.observe(store, records, check, started, &result);
+        holder.observe(store, records, check, started, &result);
         self.noted(result)
     }
 
@@ -517,13 +518,13 @@ impl FenceExt for Fence<'_> {
         check: FenceCheck,
         attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        let fence = self.admit(store)?;
+        let holder = self.admit(store)?;
         let started = Instant::now();
         let result = match attempt.await {
-            Err(err) => Err(fence.explain_and_repair(err).await),
+            Err(err) => Err(holder.explain_and_repair(err).await),
             done => done,
         };
-        fence.observe(store, records, check, started, &result);
+        holder.observe(store, records, check, started, &result);
         self.noted(result)
     }
 }
