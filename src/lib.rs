@@ -11,13 +11,14 @@ pub use fencing_core::{
     BatchScope, BoxError, CounterHistory, EffectOutcome, EffectStart, Error, FenceCheck,
     FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, Finished, FoundFence, Holder,
     InputKind, InvalidInput, Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease,
-    MemoryStore, MemoryTokenSource, Mismatch, MismatchPolicy, OwnerId, Pipeline, RateBound, Record,
-    RecordKey, RecordWrites, ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord,
-    State, TokenSource, Ttl, WriteWith, Written, acquire, async_trait, seed_from_floors,
+    MemoryStore, MemoryTokenSource, Mismatch, MismatchPolicy, NoAnswer, OwnerId, Pipeline,
+    RateBound, Record, RecordKey, RecordWrites, ResourceName, Result, RetryPolicy, Settled,
+    SideEffect, SkippedRecord, State, TokenSource, Ttl, WriteWith, Written, acquire, async_trait,
+    seed_from_floors,
 };
 
 /// What a job names: `use fencing::prelude::*;` brings the handful of core names a job writes
-/// down (the lease and its guard, the fence, the batch, the store, the effect it implements,
+/// down (the lease and its guard, the holder, the batch, the store, the effect it implements,
 /// the names and tokens, the errors, the in-memory lease and store), and the stores and leases
 /// of the enabled adapters. Everything else is at the crate root (`fencing::RetryPolicy`,
 /// `fencing::seed_from_floors`, …). It leaves the names `redis`, `postgres`, `dynamodb`,

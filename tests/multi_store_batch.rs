@@ -745,7 +745,7 @@ async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abor
         store: "ledger".to_owned(),
         record: key("m_4471"),
         presented: c.token(),
-        found: fencing::FoundFence::Holder(c.token().next().unwrap()),
+        found: fencing::FoundFence::Fence(c.token().next().unwrap()),
     };
     let mut refusals = vec![refusal];
     let err = c

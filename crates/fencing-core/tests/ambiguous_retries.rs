@@ -4,16 +4,19 @@
 //! write's own earlier success, a refusal on a first attempt never is. For many records, a
 //! request whose answer was lost is sent again whole and a record whose answer was lost alone;
 //! an adapter that answers for the wrong number of records is a failure, not a guess.
+//! With a request timeout, an attempt that never answers (a store cut off by the network) is
+//! dropped and settled the same way; without one, the holder waits for the answer.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use fencing_core::adapter::HolderExt;
 use fencing_core::{
     Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, MemoryStore,
-    MemoryTokenSource, Record, RecordKey, ResourceName, Result, State, TokenSource, Written,
-    async_trait,
+    MemoryTokenSource, NoAnswer, Record, RecordKey, ResourceName, Result, State, TokenSource,
+    Written, async_trait,
 };
 
 /// What goes wrong with one `write_many` request.
@@ -29,6 +32,13 @@ enum Mishap {
     OneShort,
     /// The store applies the write (every record of it), and the whole answer is lost.
     AnswerLost,
+    /// The request never reaches the store, and no answer ever comes: the connection stays
+    /// open while the network drops every packet.
+    Silent,
+    /// The store applies the write, and no answer ever comes.
+    AppliedThenSilent,
+    /// The store applies the write and answers after this long.
+    Slow(Duration),
 }
 
 /// The in-memory store, its `write_many` requests answered as planned, in order.
@@ -92,6 +102,16 @@ impl FencedStore for Planned {
                 let _ = self.inner.write(key, token, write).await;
                 Err(self.lost())
             }
+            Some(Mishap::Silent) => std::future::pending().await,
+            Some(Mishap::AppliedThenSilent) => {
+                let _ = self.inner.write(key, token, write).await;
+                std::future::pending().await
+            }
+            Some(Mishap::Slow(delay)) => {
+                let written = self.inner.write(key, token, write).await;
+                tokio::time::sleep(delay).await;
+                written
+            }
             Some(other) => panic!("{other:?} is for a write of many records"),
             None => self.inner.write(key, token, write).await,
         }
@@ -124,6 +144,8 @@ impl FencedStore for Planned {
                 answers.pop();
                 Ok(answers)
             }
+            Some(Mishap::Silent) => std::future::pending().await,
+            Some(other) => panic!("{other:?} is for a write of one record"),
             None => self.inner.write_many(keys, token, write).await,
         }
     }
@@ -391,4 +413,129 @@ async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
         .await;
     assert!(matches!(result, Err(Error::Backend { .. })), "{result:?}");
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
+}
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The outcome is unknown because the attempt went unanswered for `TIMEOUT`, and says so.
+fn unanswered(err: &Error) -> bool {
+    match err {
+        Error::Ambiguous { source, .. } => source
+            .downcast_ref::<NoAnswer>()
+            .is_some_and(|no_answer| no_answer.waited() == TIMEOUT),
+        _ => false,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_without_an_answer_is_dropped_at_the_timeout_and_sent_again() {
+    let (source, resource) = source().await;
+    let holder = Holder::new(&resource, token(34), &source).with_request_timeout(TIMEOUT);
+    assert_eq!(holder.request_timeout(), Some(TIMEOUT));
+    let store = Planned::new([Mishap::Silent]);
+    pending(&store).await;
+    let started = tokio::time::Instant::now();
+    let written = holder.write(&store, &keys()[0], &claim_of_pending()).await;
+    assert!(written.is_ok(), "{written:?}");
+    assert_eq!(store.requests(), 2);
+    assert_eq!(
+        started.elapsed(),
+        TIMEOUT,
+        "one timeout, then the answered retry"
+    );
+    let record = store.inner.read(&keys()[0]).await.unwrap().unwrap();
+    assert_eq!(record.fence, Some(token(34)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_attempt_that_applied_is_recognised_when_its_retry_is_refused() {
+    let (source, resource) = source().await;
+    let holder = Holder::new(&resource, token(34), &source).with_request_timeout(TIMEOUT);
+    let store = Planned::new([Mishap::AppliedThenSilent]);
+    pending(&store).await;
+    // The first attempt left the record in `sending`, so the retry is refused by its state and
+    // the holder reads the record back: its own token, its own state.
+    let written = holder.write(&store, &keys()[0], &claim_of_pending()).await;
+    let written = written.expect("recognised as applied");
+    assert_eq!(written.record.state, Some(state("sending")));
+    assert_eq!(store.requests(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_no_retries_left_an_unanswered_attempt_is_ambiguous_and_says_why() {
+    let (source, resource) = source().await;
+    let holder = Holder::new(&resource, token(34), &source)
+        .with_request_timeout(TIMEOUT)
+        .with_ambiguous_retries(1);
+    let store = Planned::new([Mishap::Silent, Mishap::Silent]);
+    pending(&store).await;
+    let err = holder
+        .write(&store, &keys()[0], &claim_of_pending())
+        .await
+        .unwrap_err();
+    assert!(unanswered(&err), "{err:?}");
+    assert!(err.to_string().contains("no answer within 2s"), "{err}");
+    assert_eq!(store.requests(), 2);
+
+    let store = Planned::new([Mishap::Silent, Mishap::Silent]);
+    pending(&store).await;
+    let err = holder
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap_err();
+    assert!(unanswered(&err), "{err:?}");
+    assert_eq!(store.requests(), 2);
+    let attempts = AtomicU32::new(0);
+    let err = holder
+        .run_write("refunds", &[&keys()[0]], FenceCheck::Claim, async || {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<Result<()>>().await
+        })
+        .await
+        .unwrap_err();
+    assert!(unanswered(&err), "{err:?}");
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    let err = holder
+        .run_write_once("refunds", &[&keys()[0]], FenceCheck::Claim, async {
+            std::future::pending::<Result<()>>().await
+        })
+        .await
+        .unwrap_err();
+    assert!(unanswered(&err), "{err:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_of_many_records_without_an_answer_is_sent_again_whole() {
+    let (source, resource) = source().await;
+    let holder = Holder::new(&resource, token(34), &source).with_request_timeout(TIMEOUT);
+    let store = Planned::new([Mishap::Silent]);
+    pending(&store).await;
+    let answers = holder
+        .write_many(&store, &keys(), &claim_of_pending())
+        .await
+        .unwrap();
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    assert_eq!(store.requests(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_timeout_the_holder_waits_for_a_slow_answer() {
+    let (source, resource) = source().await;
+    let slow = Duration::from_secs(600);
+    let store = Planned::new([Mishap::Slow(slow)]);
+    pending(&store).await;
+    let holder = Holder::new(&resource, token(34), &source);
+    assert_eq!(holder.request_timeout(), None);
+    let started = tokio::time::Instant::now();
+    let written = holder.write(&store, &keys()[0], &claim_of_pending()).await;
+    assert!(written.is_ok(), "{written:?}");
+    assert_eq!((store.requests(), started.elapsed()), (1, slow));
+
+    // The same slow answer within a longer timeout is simply waited for.
+    let store = Planned::new([Mishap::Slow(TIMEOUT / 2)]);
+    pending(&store).await;
+    let holder = holder.with_request_timeout(TIMEOUT);
+    let written = holder.write(&store, &keys()[0], &claim_of_pending()).await;
+    assert!(written.is_ok(), "{written:?}");
+    assert_eq!(store.requests(), 1);
 }

@@ -66,7 +66,7 @@ async fn a_transaction_with_one_item_fenced_higher_applies_nothing_and_names_it(
         } => {
             assert_eq!(record, &keys[3]);
             assert_eq!(*presented, token(33));
-            assert_eq!(*found, FoundFence::Holder(token(34)));
+            assert_eq!(*found, FoundFence::Fence(token(34)));
         }
         other => panic!("expected the refusal of r_4, got {other:?}"),
     }

@@ -217,7 +217,7 @@ async fn a_fence_is_read_by_its_value_as_the_service_compares_it() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(1000)),
+        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(1000)),
         "{err:?}"
     );
     assert_eq!(get(&client, &table, ("id", "r_e")).await, before);
@@ -235,7 +235,7 @@ async fn a_fence_is_read_by_its_value_as_the_service_compares_it() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(5)),
+        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(5)),
         "{err:?}"
     );
     // A holder-only write needs the fence to equal its token, which no fraction does: refused,

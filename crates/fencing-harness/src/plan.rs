@@ -219,11 +219,11 @@ impl RunPlan {
 
     /// The plan of `seed` on `lease`. Every eligible fault kind strikes with probability one
     /// half, at least one always. A run on the Redis lease runs either on one server, restarted
-    /// in the run, or behind Sentinel, failed over in the run (one half each); half the runs on
-    /// the PostgreSQL lease keep it on a primary with a standby, failed over in the run; a run
-    /// on the etcd lease always has its leader killed; a container pause strikes only where
-    /// `containers` says the stores run in containers. Runs without fences always include a
-    /// stall: it is the fault a fence is for.
+    /// in the run and cut off from a worker by a partition, or behind Sentinel, failed over in
+    /// the run (one half each); half the runs on the PostgreSQL lease keep it on a primary with
+    /// a standby, failed over in the run; a run on the etcd lease always has its leader killed;
+    /// a container pause strikes only where `containers` says the stores run in containers.
+    /// Runs without fences always include a stall: it is the fault a fence is for.
     pub fn on_lease(
         seed: u64,
         lease: LeaseKind,
@@ -250,6 +250,7 @@ impl RunPlan {
                 kind,
                 FaultKind::RedisRestart
                     | FaultKind::RedisFailover
+                    | FaultKind::RedisPartition
                     | FaultKind::PgFailover
                     | FaultKind::EtcdLeaderKill
             ) || (kind == FaultKind::Stall && !fences);

@@ -327,7 +327,7 @@ impl Protocol {
                     store: STORE.into(),
                     record: record.key.clone(),
                     presented: token,
-                    found: FoundFence::Holder(token),
+                    found: FoundFence::Fence(token),
                 })
             }
             _ => write.decide(STORE, &record.key, token, Some(record)),
@@ -365,7 +365,7 @@ impl Protocol {
     /// The library's repair after a regression: `advance_to` the fence found.
     fn repair(&self, world: &mut World, refusal: &Error) {
         let Error::Fenced {
-            found: FoundFence::Holder(found),
+            found: FoundFence::Fence(found),
             ..
         } = refusal
         else {

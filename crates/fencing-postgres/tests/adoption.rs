@@ -83,7 +83,7 @@ async fn a_uuid_keyed_table_takes_fenced_writes_that_set_its_own_columns() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(33)),
+        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(33)),
         "{err:?}"
     );
     let behind = fencing_core::MemoryTokenSource::new();

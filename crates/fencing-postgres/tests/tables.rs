@@ -89,7 +89,7 @@ async fn batch_claim_is_all_or_nothing_when_a_newer_holder_fenced_one_row() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Fenced { record, found: FoundFence::Holder(f), .. } if *record == keys[7] && *f == token(34)),
+        matches!(&err, Error::Fenced { record, found: FoundFence::Fence(f), .. } if *record == keys[7] && *f == token(34)),
         "{err:?}"
     );
     for k in &keys[..7] {

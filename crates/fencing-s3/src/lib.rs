@@ -5,7 +5,7 @@
 //! ([`fencing_core::adapter::CasStore`]) on S3's two calls: `GetObject` returns the envelope
 //! ([`fencing_core::adapter::envelope`]: fence, state, write id, payload) and its ETag; `PutObject` with
 //! `If-Match` (or `If-None-Match: *`) stores the next one only if nothing changed in between.
-//! Holder and state are mirrored into user metadata (`x-amz-meta-fence`, `x-amz-meta-state`,
+//! Fence and state are mirrored into user metadata (`x-amz-meta-fence`, `x-amz-meta-state`,
 //! ASCII-safe) for people browsing the bucket; the body is what counts.
 //!
 //! * [`S3Bucket`]: the bucket and key prefix, names checked as the service checks them.

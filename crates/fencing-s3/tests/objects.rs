@@ -68,7 +68,7 @@ async fn a_byte_identical_newer_write_cannot_be_overwritten_by_a_stale_holder() 
     let store = common::store().await;
     let bucket = store.bucket().bucket().to_owned();
 
-    // Holder in metadata only: the ETag covers the body, so it does not change, and the stale
+    // Fence in metadata only: the ETag covers the body, so it does not change, and the stale
     // holder's If-Match succeeds and lowers the fence from 34 to 33.
     let stale_etag = put_raw(&store, "metadata-only", b"70.25".to_vec(), Some("33")).await;
     let newer_etag = put_raw(&store, "metadata-only", b"70.25".to_vec(), Some("34")).await;
@@ -89,7 +89,7 @@ async fn a_byte_identical_newer_write_cannot_be_overwritten_by_a_stale_holder() 
         Some("33")
     );
 
-    // Holder in the body: A (33) writes, B (34) writes the same payload; A's next put, which
+    // Fence in the body: A (33) writes, B (34) writes the same payload; A's next put, which
     // reuses the ETag of its own last write, is refused and the fence stays at 34.
     let k = key("r_815");
     let payload = FencedWrite::claim().set_payload(b"70.25".to_vec());
@@ -98,7 +98,7 @@ async fn a_byte_identical_newer_write_cannot_be_overwritten_by_a_stale_holder() 
     newer.write(&k, token(34), &payload).await.unwrap();
     let err = store.write(&k, token(33), &payload).await.unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(34)),
+        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
         "{err:?}"
     );
     let record = newer.read(&k).await.unwrap().unwrap();

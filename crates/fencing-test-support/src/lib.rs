@@ -5,6 +5,8 @@
 //! * [`bench`](mod@bench): timing variants against a baseline in one run, for the `benches/` targets.
 //! * [`object_stores`]: `object_store` backends on the emulators (Azure on Azurite, S3 on
 //!   moto), each in a fresh container or bucket.
+//! * [`relay`]: a TCP relay in front of one server that a test partitions (every packet held,
+//!   nothing refused) and heals, or moves to another server.
 //! * [`services`]: PostgreSQL, Redis, the AWS emulator, etcd and Azurite, found in the
 //!   environment, on their standard local ports, started from local binaries, or in
 //!   containers.
@@ -16,4 +18,5 @@
 pub mod aws;
 pub mod bench;
 pub mod object_stores;
+pub mod relay;
 pub mod services;

@@ -358,7 +358,7 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Fenced { store, found: FoundFence::Holder(f), .. } if store == "receipts" && *f == b_token),
+        matches!(&err, Error::Fenced { store, found: FoundFence::Fence(f), .. } if store == "receipts" && *f == b_token),
         "S3 must refuse A's token: {err:?}"
     );
     let payouts = PgStore::new(pool.clone(), worker::payouts_table(&schema).unwrap());
@@ -367,7 +367,7 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Fenced { found: FoundFence::Holder(f), .. } if *f == b_token),
+        matches!(&err, Error::Fenced { found: FoundFence::Fence(f), .. } if *f == b_token),
         "PostgreSQL must refuse A's token: {err:?}"
     );
 

@@ -325,7 +325,7 @@ impl<S: VersionedStore> CasStore<S> {
                 store: name.to_owned(),
                 record: key.clone(),
                 presented: token,
-                found: FoundFence::Holder(*kept),
+                found: FoundFence::Fence(*kept),
             }),
             found => {
                 let record = found.and_then(Contents::record);
@@ -705,7 +705,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(34)),
+            matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
             "{err:?}"
         );
         assert_eq!(
@@ -809,7 +809,7 @@ mod tests {
         let confirm = FencedWrite::holder_only().set_state(state("sent"));
         let err = store.write(&key(), token(5), &confirm).await.unwrap_err();
         assert!(
-            matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(7)),
+            matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(7)),
             "refused on the store's record, not on memory: {err:?}"
         );
     }
@@ -841,7 +841,7 @@ mod tests {
         for write in [sending(), confirm.clone(), FencedWrite::claim()] {
             let err = store.write(&key(), token(5), &write).await.unwrap_err();
             assert!(
-                matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(6)),
+                matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(6)),
                 "{err:?}"
             );
         }

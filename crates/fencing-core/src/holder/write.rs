@@ -1,6 +1,7 @@
 //! A token in hand: fenced writes that tell a stale holder from a counter that went backwards.
 
-use std::time::Instant;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use crate::contract::guard::{LeaseGuard, LeaseGuardExt};
 use crate::contract::store::{FenceCheck, FencedStore, FencedWrite, RecordOutcomes, Written};
@@ -8,7 +9,7 @@ use crate::contract::token_source::TokenSource;
 use crate::holder::latch::Latch;
 use crate::protocol::rules::is_regression;
 use crate::telemetry;
-use crate::value::error::{Error, FoundFence, RequestEffect, Result};
+use crate::value::error::{Error, FoundFence, NoAnswer, RequestEffect, Result};
 use crate::value::name::{RecordKey, ResourceName};
 use crate::value::token::FencingToken;
 
@@ -39,6 +40,7 @@ pub struct Holder<'a> {
     /// The batch that notes this holder's writes, for a batch's holder.
     latch: Option<&'a Latch>,
     ambiguous_retries: u32,
+    request_timeout: Option<Duration>,
 }
 
 impl LeaseGuard {
@@ -71,6 +73,7 @@ impl<'a> Holder<'a> {
             guard: None,
             latch: None,
             ambiguous_retries: Self::DEFAULT_AMBIGUOUS_RETRIES,
+            request_timeout: None,
         }
     }
 
@@ -120,6 +123,50 @@ impl<'a> Holder<'a> {
             ambiguous_retries: retries,
             ..self
         }
+    }
+
+    /// The same holder, giving up on an attempt that has not answered within `timeout`.
+    ///
+    /// A store cut off by the network drops packets rather than refusing them, and a driver
+    /// then waits for an answer as long as TCP keeps resending (minutes). With a timeout, the
+    /// attempt is dropped when it runs out and its outcome is unknown ([`Error::Ambiguous`],
+    /// its source a [`NoAnswer`]): it may still reach the store and apply once the network
+    /// heals. It is settled as every lost answer is: sent again with the same token up to
+    /// [`Self::ambiguous_retries`] times, a refused retry read back (within the same
+    /// timeout) and recognised as this holder's own earlier write. Every adapter's write
+    /// future is safe to drop at any point, which is what makes this sound.
+    ///
+    /// Without one (the default), an attempt waits as long as the store's driver does.
+    pub fn with_request_timeout(self, timeout: Duration) -> Self {
+        Holder {
+            request_timeout: Some(timeout),
+            ..self
+        }
+    }
+
+    /// How long an attempt may go unanswered before its outcome is taken as unknown, if set.
+    pub fn request_timeout(&self) -> Option<Duration> {
+        self.request_timeout
+    }
+
+    /// `attempt`'s answer, or, past the request timeout, the attempt dropped and its outcome
+    /// unknown.
+    async fn answered<T>(
+        &self,
+        store: &str,
+        attempt: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let Some(limit) = self.request_timeout else {
+            return attempt.await;
+        };
+        tokio::time::timeout(limit, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Ambiguous {
+                    store: store.to_owned(),
+                    source: Box::new(NoAnswer::within(limit)),
+                })
+            })
     }
 
     /// The token presented on every write.
@@ -203,7 +250,10 @@ impl<'a> Holder<'a> {
         let mut retries = 0;
         while !pending.is_empty() {
             let sent: Vec<RecordKey> = pending.iter().map(|&i| keys[i].clone()).collect();
-            let answers = match store.write_many(&sent, self.token, write).await {
+            let answers = match self
+                .answered(store.name(), store.write_many(&sent, self.token, write))
+                .await
+            {
                 Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
                     retries += 1;
                     telemetry::ambiguous_retry(store.name(), &sent[0], self.token, retries);
@@ -216,20 +266,7 @@ impl<'a> Holder<'a> {
                     return failed.map(|()| Vec::new());
                 }
                 Ok(answers) if answers.len() == sent.len() => answers,
-                Ok(answers) => {
-                    // A broken adapter: which records its answers belong to is unknown.
-                    let source = format!(
-                        "write_many answered {} outcomes for {} records",
-                        answers.len(),
-                        sent.len()
-                    );
-                    return Err(Error::failed_request(
-                        store.name(),
-                        RequestEffect::Writes,
-                        true,
-                        source.into(),
-                    ));
-                }
+                Ok(answers) => return Err(miscounted(store.name(), answers.len(), sent.len())),
             };
             let mut ambiguous = Vec::new();
             let mut refused = Vec::new();
@@ -313,7 +350,7 @@ impl<'a> Holder<'a> {
     {
         let mut retries = 0;
         loop {
-            match send().await {
+            match self.answered(store.name(), send()).await {
                 Ok(written) => return Ok(written),
                 Err(err) if err.is_ambiguous() && retries < self.ambiguous_retries => {
                     retries += 1;
@@ -335,7 +372,7 @@ impl<'a> Holder<'a> {
         write: &FencedWrite,
         refusal: Error,
     ) -> Result<Written> {
-        match store.read(key).await? {
+        match self.answered(store.name(), store.read(key)).await? {
             Some(record) if write.is_reflected_in(self.token, &record) => {
                 Ok(Written::over(record.fence, record.state.clone(), record))
             }
@@ -393,7 +430,7 @@ impl<'a> Holder<'a> {
                     store,
                     record,
                     presented,
-                    found: FoundFence::Holder(found),
+                    found: FoundFence::Fence(found),
                 } if regressed(found) => Error::TokenRegression {
                     store,
                     record,
@@ -405,6 +442,13 @@ impl<'a> Holder<'a> {
             })
             .collect()
     }
+}
+
+/// A broken adapter's answer to a write of `sent` records with `answered` outcomes: which
+/// records its answers belong to is unknown, so the whole request's outcome is.
+fn miscounted(store: &str, answered: usize, sent: usize) -> Error {
+    let source = format!("write_many answered {answered} outcomes for {sent} records");
+    Error::failed_request(store, RequestEffect::Writes, true, source.into())
 }
 
 /// What an adapter does with a [`Holder`] and a job does not: send requests of its own under
@@ -496,7 +540,7 @@ impl HolderExt for Holder<'_> {
         let started = Instant::now();
         let mut retries = 0;
         let result = loop {
-            match attempt().await {
+            match holder.answered(store, attempt()).await {
                 Err(err) if err.is_ambiguous() && retries < holder.ambiguous_retries => {
                     retries += 1;
                     if let Some(first) = records.first() {
@@ -520,7 +564,7 @@ impl HolderExt for Holder<'_> {
     ) -> Result<T> {
         let holder = self.admit(store)?;
         let started = Instant::now();
-        let result = match attempt.await {
+        let result = match holder.answered(store, attempt).await {
             Err(err) => Err(holder.explain_and_repair(err).await),
             done => done,
         };

@@ -162,7 +162,7 @@ mod tests {
             store: "refunds".into(),
             record: key(),
             presented: token(33),
-            found: FoundFence::Holder(token(34)),
+            found: FoundFence::Fence(token(34)),
         };
         let already_done = Error::StateMismatch {
             store: "refunds".into(),

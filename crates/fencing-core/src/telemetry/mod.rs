@@ -300,7 +300,7 @@ mod tests {
             store: "refunds".into(),
             record: key(),
             presented: token(33),
-            found: FoundFence::Holder(token(34)),
+            found: FoundFence::Fence(token(34)),
         };
         let not_found = Error::NotFound {
             store: "refunds".into(),

@@ -1,6 +1,7 @@
 //! One error type for every store, with variants that say what happened, not how.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::value::input::InvalidInput;
 use crate::value::name::{RecordKey, ResourceName, State};
@@ -284,11 +285,31 @@ impl Error {
     }
 }
 
+/// The source of an [`Error::Ambiguous`] whose attempt was given up on: it had no answer
+/// within the holder's request timeout ([`crate::Holder::with_request_timeout`]), so it was
+/// dropped, and it may still reach the store and apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no answer within {waited:?}: the attempt was dropped and its outcome is unknown")]
+pub struct NoAnswer {
+    waited: Duration,
+}
+
+impl NoAnswer {
+    pub(crate) fn within(waited: Duration) -> Self {
+        NoAnswer { waited }
+    }
+
+    /// How long the attempt went unanswered.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+}
+
 /// The fence a store found on a refused record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FoundFence {
     /// The record carries this fence.
-    Holder(FencingToken),
+    Fence(FencingToken),
     /// The record carries no fence yet.
     NoFence,
     /// The store could not report it cheaply.
@@ -299,7 +320,7 @@ impl FoundFence {
     /// The fence, where one was found.
     pub fn token(self) -> Option<FencingToken> {
         match self {
-            FoundFence::Holder(token) => Some(token),
+            FoundFence::Fence(token) => Some(token),
             FoundFence::NoFence | FoundFence::Unknown => None,
         }
     }
@@ -307,14 +328,14 @@ impl FoundFence {
 
 impl From<Option<FencingToken>> for FoundFence {
     fn from(fence: Option<FencingToken>) -> Self {
-        fence.map_or(FoundFence::NoFence, FoundFence::Holder)
+        fence.map_or(FoundFence::NoFence, FoundFence::Fence)
     }
 }
 
 impl fmt::Display for FoundFence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FoundFence::Holder(token) => write!(f, "fence is {token}"),
+            FoundFence::Fence(token) => write!(f, "fence is {token}"),
             FoundFence::NoFence => f.write_str("record has no fence"),
             FoundFence::Unknown => f.write_str("fence not reported"),
         }

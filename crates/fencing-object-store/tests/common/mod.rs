@@ -136,7 +136,7 @@ pub(crate) async fn a_byte_identical_newer_write_changes_the_object(backend: Arc
     );
     let err = a.write(&k, token(33), &payload).await.unwrap_err();
     assert!(
-        matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(34)),
+        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
         "{err:?}"
     );
     assert_eq!(b.read(&k).await.unwrap().unwrap().fence, Some(token(34)));

@@ -176,7 +176,7 @@ where
     for write in [lifecycle.confirm(), lifecycle.claim()] {
         let err = fence_a.write(store, &k, &write).await.unwrap_err();
         assert!(
-            matches!(err, Error::Fenced { found: fencing_core::FoundFence::Holder(f), .. } if f == b.token()),
+            matches!(err, Error::Fenced { found: fencing_core::FoundFence::Fence(f), .. } if f == b.token()),
             "stale {:?}: {err:?}",
             write.check()
         );

@@ -62,7 +62,7 @@ pub async fn stale_claim_is_rejected<S: FencedStore + ?Sized>(store: &S, caps: C
             assert_eq!(name, store.name());
             assert_eq!(record, &k);
             assert_eq!(*presented, token(33));
-            assert_eq!(*found, FoundFence::Holder(token(34)));
+            assert_eq!(*found, FoundFence::Fence(token(34)));
         }
         other => panic!("expected Fenced, got {other:?}"),
     }
@@ -120,7 +120,7 @@ pub async fn confirm_by_a_non_claimer_is_rejected<S: FencedStore + ?Sized>(
             .await
             .unwrap_err();
         assert!(
-            matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if f == token(34)),
+            matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
             "confirm with {stale_or_unclaimed}: {err:?}"
         );
     }
@@ -396,7 +396,7 @@ pub async fn racing_claims_serialise<S: FencedStore + ?Sized + 'static>(
                 written.previous_fence
             ),
             Err(Error::Fenced {
-                found: FoundFence::Holder(found),
+                found: FoundFence::Fence(found),
                 ..
             }) => assert!(*found > token(*t), "claim {t} refused by fence {found}"),
             Err(other) => panic!("claim {t}: {other:?}"),

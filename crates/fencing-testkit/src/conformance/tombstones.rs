@@ -11,7 +11,7 @@ fn token(n: u64) -> FencingToken {
 }
 
 fn is_fenced_by(err: &Error, kept: u64) -> bool {
-    matches!(err, Error::Fenced { found: FoundFence::Holder(f), .. } if *f == token(kept))
+    matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if *f == token(kept))
 }
 
 /// A delete leaves a tombstone that keeps the fence: readers find nothing; a holder with a

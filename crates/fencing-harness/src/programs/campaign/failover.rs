@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fencing_harness::plan::FaultKind;
 use fencing_test_support::services::{LocalPostgres, RedisSentinels, RedisServer, redis_cli};
 
-use super::relay::Relay;
+use fencing_test_support::relay::Relay;
 
 /// The name the sentinels monitor the primary under.
 const SERVICE: &str = "settlement";

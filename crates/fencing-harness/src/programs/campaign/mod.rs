@@ -8,7 +8,6 @@
 mod failover;
 mod gallery;
 mod picture;
-mod relay;
 mod report;
 mod run;
 mod soak;

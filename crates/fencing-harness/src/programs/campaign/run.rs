@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::failover::{Failover, LONGEST_LAG};
 use super::picture::RunPicture;
-use super::relay::Relay;
+use fencing_test_support::relay::Relay;
 
 /// Where the services of a campaign are.
 pub(crate) struct Services {

@@ -216,6 +216,9 @@ impl Worker {
                 stores: stores.clone(),
                 gateway: args.gateway.clone(),
                 stop_after_call: args.stop_after_call.clone(),
+                // Three attempts (the holder's default retries) give up within the TTL, so a
+                // partition longer than the TTL leaves writes whose outcome is unknown.
+                request_timeout: ttl.duration() / 4,
             },
             stores,
             lease,

@@ -2,6 +2,7 @@
 //! pipelined (several refunds in flight, [`fencing_core::Pipeline`]).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::{
@@ -20,6 +21,9 @@ pub(crate) struct Settlement {
     pub(crate) stores: RunStores,
     pub(crate) gateway: String,
     pub(crate) stop_after_call: Option<String>,
+    /// How long a write may go unanswered (a store cut off by a partition) before its outcome
+    /// is taken as unknown and it is sent again.
+    pub(crate) request_timeout: Duration,
 }
 
 /// A refund not yet filed, as a plain read found it.
@@ -32,6 +36,11 @@ struct Unfiled {
 }
 
 impl Settlement {
+    /// The batch's holder, giving up on an attempt unanswered for the request timeout.
+    fn holder<'b>(&self, batch: &'b FencedBatch) -> Holder<'b> {
+        batch.holder().with_request_timeout(self.request_timeout)
+    }
+
     /// Who finished the job, once someone has: read plainly, as the job's row holds it.
     pub(crate) async fn job_finished_by(&self) -> Result<Option<String>> {
         sqlx::query_scalar(AssertSqlSafe(format!(
@@ -71,7 +80,9 @@ impl Settlement {
         let job = &self.stores.job;
         let key = RecordKey::new(JOB)?;
         let write = PgWrite::new(FencedWrite::claim()).set(column, holder)?;
-        job.write_with(&batch.holder(), &key, write).await.map(drop)
+        job.write_with(&self.holder(batch), &key, write)
+            .await
+            .map(drop)
     }
 
     /// How many refunds are not filed yet.
@@ -134,7 +145,7 @@ impl Settlement {
                 }
                 None => {
                     let claim = PgWrite::new(lifecycle.claim()).set("claimed_by", holder)?;
-                    let claimed = refunds.write_with(&batch.holder(), key, claim).await;
+                    let claimed = refunds.write_with(&self.holder(batch), key, claim).await;
                     let claimed = match claimed {
                         Err(err) if SkippedRecord::of(&err).is_some() => continue,
                         claimed => claimed?,
@@ -145,12 +156,12 @@ impl Settlement {
                             .set("confirmed_by", holder)?
                             .set("gateway_ref", reference.as_str())?;
                         refunds
-                            .write_with(&batch.holder(), key, confirm)
+                            .write_with(&self.holder(batch), key, confirm)
                             .await
                             .map(drop)
                     };
-                    match batch
-                        .holder()
+                    match self
+                        .holder(batch)
                         .run_effect_then(
                             &**refunds,
                             EffectStart::Claimed(&claimed),
@@ -221,8 +232,8 @@ impl Settlement {
             lifecycle: &lifecycle,
             amounts: &amounts,
         };
-        let settled = batch
-            .holder()
+        let settled = self
+            .holder(batch)
             .pipeline(&*self.stores.refunds, &lifecycle, &call)
             .concurrency(concurrency)
             .writes(&writes)
@@ -250,7 +261,7 @@ impl Settlement {
     async fn take_over(&self, batch: &FencedBatch, key: &RecordKey) -> Result<bool> {
         let refunds = &self.stores.refunds;
         let claim = PgWrite::new(FencedWrite::claim());
-        let holder = batch.holder();
+        let holder = self.holder(batch);
         async {
             let failed = |e| refunds.sql_failure(e);
             let mut tx = self.pool.begin().await.map_err(failed)?;
@@ -289,8 +300,7 @@ impl Settlement {
             "reference": reference,
             "by": holder,
         });
-        batch
-            .holder()
+        self.holder(batch)
             .write(
                 &*self.stores.ledger,
                 key,
@@ -302,8 +312,7 @@ impl Settlement {
             amount_cents / 100,
             amount_cents % 100
         );
-        batch
-            .holder()
+        self.holder(batch)
             .write(
                 &*self.stores.receipts,
                 key,
@@ -311,7 +320,9 @@ impl Settlement {
             )
             .await?;
         let mark_filed = PgWrite::new(FencedWrite::claim()).set("filed", true)?;
-        refunds.write_with(&batch.holder(), key, mark_filed).await?;
+        refunds
+            .write_with(&self.holder(batch), key, mark_filed)
+            .await?;
         println!("filed {key}");
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! A TCP relay on a loopback port of its own, between clients and one server:
+//! A TCP relay on a loopback port of its own, between clients and one server, for the tests
+//! and the harness's campaign:
 //!
 //! * a failover moves it from one server to another, as a virtual address or a DNS name moves
 //!   to a promoted standby: new connections go to the new server, and every connection open
@@ -19,7 +20,9 @@ use tokio::task::JoinHandle;
 /// Connections relayed, each a task copying both ways.
 type Links = Arc<Mutex<Vec<JoinHandle<()>>>>;
 
-pub(crate) struct Relay {
+/// A relay between clients and one server, which the test partitions, heals or moves (the
+/// module says how each behaves). Dropped, it stops accepting and cuts every connection.
+pub struct Relay {
     port: u16,
     target: Arc<AtomicU16>,
     links: Links,
@@ -30,7 +33,7 @@ pub(crate) struct Relay {
 
 impl Relay {
     /// Relays a new loopback port to `127.0.0.1:target` (on the current tokio runtime).
-    pub(crate) fn start(target: u16) -> std::io::Result<Self> {
+    pub fn start(target: u16) -> std::io::Result<Self> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
@@ -59,12 +62,12 @@ impl Relay {
     }
 
     /// The port clients connect to.
-    pub(crate) fn port(&self) -> u16 {
+    pub fn port(&self) -> u16 {
         self.port
     }
 
     /// Sends new connections to `127.0.0.1:target` and cuts every connection open now.
-    pub(crate) fn move_to(&self, target: u16) {
+    pub fn move_to(&self, target: u16) {
         self.target.store(target, Ordering::SeqCst);
         for link in self
             .links
@@ -78,12 +81,12 @@ impl Relay {
 
     /// Stops everything crossing, both ways, on every connection, and holds new ones before
     /// they reach the server, until [`Self::heal`].
-    pub(crate) fn partition(&self) {
+    pub fn partition(&self) {
         self.partitioned.send_replace(true);
     }
 
     /// Lets what was held cross, in order, and everything after it.
-    pub(crate) fn heal(&self) {
+    pub fn heal(&self) {
         self.partitioned.send_replace(false);
     }
 }
