@@ -9,7 +9,10 @@ mod common;
 use std::time::Duration;
 
 use common::Schema;
-use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, NoAnswer};
+use fencing_core::{
+    Error, FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, NoAnswer,
+    ResourceName,
+};
 use fencing_postgres::PgStore;
 use fencing_simulation::settlement::refund_key;
 use fencing_test_support::relay::Relay;
@@ -42,23 +45,47 @@ async fn store_behind(schema: &Schema, relay: &Relay) -> PgStore {
     store
 }
 
-/// `r_815` pending under the first token, written on the schema's own pool.
-async fn pending(schema: &Schema) {
-    let create = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
-    schema
-        .store()
-        .write(&refund_key(815), FencingToken::MIN, &create)
-        .await
-        .unwrap();
+/// A test's world: `r_815` pending under the first token (written on the schema's own pool),
+/// the store behind a relay not partitioned yet, and a source that has issued up to 34.
+struct CutOff {
+    schema: Schema,
+    relay: Relay,
+    store: PgStore,
+    source: MemoryTokenSource,
+    resource: ResourceName,
+}
+
+impl CutOff {
+    async fn new() -> Self {
+        let schema = Schema::new().await;
+        let create = FencedWrite::claim().set_state(Lifecycle::default().pending().clone());
+        schema
+            .store()
+            .write(&refund_key(815), FencingToken::MIN, &create)
+            .await
+            .unwrap();
+        let relay = relay();
+        let store = store_behind(&schema, &relay).await;
+        let (source, resource) = fencing_testkit::issued_up_to(34).await;
+        CutOff {
+            schema,
+            relay,
+            store,
+            source,
+            resource,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_write_is_given_up_at_the_timeout_with_its_outcome_unknown() {
-    let schema = Schema::new().await;
-    pending(&schema).await;
-    let relay = relay();
-    let store = store_behind(&schema, &relay).await;
-    let (source, resource) = fencing_testkit::issued_up_to(34).await;
+    let CutOff {
+        schema,
+        relay,
+        store,
+        source,
+        resource,
+    } = CutOff::new().await;
     let token = FencingToken::new(34).unwrap();
     let holder = Holder::new(&resource, token, &source)
         .with_request_timeout(TIMEOUT)
@@ -100,11 +127,13 @@ async fn an_unanswered_write_is_given_up_at_the_timeout_with_its_outcome_unknown
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_cut_off_is_sent_again_until_the_partition_heals_and_a_stale_one_stays_refused() {
-    let schema = Schema::new().await;
-    pending(&schema).await;
-    let relay = relay();
-    let store = store_behind(&schema, &relay).await;
-    let (source, resource) = fencing_testkit::issued_up_to(34).await;
+    let CutOff {
+        schema,
+        relay,
+        store,
+        source,
+        resource,
+    } = CutOff::new().await;
     let token = FencingToken::new(34).unwrap();
     // Three attempts of 500 ms each; the partition heals 800 ms in, during the second.
     let holder = Holder::new(&resource, token, &source).with_request_timeout(TIMEOUT);
