@@ -4,7 +4,6 @@
 //! but the one thing no store can tell: which worker's call deleted the job's message.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::path::Path;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -12,88 +11,11 @@ use sqlx::{AssertSqlSafe, Row};
 
 pub use fencing_simulation::settlement::euros;
 
+pub use crate::checks::{Check, Violation};
 use crate::gateway::{Outcome, read_journal};
+use crate::history::History;
 use crate::plan::{REFUND_CENTS, RunPlan};
 use crate::stores::{Clients, JOB, RunNames};
-
-/// A broken promise the audit found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Violation {
-    /// Which check.
-    pub check: Check,
-    /// The refund, where it is about one.
-    pub refund: Option<String>,
-    /// What was found.
-    pub detail: String,
-}
-
-/// The audit's checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Check {
-    /// Every refund created at the gateway exactly once, and nothing else created.
-    CreatedOnce,
-    /// Every refund sent and filed; the totals paid (gateway) and recorded (ledger) right.
-    Totals,
-    /// The refund confirmed by the holder that claimed it, with the gateway's reference.
-    ConfirmedByClaimer,
-    /// No record's fence ever went down (refund history, receipt versions).
-    FenceNeverDown,
-    /// The refund, its ledger entry and its receipt were last written under one token: the
-    /// filer's (the ledger keeps no history, so this is what the audit can say of it).
-    OneFilerToken,
-    /// Every sent refund has its ledger entry, with the right amount and reference.
-    LedgerEntry,
-    /// Every sent refund has its receipt, naming the gateway's reference.
-    Receipt,
-    /// The job was finished once, and its message deleted (the queue is empty) at most once by
-    /// the worker whose batch finished it, and otherwise only by workers that received it
-    /// again and found the job finished (had the finisher died before deleting, or the message
-    /// come back while it held it).
-    JobDeletedOnce,
-    /// No token was issued twice: every acquisition a worker reported carries a token no
-    /// other acquisition of the run carried (runs with fences on; with fences off every
-    /// acquisition presents one token by design).
-    TokenIssuedOnce,
-}
-
-impl Check {
-    /// Every check, in report order.
-    pub const ALL: [Check; 9] = [
-        Check::CreatedOnce,
-        Check::Totals,
-        Check::ConfirmedByClaimer,
-        Check::FenceNeverDown,
-        Check::OneFilerToken,
-        Check::LedgerEntry,
-        Check::Receipt,
-        Check::JobDeletedOnce,
-        Check::TokenIssuedOnce,
-    ];
-
-    /// What it checks, in a few words.
-    pub fn name(self) -> &'static str {
-        match self {
-            Check::CreatedOnce => "created once at the gateway",
-            Check::Totals => "all sent, totals paid and recorded",
-            Check::ConfirmedByClaimer => "confirmed by its claimer",
-            Check::FenceNeverDown => "fence never went down",
-            Check::OneFilerToken => "one token across the stores",
-            Check::LedgerEntry => "ledger entry",
-            Check::Receipt => "receipt",
-            Check::JobDeletedOnce => "job message deleted once, by its finisher",
-            Check::TokenIssuedOnce => "no token issued twice",
-        }
-    }
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.refund {
-            Some(refund) => write!(f, "{}: {refund}: {}", self.check.name(), self.detail),
-            None => write!(f, "{}: {}", self.check.name(), self.detail),
-        }
-    }
-}
 
 /// What the audit found.
 #[derive(Clone, Debug, Default)]
@@ -127,8 +49,8 @@ impl AuditReport {
 pub struct WorkerReports {
     /// Who deleted the job's message: the `by` of each `deleted <message> by <by>` line.
     pub deletions: Vec<String>,
-    /// Each acquisition, `(holder, token)`, from each `acquired <holder> token <token>` line.
-    pub acquisitions: Vec<(String, String)>,
+    /// Every operation seen to end, from the `op` lines.
+    pub history: History,
 }
 
 impl WorkerReports {
@@ -140,23 +62,7 @@ impl WorkerReports {
         {
             self.deletions.push(by.to_owned());
         }
-        if let Some((holder, token)) = line
-            .strip_prefix("acquired ")
-            .and_then(|rest| rest.split_once(" token "))
-        {
-            self.acquisitions
-                .push((holder.to_owned(), token.to_owned()));
-        }
-    }
-
-    /// Each token carried by more than one acquisition, with the holders that carried it.
-    pub fn tokens_issued_twice(&self) -> BTreeMap<&str, Vec<&str>> {
-        let mut holders: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (holder, token) in &self.acquisitions {
-            holders.entry(token).or_default().push(holder);
-        }
-        holders.retain(|_, holders| holders.len() > 1);
-        holders
+        self.history.record(line);
     }
 }
 
@@ -187,12 +93,7 @@ pub async fn audit(
         expected,
         ..
     } = auditor;
-    if plan.fences {
-        for (token, holders) in reported.tokens_issued_twice() {
-            let detail = format!("token {token} issued to {}", holders.join(" and "));
-            report.violation(Check::TokenIssuedOnce, None, detail);
-        }
-    }
+    report.violations.extend(reported.history.violations());
     let total = plan.total_cents();
     if report.sent != expected.len() {
         let detail = format!("{} of {} refunds sent", report.sent, expected.len());
@@ -589,24 +490,21 @@ mod tests {
     }
 
     #[test]
-    fn the_workers_lines_give_deletions_and_tokens_and_a_token_twice_is_found() {
+    fn the_workers_lines_give_deletions_and_the_history() {
         let mut reported = WorkerReports::default();
         for line in [
             "received 7f1 (receive 1)",
             "acquired A#1 token 33",
-            "filed r_0001 by A#1",
-            "acquired B#1 token 34",
+            "op acquire 0 10 A#1 token 33",
+            "filed r_0001",
+            "op acquire 100 110 B#1 token 34",
+            "op write 120 130 B#1 refunds r_0001 claim token 34: accepted",
             "deleted 7f1 by B#1",
-            "acquired C#1 token 35",
         ] {
             reported.record(line);
         }
         assert_eq!(reported.deletions, ["B#1"]);
-        assert_eq!(reported.acquisitions.len(), 3);
-        assert!(reported.tokens_issued_twice().is_empty());
-        reported.record("acquired C#2 token 34");
-        let twice = reported.tokens_issued_twice();
-        assert_eq!(twice.len(), 1);
-        assert_eq!(twice["34"], ["B#1", "C#2"]);
+        assert_eq!(reported.history.acquisitions.len(), 2);
+        assert_eq!(reported.history.writes.len(), 1);
     }
 }

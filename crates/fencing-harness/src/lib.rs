@@ -8,7 +8,9 @@
 //! `docs/reliability.md` says how to run it and what it found.
 
 pub mod audit;
+pub mod checks;
 pub mod gateway;
+pub mod history;
 pub mod http;
 pub mod plan;
 pub mod queue;

@@ -140,15 +140,19 @@ pub enum Protection {
     FencesOff,
     /// Fences on, the Redis counter not bound to the server's history (the failover's
     /// control).
-    HistoryCheckOff,
+    CounterUnbound,
+    /// Fences on, and a seeded bug in the lease: one token issued twice (the history
+    /// checker's control).
+    TokenReissued,
 }
 
 impl Protection {
     /// Every kind, in report order.
-    pub const ALL: [Protection; 3] = [
+    pub const ALL: [Protection; 4] = [
         Protection::Full,
         Protection::FencesOff,
-        Protection::HistoryCheckOff,
+        Protection::CounterUnbound,
+        Protection::TokenReissued,
     ];
 
     /// Its word in file names: `on`, `off` or `unchecked`.
@@ -156,7 +160,8 @@ impl Protection {
         match self {
             Protection::Full => "on",
             Protection::FencesOff => "off",
-            Protection::HistoryCheckOff => "unchecked",
+            Protection::CounterUnbound => "unchecked",
+            Protection::TokenReissued => "reissued",
         }
     }
 
@@ -165,7 +170,8 @@ impl Protection {
         match self {
             Protection::Full => "fences on",
             Protection::FencesOff => "fences off",
-            Protection::HistoryCheckOff => "history check off",
+            Protection::CounterUnbound => "counter unbound",
+            Protection::TokenReissued => "token reissued",
         }
     }
 }
@@ -197,7 +203,11 @@ pub struct RunPlan {
     pub fences: bool,
     /// Whether the Redis lease binds its counter to the server's history (`false`:
     /// `RedisLease::may_reissue_tokens`, the control of [`FaultKind::RedisFailover`]).
-    pub history_check: bool,
+    pub counter_binding: bool,
+    /// Whether the workers' lease hands an acquisition the token of the one before it, on
+    /// every even token (`fencing_harness::unfenced::SubstitutedLease::reissuing`): the
+    /// history checker's seeded bug, never in a real run.
+    pub reissues_tokens: bool,
     /// The lease the workers use: seeds rotate through [`LeaseKind::ALL`].
     pub lease: LeaseKind,
     /// Sizes.
@@ -282,7 +292,8 @@ impl RunPlan {
         RunPlan {
             seed,
             fences,
-            history_check: true,
+            counter_binding: true,
+            reissues_tokens: false,
             lease,
             sizing,
             faults,
@@ -299,17 +310,33 @@ impl RunPlan {
             .find(|plan| plan.has(FaultKind::RedisFailover))
             .expect("one Redis plan in two fails over");
         RunPlan {
-            history_check: false,
+            counter_binding: false,
+            ..plan
+        }
+    }
+
+    /// The history checker's control: the first plan from `seed` on the PostgreSQL lease with
+    /// a stall past the TTL (so the lease passes from one holder to the next), its lease
+    /// reissuing tokens. Only the history checker can see that two acquisitions were handed
+    /// one token; the campaign must find it.
+    pub fn reissued_token(seed: u64, sizing: Sizing) -> Self {
+        let plan = (seed..)
+            .map(|seed| Self::on_lease(seed, LeaseKind::Postgres, true, sizing, false))
+            .find(|plan| plan.has(FaultKind::Stall))
+            .expect("one plan in two stalls");
+        RunPlan {
+            reissues_tokens: true,
             ..plan
         }
     }
 
     /// How the run is protected.
     pub fn protection(&self) -> Protection {
-        match (self.fences, self.history_check) {
-            (false, _) => Protection::FencesOff,
-            (true, false) => Protection::HistoryCheckOff,
-            (true, true) => Protection::Full,
+        match (self.fences, self.counter_binding, self.reissues_tokens) {
+            (false, _, _) => Protection::FencesOff,
+            (true, false, _) => Protection::CounterUnbound,
+            (true, true, true) => Protection::TokenReissued,
+            (true, true, false) => Protection::Full,
         }
     }
 
@@ -368,8 +395,11 @@ impl fmt::Display for RunPlan {
         if self.concurrency > 1 {
             write!(f, " [pipelined, {} in flight]", self.concurrency)?;
         }
-        if !self.history_check {
-            f.write_str(" [history check off]")?;
+        if !self.counter_binding {
+            f.write_str(" [counter unbound]")?;
+        }
+        if self.reissues_tokens {
+            f.write_str(" [token reissued]")?;
         }
         f.write_str(":")?;
         for fault in &self.faults {
@@ -446,7 +476,7 @@ mod tests {
     }
 
     #[test]
-    fn half_the_redis_runs_fail_over_and_the_control_checks_no_history() {
+    fn half_the_redis_runs_fail_over_and_the_control_binds_no_counter() {
         let redis: Vec<RunPlan> = (0..200)
             .map(|seed| RunPlan::on_lease(seed, LeaseKind::Redis, true, sizing(), false))
             .collect();
@@ -463,16 +493,35 @@ mod tests {
             (70..=130).contains(&postgres_failing_over),
             "{postgres_failing_over} of 200"
         );
-        assert!(redis.iter().all(|p| p.history_check));
+        assert!(redis.iter().all(|p| p.counter_binding));
         let control = RunPlan::unchecked_failover(0, sizing());
-        assert!(control.has(FaultKind::RedisFailover) && control.fences && !control.history_check);
+        assert!(
+            control.has(FaultKind::RedisFailover) && control.fences && !control.counter_binding
+        );
         assert_eq!(control.lease, LeaseKind::Redis);
         assert_eq!(
             RunPlan::unchecked_failover(control.seed, sizing()),
             control,
             "replayed from its own seed"
         );
-        assert!(control.to_string().contains("history check off"));
+        assert!(control.to_string().contains("counter unbound"));
+        assert_eq!(control.protection(), Protection::CounterUnbound);
+    }
+
+    #[test]
+    fn the_history_checkers_control_stalls_on_the_postgres_lease_with_a_token_reissued() {
+        let control = RunPlan::reissued_token(0, sizing());
+        assert!(control.has(FaultKind::Stall) && control.fences && control.counter_binding);
+        assert_eq!(control.lease, LeaseKind::Postgres);
+        assert_eq!(control.protection(), Protection::TokenReissued);
+        assert_eq!(RunPlan::reissued_token(control.seed, sizing()), control);
+        assert!(control.to_string().contains("token reissued"));
+        let single_redis = (0..40)
+            .map(|seed| RunPlan::on_lease(seed, LeaseKind::Redis, true, sizing(), false))
+            .filter(|p| !p.has(FaultKind::RedisFailover));
+        for plan in single_redis {
+            assert!(plan.has(FaultKind::RedisPartition), "{plan}");
+        }
     }
 
     #[test]

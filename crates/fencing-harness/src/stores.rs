@@ -407,7 +407,7 @@ pub enum LeaseServer {
 }
 
 /// The lease of `kind` for run `names`. The Redis lease takes its epochs from PostgreSQL, so
-/// a Redis restart never reissues a token; without `history_check` its counter is not bound
+/// a Redis restart never reissues a token; without `counter_binding` its counter is not bound
 /// to the server's history (`RedisLease::may_reissue_tokens`: the failover's control).
 ///
 /// # Panics
@@ -418,14 +418,14 @@ pub fn lease(
     names: &RunNames,
     clients: &Clients,
     server: Option<LeaseServer>,
-    history_check: bool,
+    counter_binding: bool,
 ) -> Result<Arc<dyn Lease>> {
     Ok(match (kind, server) {
         (LeaseKind::Redis, Some(LeaseServer::Redis(conn))) => {
-            redis_lease(conn, names, clients, history_check)
+            redis_lease(conn, names, clients, counter_binding)
         }
         (LeaseKind::Redis, Some(LeaseServer::RedisSentinel(conn))) => {
-            redis_lease(conn, names, clients, history_check)
+            redis_lease(conn, names, clients, counter_binding)
         }
         (LeaseKind::Etcd, Some(LeaseServer::Etcd(client))) => {
             Arc::new(EtcdLease::new(*client).with_keys(names.etcd_keys()))
@@ -452,12 +452,12 @@ fn redis_lease<C>(
     conn: C,
     names: &RunNames,
     clients: &Clients,
-    history_check: bool,
+    counter_binding: bool,
 ) -> Arc<dyn Lease>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    if history_check {
+    if counter_binding {
         let epochs: Arc<dyn TokenSource> = Arc::new(PgTokenSource::epochs(
             clients.pool.clone(),
             names.qualified("tokens"),

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use fencing_harness::audit::Check;
 use fencing_harness::plan::{FaultKind, LeaseKind, RunPlan, Sizing};
 use fencing_harness::stores::{self, Clients, RunNames};
 use fencing_test_support::services::{self, RedisServer, ServiceMode};
@@ -44,7 +45,7 @@ fn seed_covering_every_fault(runs: u64, sizing: Sizing, containers: bool) -> u64
 
 #[test]
 fn a_short_campaign_injects_every_fault_and_finds_violations_only_without_fences() {
-    short_campaign(120, 1, 1);
+    short_campaign(120, 1, 1, 1);
 }
 
 /// The same with 8 refunds in flight per worker. More refunds per run than one at a time: a
@@ -52,14 +53,16 @@ fn a_short_campaign_injects_every_fault_and_finds_violations_only_without_fences
 /// the job done, and side by side writing is what the control must show.
 #[test]
 fn a_short_pipelined_campaign_injects_every_fault_and_finds_violations_only_without_fences() {
-    short_campaign(240, 8, 0);
+    short_campaign(240, 8, 0, 0);
 }
 
 /// Five fenced runs that inject every fault kind between them (two on the Redis lease: one
 /// restarts Redis, the other fails it over), three control runs with fences off and
-/// `unchecked` controls of the failover, each of `refunds` with `concurrency` in flight per
-/// worker; every fenced run must pass its audit and each control must find violations.
-fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize) {
+/// `unchecked` controls of the failover and `reissued` ones of the history checker, each of
+/// `refunds` with `concurrency` in flight per worker; every fenced run must pass its audit and
+/// its history check, and each control must find violations (the history checker's, in its
+/// history check).
+fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize, reissued: usize) {
     let containers = ServiceMode::from_env() == ServiceMode::Containers;
     let sizing = Sizing {
         refunds,
@@ -78,6 +81,7 @@ fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize) {
             "0",
         ])
         .args(["--unchecked", &unchecked.to_string()])
+        .args(["--reissued", &reissued.to_string()])
         .args(["--refunds", &refunds.to_string(), "--ttl-ms", "800"])
         .args(["--concurrency", &concurrency.to_string()])
         .args(["--first-seed", &first.to_string()])
@@ -118,18 +122,33 @@ fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize) {
         control[5], "0",
         "no control run showed a violation: {control:?}"
     );
-    let reissued = out
-        .lines()
-        .find(|line| line.starts_with("| no token issued twice |"))
-        .expect("a row for the token check");
-    assert!(
-        reissued.starts_with("| no token issued twice | 0 |"),
-        "{reissued}"
+    // | history check | fences on | fences off | ...
+    let history_row = |name: &str| -> Vec<String> {
+        out.lines()
+            .find(|line| line.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no row for {name} in\n{out}"))
+            .split('|')
+            .map(|cell| cell.trim().to_owned())
+            .collect()
+    };
+    for check in Check::ALL.into_iter().filter(|c| c.is_history()) {
+        let row = history_row(check.name());
+        assert_eq!(
+            row[2], "0",
+            "the history check failed a fenced run: {row:?}"
+        );
+    }
+    let shared_tokens = history_row(Check::OneHolderPerToken.name());
+    assert_ne!(
+        shared_tokens[3], "0",
+        "the history check saw no control's holders share a token: {shared_tokens:?}"
     );
     if unchecked > 0 {
         let control: Vec<&str> = out
             .lines()
-            .find(|line| line.starts_with("| on, history check off (control) |"))
+            .find(|line| {
+                line.starts_with("| on, counter not bound to the server's history (control) |")
+            })
             .expect("a row for the failover's control")
             .split('|')
             .map(str::trim)
@@ -140,9 +159,21 @@ fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize) {
             "the failover's control issued no token twice: {control:?}\n{out}"
         );
         assert!(
-            out.contains("no token issued twice: token "),
+            out.contains(&format!("{}: ", Check::TokenOrder.name())),
             "the reissued token named: {out}"
         );
+    }
+    if reissued > 0 {
+        // The campaign passes only if the history check caught this control.
+        let control: Vec<&str> = out
+            .lines()
+            .find(|line| line.starts_with("| on, one token issued twice (control) |"))
+            .expect("a row for the history checker's control")
+            .split('|')
+            .map(str::trim)
+            .collect();
+        assert_eq!(control[2], reissued.to_string(), "{control:?}");
+        assert_ne!(control[5], "0", "{control:?}\n{out}");
     }
     let _ = std::fs::remove_dir_all(logs);
 }
@@ -297,6 +328,8 @@ fn an_interrupted_campaign_says_which_run_and_leaves_no_process_behind() {
             "0",
             "--unchecked",
             "0",
+            "--reissued",
+            "0",
             "--full",
             "0",
         ])
@@ -378,7 +411,7 @@ fn the_audit_reports_a_job_message_left_deleted_twice_or_deleted_by_another() {
     let job_findings = |deletions: &[&str]| -> Vec<String> {
         let reported = fencing_harness::audit::WorkerReports {
             deletions: deletions.iter().map(|d| d.to_string()).collect(),
-            acquisitions: Vec::new(),
+            history: Default::default(),
         };
         let report = runtime
             .block_on(fencing_harness::audit::audit(

@@ -70,23 +70,23 @@ pub(crate) fn write_ended(
     let kind = kind(check);
     let outcome = match result {
         Ok(()) => {
-            debug!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, outcome = "accepted", "fenced write accepted");
+            debug!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, elapsed_us = micros(elapsed), outcome = "accepted", "fenced write accepted");
             "accepted"
         }
         Err(err @ Error::Fenced { found, .. }) => {
-            warn!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, outcome = "fenced", found = found.token().map(FencingToken::get), "fenced write refused: a newer holder's fence is on the record");
+            warn!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, elapsed_us = micros(elapsed), outcome = "fenced", found = found.token().map(FencingToken::get), "fenced write refused: a newer holder's fence is on the record");
             outcome(err)
         }
         Err(err @ Error::TokenRegression { found, .. }) => {
-            warn!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, outcome = "regression", found = found.get(), "fenced write refused by a fence above every token issued: the token counter went backwards");
+            warn!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, elapsed_us = micros(elapsed), outcome = "regression", found = found.get(), "fenced write refused by a fence above every token issued: the token counter went backwards");
             outcome(err)
         }
         Err(err) if err.is_rejection() => {
-            info!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, outcome = outcome(err), error = %err, "fenced write refused by the record's state");
+            info!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, elapsed_us = micros(elapsed), outcome = outcome(err), error = %err, "fenced write refused by the record's state");
             outcome(err)
         }
         Err(err) => {
-            warn!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, outcome = outcome(err), error = %err, "fenced write failed");
+            warn!(target: "fencing", store, record = record.as_str(), token = token.get(), kind, elapsed_us = micros(elapsed), outcome = outcome(err), error = %err, "fenced write failed");
             outcome(err)
         }
     };
@@ -100,6 +100,11 @@ pub(crate) fn write_ended(
     if outcome == "regression" {
         count("fencing_token_regressions_total", &labels[..1]);
     }
+}
+
+/// `elapsed` in whole microseconds, for an event's field.
+fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A write whose outcome was lost is sent again with the same token.

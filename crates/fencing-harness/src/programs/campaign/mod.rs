@@ -17,7 +17,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fencing_harness::plan::{LeaseKind, RunPlan, Sizing};
+use fencing_harness::audit::Check;
+use fencing_harness::plan::{LeaseKind, Protection, RunPlan, Sizing};
 use fencing_test_support::services::{
     self, EtcdCluster, MotoServer, RedisServer, ServiceMode, TestContainer,
 };
@@ -38,6 +39,10 @@ pub(crate) struct Args {
     /// the server's history (the failover's control: it must find a token issued twice).
     #[arg(long, default_value_t = 2)]
     unchecked: u64,
+    /// Runs on the PostgreSQL lease with a seeded bug that hands one token to two
+    /// acquisitions (the history checker's control: its history check must find it).
+    #[arg(long, default_value_t = 1)]
+    reissued: u64,
     /// Runs on these leases only (comma-separated), rotating through them with the seed,
     /// instead of through every lease.
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -63,7 +68,7 @@ pub(crate) struct Args {
     fences: String,
     /// With --replay: `off` replays one of the failover's controls (--unchecked).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    history_check: String,
+    counter_binding: String,
     /// With --replay: the run is one of the worked example's (--full).
     #[arg(long)]
     worked_example: bool,
@@ -185,12 +190,12 @@ fn soak_verdict(
 }
 
 /// The runs to make, in order: the fenced runs, the controls with fences off, the failover's
-/// controls with the history check off, and the worked example's full runs; or the one
-/// replayed.
+/// controls with the counter unbound, the history checker's with a token reissued, and the
+/// worked example's full runs; or the one replayed.
 fn plans(args: &Args, sizing: Sizing, containers: bool) -> Vec<RunPlan> {
     let plan_of = |seed, fences| plan_of(args, seed, fences, sizing, containers);
     let plans: Vec<RunPlan> = match args.replay {
-        Some(seed) if args.history_check == "off" => {
+        Some(seed) if args.counter_binding == "off" => {
             vec![RunPlan::unchecked_failover(seed, sizing)]
         }
         Some(seed) => vec![plan_of(seed, args.fences != "off")],
@@ -206,6 +211,11 @@ fn plans(args: &Args, sizing: Sizing, containers: bool) -> Vec<RunPlan> {
             let mut next = seeds.next().unwrap_or_default();
             for _ in 0..args.unchecked {
                 let plan = RunPlan::unchecked_failover(next, sizing);
+                next = plan.seed + 1;
+                plans.push(plan);
+            }
+            for _ in 0..args.reissued {
+                let plan = RunPlan::reissued_token(next, sizing);
                 next = plan.seed + 1;
                 plans.push(plan);
             }
@@ -303,15 +313,23 @@ fn write_report(
 fn passed(args: &Args, results: &[RunResult]) -> bool {
     let fenced_clean = results
         .iter()
-        .filter(|r| r.plan.fences && r.plan.history_check)
+        .filter(|r| r.plan.protection() == Protection::Full)
         .all(|r| r.audit.violations.is_empty() && r.incidents.is_empty());
-    let caught = |control: &dyn Fn(&RunPlan) -> bool| {
-        let runs: Vec<_> = results.iter().filter(|r| control(&r.plan)).collect();
+    let caught = |control: Protection, by: &dyn Fn(Check) -> bool| {
+        let runs: Vec<_> = results
+            .iter()
+            .filter(|r| r.plan.protection() == control)
+            .collect();
         runs.is_empty()
             || args.replay.is_some()
-            || runs.iter().any(|r| !r.audit.violations.is_empty())
+            || runs
+                .iter()
+                .any(|r| r.audit.violations.iter().any(|v| by(v.check)))
     };
-    fenced_clean && caught(&|plan| !plan.fences) && caught(&|plan| !plan.history_check)
+    fenced_clean
+        && caught(Protection::FencesOff, &|_| true)
+        && caught(Protection::CounterUnbound, &|_| true)
+        && caught(Protection::TokenReissued, &Check::is_history)
 }
 
 /// Which runs to make: these, or one after another from a list without end until a deadline

@@ -38,10 +38,10 @@ impl RunPicture {
             plan.lease.name(),
             plan.sizing.ttl.as_millis(),
             if plan.fences { "on" } else { "OFF" },
-            if plan.history_check {
+            if plan.counter_binding {
                 ""
             } else {
-                ", history check OFF"
+                ", counter binding OFF"
             },
             if plan.concurrency > 1 {
                 format!(", {} refunds in flight", plan.concurrency)

@@ -68,7 +68,7 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
                 totals(results.iter().filter(|r| r.plan.protection() == p)),
             )
         })
-        .filter(|(p, t)| *p != Protection::HistoryCheckOff || t.runs > 0)
+        .filter(|(p, t)| matches!(p, Protection::Full | Protection::FencesOff) || t.runs > 0)
         .collect();
     let mut out = totals_table(&groups);
     out.push_str(&unknown_outcomes_table(&groups));
@@ -94,7 +94,8 @@ fn totals_table(groups: &[(Protection, Totals)]) -> String {
         let label = match protection {
             Protection::Full => "on",
             Protection::FencesOff => "off (control)",
-            Protection::HistoryCheckOff => "on, history check off (control)",
+            Protection::CounterUnbound => "on, counter not bound to the server's history (control)",
+            Protection::TokenReissued => "on, one token issued twice (control)",
         };
         let leases: Vec<String> = LeaseKind::ALL
             .iter()
@@ -168,15 +169,17 @@ fn breakdown_tables(groups: &[(Protection, Totals)]) -> String {
             .collect();
         let _ = writeln!(out, "| {} |{cells}", kind.name());
     }
-    let _ = writeln!(out);
-    let _ = writeln!(out, "| audit check |{}", columns("violations"));
-    let _ = writeln!(out, "|---|{rule}");
-    for check in Check::ALL {
-        let cells: String = groups
-            .iter()
-            .map(|(_, t)| format!(" {} |", t.violations.get(&check).copied().unwrap_or(0)))
-            .collect();
-        let _ = writeln!(out, "| {} |{cells}", check.name());
+    for (heading, history) in [("end-state audit check", false), ("history check", true)] {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "| {heading} |{}", columns("violations"));
+        let _ = writeln!(out, "|---|{rule}");
+        for check in Check::ALL.into_iter().filter(|c| c.is_history() == history) {
+            let cells: String = groups
+                .iter()
+                .map(|(_, t)| format!(" {} |", t.violations.get(&check).copied().unwrap_or(0)))
+                .collect();
+            let _ = writeln!(out, "| {} |{cells}", check.name());
+        }
     }
     out
 }
@@ -377,7 +380,7 @@ EUR settlement) with separate processes:
 
 The seed of a run decides its lease, its faults and when they strike; the campaign prints each
 run's plan, and `campaign --replay SEED` runs one again (with the campaign's `--refunds` and
-`--ttl-ms`; `--fences off` for a control run, `--history-check off` for a failover's control;
+`--ttl-ms`; `--fences off` for a control run, `--counter-binding off` for a failover's control;
 `--worked-example` for the full-figures run; `--lease KIND` puts every run on one lease).
 The plan is replayed exactly; where in a refund's steps a signal lands is the operating
 system's business, so the interleavings, unlike the plan, can differ.
@@ -415,10 +418,12 @@ system's business, so the interleavings, unlike the plan, can differ.
   1.5 to 2 TTLs, then healed. A partition holds every byte both ways: nothing is refused and
   nothing answered, so what the worker sent meanwhile has an unknown outcome to it and
   reaches the server only at the heal, after the other worker may have taken the lease over
-  and written. The worker process runs on throughout (unlike a stall): its Redis, DynamoDB
+  and written. The workers give up on an attempt unanswered for a quarter of the TTL
+  (`Holder::with_request_timeout`) and send it again with the same token, twice, so a write
+  cut off for longer returns with its outcome unknown and the next holder settles it. The worker process runs on throughout (unlike a stall): its Redis, DynamoDB
   or etcd lease may be renewed meanwhile, and then no one takes over.
-* **A worker cut off from Redis past the TTL** (half the runs on the Redis lease without
-  Sentinel, drawn): each worker reaches Redis through a relay of its own, and the holder's
+* **A worker cut off from Redis past the TTL** (every run on the Redis lease without
+  Sentinel): each worker reaches Redis through a relay of its own, and the holder's
   is partitioned the same way. This is the case a fence is for, with the worker awake: it
   cannot renew, so its lease runs out and the other worker takes over, while its own
   PostgreSQL writes (and gateway calls) go on; the fences refuse them once the new holder
@@ -444,18 +449,47 @@ what the audit can say of it); that every sent refund has its ledger entry and i
 receipt; and that the job was finished by one holder and its message deleted at most once by
 that holder, and otherwise only by workers that received it again and found the job finished
 (had the finisher died before deleting, or the message come back while it held it), with the
-queue empty by its own counts; and, with fences on, that
-no token was issued twice (every `acquired <holder> token <token>` line the workers print
-carries a token no other acquisition of the run carried). Claims and confirms are recorded as the acquisition that wrote them (worker name
-and acquisition number, in columns of the refunds table), so that check means the same with
-fences off, where every token is the same.
+queue empty by its own counts. Claims and confirms are recorded as the acquisition that
+wrote them (worker name and acquisition number, in columns of the refunds table), so these
+checks mean the same with fences off, where every token is the same.
+
+## The history check
+
+The end state can hide what happened on the way. Each worker also prints every operation it
+saw end, timed by the machine's monotonic clock (one clock for every process): each
+acquisition (`op acquire <invoked> <ended> <holder> token <t>`) and each fenced write, from
+the library's own event when the write ended (`op write <invoked> <ended> <holder> <store>
+<record> <claim|holder_only> token <t>: <accepted|refused|unknown>`, invoked at its first
+attempt). One operation precedes another when it ended before the other was invoked;
+otherwise they overlapped and neither order is implied. An operation that never ended (its
+process killed) has no line, and a write whose outcome stayed unknown proves nothing, so the
+rules only accuse a run of what was seen. The campaign checks the whole history against four
+rules:
+
+* **tokens unique, in real-time order**: no two acquisitions carry one token, and an
+  acquisition that ended before another was invoked carries the lower token (the lease acts
+  as a linearizable counter);
+* **one holder's writes per token**: no two holders had a write accepted under one token
+  (a store tells holders apart by their tokens only);
+* **no stale write accepted**: once a holder's claim on a record was accepted, no write that
+  an older holder (one whose acquisition ended before this holder's began) invoked after
+  that was accepted on the record, in any store: the fence's promise, seen from the clients;
+* **confirm after its holder's claim**: every accepted holder-only write (a confirm) was
+  invoked after its own holder's claim of the record, under the same token, was accepted.
+
+With fences off, every rule but the last must break (every acquisition presents one token,
+and stale writes are accepted). The history checker's own control (`--reissued`) runs with
+fences on and a seeded bug in the lease: an acquisition issued an even token is handed the
+token below it, the one the acquisition before it was issued. Its holders present that token
+to the stores, which refuse most of what it lets through; the history check must find the
+token issued twice whatever the end state shows.
 
 The control runs the same job with fences off: every write presents one token, so the stores
 admit everything and only the lease's TTL separates the workers. Each control run includes a
 stall. The audit must find violations there, or it proves nothing. The failover's control
 (`--unchecked`) runs with fences on, behind Sentinel, failed over, with the Redis counter not
 bound to the server's history (`RedisLease::may_reissue_tokens`): the promoted replica issues
-again the token the last holder got, and the audit must find it.
+again the token the last holder got, and the history check must find it.
 
 Runs are sized to fit a 2-core machine: 200 refunds and a 1.5 s TTL each (faults strike
 between the 10th and the 50th percent of the refunds), and one run of the worked example at

@@ -680,8 +680,20 @@ impl Spawner<'_> {
             .args(["--database-url", &database_url])
             .args(lease_args)
             .args([
-                "--history-check",
-                if self.plan.history_check { "on" } else { "off" },
+                "--counter-binding",
+                if self.plan.counter_binding {
+                    "on"
+                } else {
+                    "off"
+                },
+            ])
+            .args([
+                "--reissue-tokens",
+                if self.plan.reissues_tokens {
+                    "on"
+                } else {
+                    "off"
+                },
             ])
             .args([
                 "--etcd-endpoints",

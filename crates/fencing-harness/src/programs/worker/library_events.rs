@@ -17,17 +17,26 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 
-/// Says the lines above for the library's events, and nothing for any other.
+/// Says the lines above for the library's events, and nothing for any other; and, for every
+/// fenced write that ended, its `op write` line for the history (`fencing_harness::history`),
+/// naming the holder the worker says it is. Clones share one state.
+#[derive(Clone)]
 pub(crate) struct LibraryEvents {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     say: Box<dyn Fn(String) + Send + Sync>,
     /// The writes (`<store> <record> token <t>`) said unknown and not settled yet.
     unsettled: Mutex<HashSet<String>>,
+    /// The holder the worker's writes are made by now.
+    holder: Mutex<String>,
 }
 
 impl LibraryEvents {
@@ -38,10 +47,22 @@ impl LibraryEvents {
 
     fn saying(say: impl Fn(String) + Send + Sync + 'static) -> Self {
         LibraryEvents {
-            say: Box::new(say),
-            unsettled: Mutex::default(),
+            shared: Arc::new(Shared {
+                say: Box::new(say),
+                unsettled: Mutex::default(),
+                holder: Mutex::new("none".to_owned()),
+            }),
         }
     }
+
+    /// From now on the worker's writes are `holder`'s.
+    pub(crate) fn holder_is(&self, holder: &str) {
+        *lock(&self.shared.holder) = holder.to_owned();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// An event's fields, each as its value prints (strings without quotes).
@@ -145,22 +166,44 @@ fn unknown_outcomes(fields: &Fields, unsettled: &mut HashSet<String>) -> Vec<Str
     }
 }
 
+/// The `op write` line for an event with `fields` that ends a fenced write, by `holder`,
+/// ended `now` (monotonic nanoseconds).
+fn history_line(fields: &Fields, holder: &str, now: u64) -> Option<String> {
+    let (store, record, kind, token) = (
+        fields.get("store")?,
+        fields.get("record")?,
+        fields.get("kind")?,
+        fields.get("token")?,
+    );
+    let elapsed_us: u64 = fields.get("elapsed_us")?.parse().ok()?;
+    let invoked = now.saturating_sub(elapsed_us.saturating_mul(1_000));
+    let outcome = match fields.get("outcome")? {
+        "accepted" => "accepted",
+        "ambiguous" => "unknown",
+        _ => "refused",
+    };
+    Some(format!(
+        "op write {invoked} {now} {holder} {store} {record} {kind} token {token}: {outcome}"
+    ))
+}
+
 impl<S: Subscriber> Layer<S> for LibraryEvents {
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         if event.metadata().target() != "fencing" {
             return;
         }
+        let now = fencing_harness::history::now();
         let mut fields = Fields::default();
         event.record(&mut fields);
+        let shared = &self.shared;
         if let Some(line) = line(&fields) {
-            (self.say)(line);
+            (shared.say)(line);
         }
-        let mut unsettled = self
-            .unsettled
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for line in unknown_outcomes(&fields, &mut unsettled) {
-            (self.say)(line);
+        for line in unknown_outcomes(&fields, &mut lock(&shared.unsettled)) {
+            (shared.say)(line);
+        }
+        if let Some(line) = history_line(&fields, &lock(&shared.holder), now) {
+            (shared.say)(line);
         }
     }
 }
@@ -168,12 +211,12 @@ impl<S: Subscriber> Layer<S> for LibraryEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
 
     use fencing_core::{
         FencedWrite, Holder, Lifecycle, MemoryStore, MemoryTokenSource, RecordKey, ResourceName,
         TokenSource,
     };
+    use fencing_harness::history::{History, WriteOutcome};
     use fencing_testkit::faults::RecordingEffect;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -183,11 +226,11 @@ mod tests {
     async fn the_librarys_own_events_become_the_lines() {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
+        let events = LibraryEvents::saying(move |line| sink.lock().unwrap().push(line));
         let _events = tracing_subscriber::registry()
-            .with(LibraryEvents::saying(move |line| {
-                sink.lock().unwrap().push(line)
-            }))
+            .with(events.clone())
             .set_default();
+        events.holder_is("A#1");
         let store = MemoryStore::new("refunds");
         let source = MemoryTokenSource::new();
         let resource = ResourceName::new("settle:m_4471").unwrap();
@@ -218,7 +261,41 @@ mod tests {
             .unwrap_err();
         // Sent already: the fence admits B's claim, the state does not.
         b.write(&store, &key, &lifecycle.claim()).await.unwrap_err();
-        let said = lines.lock().unwrap().clone();
+        let (ops, said): (Vec<String>, Vec<String>) = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .cloned()
+            .partition(|line| line.starts_with("op "));
+        let mut history = History::default();
+        for op in &ops {
+            history.record(op);
+        }
+        let writes: Vec<_> = history
+            .writes
+            .iter()
+            .map(|w| (w.token, w.claim, w.outcome))
+            .collect();
+        let (older_n, newer_n) = (older.get(), newer.get());
+        assert_eq!(
+            writes,
+            [
+                (older_n, true, WriteOutcome::Accepted),
+                (older_n, true, WriteOutcome::Accepted),
+                (newer_n, true, WriteOutcome::Accepted),
+                (newer_n, false, WriteOutcome::Accepted),
+                (older_n, false, WriteOutcome::Refused),
+                (newer_n, true, WriteOutcome::Refused),
+            ],
+            "{ops:?}"
+        );
+        assert!(
+            history
+                .writes
+                .iter()
+                .all(|w| w.holder == "A#1" && w.store == "refunds" && w.record == "r_0815"),
+            "{ops:?}"
+        );
         assert_eq!(
             said,
             [
@@ -273,6 +350,18 @@ mod tests {
             "refused refunds r_0815 holder_only token 3: no record"
         );
         assert_eq!(with(&[("outcome", "accepted")]), None);
+        let ended = |outcome| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(&[("outcome", outcome), ("elapsed_us", "250")]);
+            history_line(&fields(&all), "B#2", 1_000_000)
+        };
+        assert_eq!(
+            ended("accepted").unwrap(),
+            "op write 750000 1000000 B#2 refunds r_0815 holder_only token 3: accepted"
+        );
+        assert!(ended("ambiguous").unwrap().ends_with(": unknown"));
+        assert!(ended("fenced").unwrap().ends_with(": refused"));
+        assert_eq!(history_line(&fields(&base), "B#2", 1_000_000), None);
         assert_eq!(with(&[("outcome", "ambiguous"), ("error", "lost")]), None);
     }
 

@@ -28,10 +28,11 @@ use std::time::Duration;
 use fencing_core::{
     FencedBatch, FencedStore, Lease, LeaseGuard, LeaseRenewal, MismatchPolicy, RecordKey, Ttl,
 };
+use fencing_harness::history;
 use fencing_harness::plan::LeaseKind;
 use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
-use fencing_harness::unfenced::OneTokenLease;
+use fencing_harness::unfenced::SubstitutedLease;
 use fencing_redis::SentinelConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 
@@ -72,7 +73,11 @@ pub(crate) struct Args {
     /// `off`: the Redis lease's counter is not bound to the server's history, so a replica
     /// promoted behind it issues tokens again (the failover's control; never in production).
     #[arg(long, value_enum, default_value = "on")]
-    history_check: Switch,
+    counter_binding: Switch,
+    /// `on`: the lease hands each acquisition issued an even token the token below it, so one
+    /// token goes to two acquisitions (the history checker's seeded bug; never in production).
+    #[arg(long, value_enum, default_value = "off")]
+    reissue_tokens: Switch,
     /// The etcd cluster's client endpoints, comma-separated (the etcd lease only).
     #[arg(long, value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
@@ -104,12 +109,11 @@ const UNFIT: u8 = 2;
 /// Runs the worker until every refund is filed.
 pub(crate) async fn main(args: Args) -> ExitCode {
     fencing_harness::exit_with_parent();
+    let events = library_events::LibraryEvents::printed();
     {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
-        tracing_subscriber::registry()
-            .with(library_events::LibraryEvents::printed())
-            .init();
+        tracing_subscriber::registry().with(events.clone()).init();
     }
     let worker = match Worker::connect(&args).await {
         Ok(worker) => worker,
@@ -131,9 +135,10 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         if worker.finished_before(&message).await {
             continue;
         }
-        let guard = worker.acquire().await;
         acquisitions += 1;
         let holder = format!("{}#{acquisitions}", args.name);
+        let guard = worker.acquire(&holder).await;
+        events.holder_is(&holder);
         println!("acquired {holder} token {}", guard.token());
         // The job may have been finished while this worker waited for the lease: its message
         // came back to the queue (a visibility extension lost, say) while the finisher still
@@ -197,12 +202,13 @@ impl Worker {
         let stores = RunStores::new(&names, &clients).map_err(|err| err.to_string())?;
         let server = lease_server(args, &application_name).await?;
         preflight(&stores).await?;
-        let history_check = args.history_check == Switch::On;
-        let lease = stores::lease(args.lease, &names, &clients, server, history_check)
+        let counter_binding = args.counter_binding == Switch::On;
+        let lease = stores::lease(args.lease, &names, &clients, server, counter_binding)
             .map_err(|err| err.to_string())?;
-        let lease: Arc<dyn Lease> = match args.fences {
-            Switch::On => lease,
-            Switch::Off => Arc::new(OneTokenLease::new(lease)),
+        let lease: Arc<dyn Lease> = match (args.fences, args.reissue_tokens) {
+            (Switch::Off, _) => Arc::new(SubstitutedLease::one_token(lease)),
+            (Switch::On, Switch::On) => Arc::new(SubstitutedLease::reissuing(lease)),
+            (Switch::On, Switch::Off) => lease,
         };
         let ttl = Ttl::from_millis(args.ttl_ms).map_err(|err| err.to_string())?;
         let queue = clients
@@ -268,11 +274,20 @@ impl Worker {
         }
     }
 
-    /// The merchant's lease, waiting while another holds it.
-    async fn acquire(&self) -> LeaseGuard {
+    /// The merchant's lease, waiting while another holds it, for `holder`; the acquisition
+    /// that got it is said as an `op` line (crate::history).
+    async fn acquire(&self, holder: &str) -> LeaseGuard {
         loop {
+            let invoked = history::now();
             match self.lease.try_acquire(&self.resource, self.ttl).await {
-                Ok(Some(guard)) => return guard,
+                Ok(Some(guard)) => {
+                    let ended = history::now();
+                    println!(
+                        "op acquire {invoked} {ended} {holder} token {}",
+                        guard.token()
+                    );
+                    return guard;
+                }
                 Ok(None) => tokio::time::sleep(Duration::from_millis(50)).await,
                 Err(err) => {
                     println!("failed acquiring: {err}");
