@@ -13,7 +13,7 @@ use fencing_core::{Lease, Result, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
 use fencing_etcd::{EtcdKeys, EtcdLease};
 use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
-use fencing_redis::{RedisLease, SentinelConnection};
+use fencing_redis::{RedisKeys, RedisLease, SentinelConnection};
 use fencing_s3::{S3Bucket, S3Store};
 use fencing_test_support::aws;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -102,6 +102,16 @@ impl RunNames {
     pub fn etcd_keys(&self) -> EtcdKeys {
         EtcdKeys::new(format!("{}/lock/", self.id), format!("{}/token/", self.id))
             .expect("distinct, non-empty prefixes")
+    }
+
+    /// The Redis keys of the lease (the Redis lease kind): under the run's id, like its
+    /// epochs (a table of the run's schema). A counter left by an earlier run on the same
+    /// server would otherwise carry epochs this run's table never issued, and after a Redis
+    /// restart the run would open an epoch below them and issue a token lower than one
+    /// issued before (the history check caught exactly that).
+    pub fn redis_keys(&self) -> RedisKeys {
+        RedisKeys::new(format!("{}:lock:", self.id), format!("{}:fence:", self.id))
+            .expect("distinct prefixes without braces")
     }
 
     fn qualified(&self, table: &str) -> PgQualifiedName {
@@ -462,8 +472,8 @@ where
             clients.pool.clone(),
             names.qualified("tokens"),
         ));
-        Arc::new(RedisLease::new(conn, epochs))
+        Arc::new(RedisLease::new(conn, epochs).with_keys(names.redis_keys()))
     } else {
-        Arc::new(RedisLease::may_reissue_tokens(conn))
+        Arc::new(RedisLease::may_reissue_tokens(conn).with_keys(names.redis_keys()))
     }
 }

@@ -160,13 +160,13 @@ where
     let k = caps.key("r_815");
     make_pending(store, &k).await;
     let a = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_a = a.holder();
-    fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
+    let holder_a = a.holder();
+    holder_a.write(store, &k, &lifecycle.claim()).await.unwrap();
 
     tokio::time::sleep(caps.past_expiry()).await;
     let b = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_b = b.holder();
-    let takeover = fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
+    let holder_b = b.holder();
+    let takeover = holder_b.write(store, &k, &lifecycle.claim()).await.unwrap();
     assert_eq!(takeover.previous_fence, Some(a.token()));
     assert_eq!(
         takeover.previous_state.as_ref(),
@@ -174,14 +174,14 @@ where
     );
 
     for write in [lifecycle.confirm(), lifecycle.claim()] {
-        let err = fence_a.write(store, &k, &write).await.unwrap_err();
+        let err = holder_a.write(store, &k, &write).await.unwrap_err();
         assert!(
             matches!(err, Error::Fenced { found: fencing_core::FoundFence::Fence(f), .. } if f == b.token()),
             "stale {:?}: {err:?}",
             write.check()
         );
     }
-    fence_b
+    holder_b
         .write(store, &k, &lifecycle.confirm())
         .await
         .unwrap();
@@ -296,8 +296,8 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
     let k = caps.key("r_1");
     make_pending(store, &k).await;
     let a = must_acquire(lease, &r, caps.short_ttl).await;
-    let fence_a = a.holder();
-    fence_a.write(store, &k, &lifecycle.claim()).await.unwrap();
+    let holder_a = a.holder();
+    holder_a.write(store, &k, &lifecycle.claim()).await.unwrap();
 
     lose_counters().await;
     tokio::time::sleep(caps.past_expiry()).await;
@@ -308,9 +308,9 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
         b.token(),
         a.token()
     );
-    let fence_b = b.holder();
-    fence_b.write(store, &k, &lifecycle.claim()).await.unwrap();
-    let err = fence_a
+    let holder_b = b.holder();
+    holder_b.write(store, &k, &lifecycle.claim()).await.unwrap();
+    let err = holder_a
         .write(store, &k, &lifecycle.confirm())
         .await
         .unwrap_err();
@@ -335,7 +335,7 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
     // A writes and is refused by B's fence. That refusal must not repair the counter to B's
     // fence: D's token must still be above C's.
     lose_counters().await;
-    let err = fence_a
+    let err = holder_a
         .write(store, &k, &lifecycle.confirm())
         .await
         .unwrap_err();
