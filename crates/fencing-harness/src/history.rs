@@ -230,17 +230,25 @@ impl History {
     /// Every accepted holder-only write (a confirm) was invoked after its own holder's claim of
     /// the record was accepted.
     fn confirms_after_own_claims(&self) -> Vec<Violation> {
+        // The end of each holder's first accepted claim of a record under a token.
+        let mut first_claims: HashMap<(&str, u64, &str, &str), u64> = HashMap::new();
+        for claim in self.accepted().filter(|w| w.claim) {
+            let at = (
+                claim.holder.as_str(),
+                claim.token,
+                claim.store.as_str(),
+                claim.record.as_str(),
+            );
+            let ended = first_claims.entry(at).or_insert(claim.span.ended);
+            *ended = (*ended).min(claim.span.ended);
+        }
         self.accepted()
             .filter(|w| !w.claim)
             .filter(|confirm| {
-                !self.accepted().any(|claim| {
-                    claim.claim
-                        && claim.holder == confirm.holder
-                        && claim.token == confirm.token
-                        && claim.store == confirm.store
-                        && claim.record == confirm.record
-                        && claim.span.precedes(confirm.span)
-                })
+                let at = (confirm.holder.as_str(), confirm.token, confirm.store.as_str(), confirm.record.as_str());
+                first_claims
+                    .get(&at)
+                    .is_none_or(|&ended| ended >= confirm.span.invoked)
             })
             .map(|confirm| {
                 let detail = format!(
@@ -374,14 +382,11 @@ mod tests {
     #[test]
     fn a_stale_write_accepted_after_a_newer_claim_is_found_and_one_in_flight_before_it_is_not() {
         let stale = FENCED[5].replace("refused", "accepted");
-        let mut history = history(&FENCED[..5]);
-        history.record(&stale);
-        assert_eq!(checks(&history), [Check::NoStaleWriteAccepted]);
+        let mut with_stale = history(&FENCED[..5]);
+        with_stale.record(&stale);
+        assert_eq!(checks(&with_stale), [Check::NoStaleWriteAccepted]);
         // Invoked before B's claim was accepted, A's write may have landed first.
-        let mut in_flight = crate::history::History::default();
-        for line in &FENCED[..5] {
-            in_flight.record(line);
-        }
+        let mut in_flight = history(&FENCED[..5]);
         in_flight.record("op write 125 300 A#1 refunds r_815 holder_only token 33: accepted");
         assert_eq!(checks(&in_flight), []);
     }

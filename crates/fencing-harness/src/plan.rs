@@ -305,10 +305,7 @@ impl RunPlan {
     /// Sentinel, with fences on and the counter not bound to the server's history, so the
     /// promoted replica issues again a token issued before. The campaign must find it.
     pub fn unchecked_failover(seed: u64, sizing: Sizing) -> Self {
-        let plan = (seed..)
-            .map(|seed| Self::on_lease(seed, LeaseKind::Redis, true, sizing, false))
-            .find(|plan| plan.has(FaultKind::RedisFailover))
-            .expect("one Redis plan in two fails over");
+        let plan = Self::first_with(seed, LeaseKind::Redis, FaultKind::RedisFailover, sizing);
         RunPlan {
             counter_binding: false,
             ..plan
@@ -320,14 +317,20 @@ impl RunPlan {
     /// reissuing tokens. Only the history checker can see that two acquisitions were handed
     /// one token; the campaign must find it.
     pub fn reissued_token(seed: u64, sizing: Sizing) -> Self {
-        let plan = (seed..)
-            .map(|seed| Self::on_lease(seed, LeaseKind::Postgres, true, sizing, false))
-            .find(|plan| plan.has(FaultKind::Stall))
-            .expect("one plan in two stalls");
+        let plan = Self::first_with(seed, LeaseKind::Postgres, FaultKind::Stall, sizing);
         RunPlan {
             reissues_tokens: true,
             ..plan
         }
+    }
+
+    /// The first fenced plan from `seed` on `lease` that has a fault of `kind` (one plan in
+    /// two or more has each kind a control needs).
+    fn first_with(seed: u64, lease: LeaseKind, kind: FaultKind, sizing: Sizing) -> Self {
+        (seed..)
+            .map(|seed| Self::on_lease(seed, lease, true, sizing, false))
+            .find(|plan| plan.has(kind))
+            .expect("some seed draws the fault")
     }
 
     /// How the run is protected.

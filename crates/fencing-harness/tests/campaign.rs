@@ -109,13 +109,7 @@ fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize, reissued
             "{kind:?} never injected with fences on: {row}"
         );
     }
-    let control: Vec<&str> = out
-        .lines()
-        .find(|line| line.starts_with("| off (control) |"))
-        .expect("a control row")
-        .split('|')
-        .map(str::trim)
-        .collect();
+    let control = row(&out, "off (control)");
     // | fences | runs | refunds | leases | runs with violations | violations | ...
     assert_eq!(control[2], "3", "{control:?}");
     assert_ne!(
@@ -123,36 +117,23 @@ fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize, reissued
         "no control run showed a violation: {control:?}"
     );
     // | history check | fences on | fences off | ...
-    let history_row = |name: &str| -> Vec<String> {
-        out.lines()
-            .find(|line| line.starts_with(&format!("| {name} |")))
-            .unwrap_or_else(|| panic!("no row for {name} in\n{out}"))
-            .split('|')
-            .map(|cell| cell.trim().to_owned())
-            .collect()
-    };
     for check in Check::ALL.into_iter().filter(|c| c.is_history()) {
-        let row = history_row(check.name());
+        let cells = row(&out, check.name());
         assert_eq!(
-            row[2], "0",
-            "the history check failed a fenced run: {row:?}"
+            cells[2], "0",
+            "the history check failed a fenced run: {cells:?}"
         );
     }
-    let shared_tokens = history_row(Check::OneHolderPerToken.name());
+    let shared_tokens = row(&out, Check::OneHolderPerToken.name());
     assert_ne!(
         shared_tokens[3], "0",
         "the history check saw no control's holders share a token: {shared_tokens:?}"
     );
     if unchecked > 0 {
-        let control: Vec<&str> = out
-            .lines()
-            .find(|line| {
-                line.starts_with("| on, counter not bound to the server's history (control) |")
-            })
-            .expect("a row for the failover's control")
-            .split('|')
-            .map(str::trim)
-            .collect();
+        let control = row(
+            &out,
+            "on, counter not bound to the server's history (control)",
+        );
         assert_eq!(control[2], unchecked.to_string(), "{control:?}");
         assert_ne!(
             control[5], "0",
@@ -165,17 +146,21 @@ fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize, reissued
     }
     if reissued > 0 {
         // The campaign passes only if the history check caught this control.
-        let control: Vec<&str> = out
-            .lines()
-            .find(|line| line.starts_with("| on, one token issued twice (control) |"))
-            .expect("a row for the history checker's control")
-            .split('|')
-            .map(str::trim)
-            .collect();
+        let control = row(&out, "on, one token issued twice (control)");
         assert_eq!(control[2], reissued.to_string(), "{control:?}");
         assert_ne!(control[5], "0", "{control:?}\n{out}");
     }
     let _ = std::fs::remove_dir_all(logs);
+}
+
+/// The cells of the first line of `out` that starts with `| <first> |`, trimmed.
+fn row<'a>(out: &'a str, first: &str) -> Vec<&'a str> {
+    out.lines()
+        .find(|line| line.starts_with(&format!("| {first} |")))
+        .unwrap_or_else(|| panic!("no row for {first} in\n{out}"))
+        .split('|')
+        .map(str::trim)
+        .collect()
 }
 
 /// The report shows a sample run's picture and links one for every run that failed (here
