@@ -15,7 +15,6 @@ pub mod http;
 pub mod plan;
 pub mod queue;
 pub mod stores;
-pub mod unfenced;
 
 use std::time::Duration;
 

@@ -205,7 +205,7 @@ pub struct RunPlan {
     /// `RedisLease::may_reissue_tokens`, the control of [`FaultKind::RedisFailover`]).
     pub counter_binding: bool,
     /// Whether the workers' lease hands an acquisition the token of the one before it, on
-    /// every even token (`fencing_harness::unfenced::SubstitutedLease::reissuing`): the
+    /// every even token (`fencing_simulation::SubstitutedLease::reissuing`): the
     /// history checker's seeded bug, never in a real run.
     pub reissues_tokens: bool,
     /// The lease the workers use: seeds rotate through [`LeaseKind::ALL`].

@@ -1,8 +1,9 @@
-//! The worked example's settlement as a deterministic simulation in virtual time: merchant
-//! `m_4471`'s 1,200 refunds, workers that pause past their lease, a gateway with or without
-//! idempotency keys, and an audit that counts what went wrong. The `settlement` example runs
-//! it, `fencing-timeline` draws it, and the scenario tests check it, with fences on and, as a
-//! control, off ([`Fencing::Off`]).
+//! The worked example's world as a deterministic simulation in virtual time: merchant
+//! `m_4471`'s 1,200 refunds, a queue handing the job to workers that pause past their lease,
+//! a gateway with or without idempotency keys, and an audit that counts what went wrong. The
+//! job itself is the caller's ([`settlement::Job`]): the `settlement` example writes it with
+//! the library, `fencing-timeline` draws its runs, and the scenario tests check them, with
+//! fences on and, as a control, off ([`Fencing::Off`], a [`SubstitutedLease`]).
 //!
 //! Not part of the library a job uses: it is how the repository shows and checks what the
 //! fence does, on the in-memory stores, in seconds.
@@ -10,6 +11,9 @@
 use fencing_core::{FencingToken, LeaseGuard};
 
 pub mod settlement;
+mod substitute;
+
+pub use substitute::SubstitutedLease;
 
 /// Whether writers present their lease's token, or all present the same one.
 ///

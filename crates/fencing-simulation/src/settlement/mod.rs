@@ -1,5 +1,6 @@
 //! The worked example's settlement, runnable: merchant `m_4471`, 1,200 refunds of 70.25 EUR, workers
 //! that pause, a gateway with or without idempotency keys, and an audit of what went wrong.
+//! The job the workers run is the caller's [`Job`].
 //!
 //! Run it in a paused tokio runtime (`start_paused = true`, current thread): the 8-second pause
 //! and the 30-second TTL then pass in virtual time, and every run of one configuration gives
@@ -12,6 +13,7 @@ mod worker;
 
 pub use gateway::{CallResult, Gateway, GatewayMode, GatewayTally};
 pub use journal::{Acquisition, Event, What};
+pub use worker::{Delivery, Job};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,9 +74,8 @@ pub struct SettlementConfig {
     pub fencing: Fencing,
     /// The workers.
     pub workers: Vec<WorkerPlan>,
-    /// How many refunds a worker has in flight at once: 1 settles them one by one with
-    /// `Holder::run_effect`; more runs a `Pipeline` with that many effects in flight, claims
-    /// and confirms grouped by as many and a window of twice as many.
+    /// How many refunds a worker's job may have in flight at once ([`Delivery::concurrency`]);
+    /// 1 is one by one.
     pub concurrency: usize,
 }
 
@@ -135,23 +136,26 @@ impl SettlementConfig {
     }
 }
 
-/// Runs `config` on the in-memory lease and store, to the end, and audits it.
-pub async fn run(config: &SettlementConfig) -> SettlementReport {
+/// Runs `config`, each worker's deliveries running `job`, on the in-memory lease and store,
+/// to the end, and audits it.
+pub async fn run(config: &SettlementConfig, job: impl Job + 'static) -> SettlementReport {
     run_on(
         config,
+        job,
         Arc::new(MemoryLease::new()),
         Arc::new(MemoryStore::new("refunds")),
     )
     .await
 }
 
-/// Runs `config` with `lease` and the refunds in `store` (which must not hold the run's
-/// refund keys yet), to the end, and audits it.
+/// Runs `config`, each worker's deliveries running `job`, with `lease` and the refunds in
+/// `store` (which must not hold the run's refund keys yet), to the end, and audits it.
 ///
 /// The rows are created through the store's own claim, with token 1 and state `pending`; the
 /// lease's counter is raised so that the first worker gets `config.first_token`.
 pub async fn run_on(
     config: &SettlementConfig,
+    job: impl Job + 'static,
     lease: Arc<dyn Lease>,
     store: Arc<dyn FencedStore>,
 ) -> SettlementReport {
@@ -188,9 +192,10 @@ pub async fn run_on(
         journal: Journal::new(),
         started_past_deadline: AtomicU64::new(0),
     });
+    let job: Arc<dyn Job> = Arc::new(job);
     let mut workers = tokio::task::JoinSet::new();
     for plan in &config.workers {
-        workers.spawn(work(shared.clone(), plan.clone()));
+        workers.spawn(work(shared.clone(), plan.clone(), job.clone()));
     }
     workers.join_all().await;
     let shared = Arc::into_inner(shared).expect("every worker has ended");

@@ -32,8 +32,8 @@ use fencing_harness::history;
 use fencing_harness::plan::LeaseKind;
 use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
-use fencing_harness::unfenced::SubstitutedLease;
 use fencing_redis::SentinelConnection;
+use fencing_simulation::SubstitutedLease;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 
 /// Settles merchant m_4471's refunds of one harness run.
