@@ -16,6 +16,7 @@
 //! `b` was invoked; otherwise they overlap and neither order is implied.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use crate::checks::{Check, Violation};
 
@@ -110,6 +111,30 @@ impl History {
         {
             self.writes.push(write);
         }
+    }
+
+    /// How long each hand-over of the lease took: from the last write accepted under one
+    /// acquisition's token (or, with none, its end) to the end of the next acquisition, the
+    /// same worker's or another's (zero when the old holder's
+    /// last accepted write came after it). What a fault costs in liveness shows here: a holder
+    /// stalled or cut off loses the rest of its TTL and the queue's redelivery; a lease stolen
+    /// early hands over sooner.
+    pub fn handovers(&self) -> Vec<Duration> {
+        let mut acquisitions: Vec<&Acquisition> = self.acquisitions.iter().collect();
+        acquisitions.sort_by_key(|a| a.span.ended);
+        acquisitions
+            .windows(2)
+            .map(|pair| {
+                let last_write = self
+                    .writes
+                    .iter()
+                    .filter(|w| w.token == pair[0].token && w.outcome == WriteOutcome::Accepted)
+                    .map(|w| w.span.ended)
+                    .max()
+                    .unwrap_or(pair[0].span.ended);
+                Duration::from_nanos(pair[1].span.ended.saturating_sub(last_write))
+            })
+            .collect()
     }
 
     /// Every rule the history breaks.
@@ -361,6 +386,21 @@ mod tests {
         let history = history(&FENCED);
         assert_eq!((history.acquisitions.len(), history.writes.len()), (2, 4));
         assert_eq!(checks(&history), []);
+    }
+
+    #[test]
+    fn a_hand_over_lasts_from_the_old_holders_last_accepted_write_to_the_new_acquisition() {
+        let mut history = history(&FENCED);
+        // A's only accepted write ended at 30, B's acquisition at 110; A again at 300, after
+        // B's last accepted write at 150; A once more at 410, nothing written under 35.
+        history.record("op acquire 290 300 A#2 token 35");
+        history.record("op acquire 400 410 A#3 token 36");
+        let gaps: Vec<u64> = history
+            .handovers()
+            .iter()
+            .map(|gap| gap.as_nanos() as u64)
+            .collect();
+        assert_eq!(gaps, [80, 150, 110]);
     }
 
     #[test]

@@ -73,11 +73,19 @@ pub enum FaultKind {
     /// the same way: it cannot renew, so the lease passes to the other worker, while its
     /// PostgreSQL writes go on.
     RedisPartition,
+    /// The holder's wall clock (as the process reads it: libfaketime) set back by the
+    /// fault's pause, one and a half to two TTLs, for as long, then put right: a lease judged
+    /// by its holder's clock (DynamoDB's) is renewed into the past meanwhile.
+    ClockBehind,
+    /// The wall clocks of the workers waiting for the lease set ahead by the fault's pause,
+    /// for as long, then put right: a lease judged by its taker's clock (DynamoDB's) looks
+    /// expired to them while its holder still renews it.
+    ClockAhead,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
@@ -88,6 +96,8 @@ impl FaultKind {
         FaultKind::PgFailover,
         FaultKind::PgPartition,
         FaultKind::RedisPartition,
+        FaultKind::ClockBehind,
+        FaultKind::ClockAhead,
     ];
 
     /// Its name in reports.
@@ -103,6 +113,8 @@ impl FaultKind {
             FaultKind::PgFailover => "PostgreSQL failover to a lagging standby",
             FaultKind::PgPartition => "worker cut off from PostgreSQL past the TTL",
             FaultKind::RedisPartition => "worker cut off from Redis past the TTL",
+            FaultKind::ClockBehind => "holder's clock set behind by 1.5-2 TTLs",
+            FaultKind::ClockAhead => "waiting workers' clocks set ahead by 1.5-2 TTLs",
         }
     }
 }
@@ -413,7 +425,11 @@ impl fmt::Display for RunPlan {
                     fault.kind.name(),
                     Self::refund_key(fault.at)
                 )?,
-                FaultKind::Stall | FaultKind::ContainerPause | FaultKind::EtcdLeaderKill => write!(
+                FaultKind::Stall
+                | FaultKind::ContainerPause
+                | FaultKind::EtcdLeaderKill
+                | FaultKind::ClockBehind
+                | FaultKind::ClockAhead => write!(
                     f,
                     " [{} after {} filed, {} ms{}]",
                     fault.kind.name(),

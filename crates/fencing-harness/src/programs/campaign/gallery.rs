@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use fencing_harness::plan::{FaultKind, Protection};
+use fencing_harness::plan::{FaultKind, LeaseKind, Protection};
 
 use super::run::RunResult;
 
@@ -33,7 +33,8 @@ fn sample(results: &[RunResult]) -> Option<&RunResult> {
 }
 
 /// The runs whose pictures stand for the campaign: [`sample`], and the first run that passed
-/// with each failover and with a partition (faults whose picture the stall's does not show).
+/// with each failover, each partition and each clock fault (faults whose picture the stall's
+/// does not show; a clock fault on the DynamoDB lease where one struck it).
 fn samples(results: &[RunResult]) -> Vec<&RunResult> {
     let mut samples: Vec<&RunResult> = sample(results).into_iter().collect();
     for kind in [
@@ -41,12 +42,22 @@ fn samples(results: &[RunResult]) -> Vec<&RunResult> {
         FaultKind::PgFailover,
         FaultKind::PgPartition,
         FaultKind::RedisPartition,
+        FaultKind::ClockBehind,
+        FaultKind::ClockAhead,
     ] {
-        let failed_over = results
+        // A clock fault shows most on the lease judged by the workers' clocks.
+        let judged_by_clocks = |r: &&RunResult| r.plan.lease == LeaseKind::Dynamodb;
+        let struck: Vec<&RunResult> = results
             .iter()
             .filter(|r| r.plan.fences && r.passed())
-            .find(|r| r.injected.contains_key(&kind));
-        if let Some(run) = failed_over
+            .filter(|r| r.injected.contains_key(&kind))
+            .collect();
+        let example = struck
+            .iter()
+            .copied()
+            .find(judged_by_clocks)
+            .or_else(|| struck.first().copied());
+        if let Some(run) = example
             && !samples.iter().any(|s| std::ptr::eq(*s, run))
         {
             samples.push(run);

@@ -173,6 +173,28 @@ impl RunPicture {
         );
     }
 
+    /// The campaign set `worker`'s wall clock `offset_ms` off (behind when negative) for
+    /// `lasting` from `at`.
+    pub(crate) fn clock_jumped(
+        &mut self,
+        at: Duration,
+        worker: &str,
+        offset_ms: i64,
+        lasting: Duration,
+    ) {
+        let off = Duration::from_millis(offset_ms.unsigned_abs());
+        self.timeline.mark(
+            &lane(worker),
+            at,
+            Mark::note(format!(
+                "clock {} ms {} for {} ms",
+                off.as_millis(),
+                if offset_ms < 0 { "behind" } else { "ahead" },
+                lasting.as_millis()
+            )),
+        );
+    }
+
     /// The campaign killed `worker`.
     pub(crate) fn killed(&mut self, at: Duration, worker: &str) {
         let lane = lane(worker);

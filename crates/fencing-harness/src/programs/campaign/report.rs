@@ -74,6 +74,58 @@ pub(crate) fn summary(results: &[RunResult]) -> String {
     out.push_str(&unknown_outcomes_table(&groups));
     out.push_str(&breakdown_tables(&groups));
     out.push_str(&failover_timings(results));
+    out.push_str(&clock_costs(results));
+    out
+}
+
+/// What the clock faults cost in liveness, lease by lease: the hand-overs of the lease in
+/// fenced runs with a clock fault and without one, and how long each took.
+fn clock_costs(results: &[RunResult]) -> String {
+    let clock_fault = |r: &RunResult| {
+        r.injected.contains_key(&FaultKind::ClockBehind)
+            || r.injected.contains_key(&FaultKind::ClockAhead)
+    };
+    if !results.iter().any(clock_fault) {
+        return String::new();
+    }
+    let mut out = "\nWhat the clock faults cost: every hand-over of the lease in the fenced runs, \
+                   from the last write accepted under the old token to the new acquisition, in \
+                   runs with a clock fault and without.\n\n| lease | clock fault | runs | \
+                   hand-overs | per run | hand-over, median | hand-over, longest | run, mean \
+                   |\n|---|---|---|---|---|---|---|---|\n"
+        .to_owned();
+    for lease in LeaseKind::ALL {
+        for struck in [true, false] {
+            let runs: Vec<&RunResult> = results
+                .iter()
+                .filter(|r| r.plan.protection() == Protection::Full && r.plan.lease == lease)
+                .filter(|r| clock_fault(r) == struck)
+                .collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let mut gaps: Vec<u128> = runs
+                .iter()
+                .flat_map(|r| &r.handovers)
+                .map(Duration::as_millis)
+                .collect();
+            gaps.sort_unstable();
+            let ms = |gap: Option<&u128>| gap.map_or("-".to_owned(), |g| format!("{g} ms"));
+            let wall: Duration = runs.iter().map(|r| r.wall).sum();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.1} | {} | {} | {:.1} s |",
+                lease.name(),
+                if struck { "yes" } else { "no" },
+                runs.len(),
+                gaps.len(),
+                gaps.len() as f64 / runs.len() as f64,
+                ms(gaps.get(gaps.len() / 2)),
+                ms(gaps.last()),
+                wall.as_secs_f64() / runs.len() as f64,
+            );
+        }
+    }
     out
 }
 
@@ -433,6 +485,21 @@ system's business, so the interleavings, unlike the plan, can differ.
   meanwhile, under the holder's renewals and the other worker's acquisitions.
 * **A store's container paused past the TTL** (`docker pause`, containers mode only:
   `FENCING_TEST_SERVICES=containers`).
+* **A holder's clock set behind**, and **the waiting workers' clocks set ahead** (each drawn
+  in half the runs, on every lease): in such a run the workers run under libfaketime
+  (Debian's `faketime`, preloaded), each reading its wall clock's offset from a file of its
+  own. When the fault strikes, the holder's wall clock is set back by 1.5 to 2 TTLs (or every
+  other live worker's set ahead by as much) for as long, then put right: two jumps, during a
+  lease. The monotonic clock is left alone (every timer, the guard's local deadline and the
+  history's times run on it), as a clock stepped by NTP or an operator leaves it. Of the
+  leases only DynamoDB's reads a wall clock: its item's expiry is written by the holder's
+  clock and judged by the taker's, so a holder behind renews its lease into the past and a
+  waiting worker ahead sees a live lease as expired; every AWS call's signature carries the
+  skewed time too. The others keep their expiry on their servers. Safety must not depend on
+  any of it (the fences order the holders); what it costs in liveness is the table of
+  hand-overs below the summary: how often the lease changed hands in fenced runs with a clock
+  fault and without, and how long each hand-over took, from the last write accepted under
+  the old token to the new acquisition.
 
 ## The audit
 

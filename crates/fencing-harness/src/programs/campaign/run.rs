@@ -14,6 +14,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+use super::clock::FakedClock;
 use super::failover::{Failover, LONGEST_LAG};
 use super::picture::RunPicture;
 use fencing_test_support::relay::Relay;
@@ -56,6 +57,8 @@ pub(crate) struct RunResult {
     pub(crate) dir: PathBuf,
     /// What the campaign saw of the run, to be drawn.
     pub(crate) picture: RunPicture,
+    /// How long each hand-over of the lease took, from the history.
+    pub(crate) handovers: Vec<Duration>,
 }
 
 impl RunResult {
@@ -133,6 +136,8 @@ struct Worker {
     killed: bool,
     /// Its own ways to the servers a run cuts a worker off from.
     relays: Vec<(Link, Arc<Relay>)>,
+    /// Its wall clock, in a run with clock faults.
+    clock: Option<Arc<FakedClock>>,
 }
 
 /// A server a worker reaches through a relay of its own, in a run that cuts a worker off from
@@ -227,6 +232,7 @@ pub(crate) async fn run(
     } = watch;
     drop(gateway);
     drop(failover);
+    let handovers = reported.history.handovers();
     let audit = audit::audit(&names, plan, &clients, &journal, &reported).await?;
     let result = RunResult {
         plan: plan.clone(),
@@ -241,6 +247,7 @@ pub(crate) async fn run(
         failovers,
         dir: dir.to_owned(),
         picture,
+        handovers,
     };
     if result.passed() {
         stores::drop_schema(&names, &clients.pool).await?;
@@ -497,6 +504,8 @@ impl<'a> Watch<'a> {
                     | FaultKind::PgFailover
                     | FaultKind::PgPartition
                     | FaultKind::RedisPartition
+                    | FaultKind::ClockBehind
+                    | FaultKind::ClockAhead
             ) && holder.is_none()
             {
                 break;
@@ -533,6 +542,9 @@ impl<'a> Watch<'a> {
                 None => false,
             },
             FaultKind::PgPartition | FaultKind::RedisPartition => self.cut_off(fault, holder, at),
+            FaultKind::ClockBehind | FaultKind::ClockAhead => {
+                self.jump_clocks(fault, holder, at)?
+            }
             FaultKind::RedisRestart => {
                 self.picture
                     .service_fault(at, "Redis restarted, nothing persisted");
@@ -614,6 +626,34 @@ impl<'a> Watch<'a> {
             relay.heal();
         });
         true
+    }
+
+    /// Sets the holder's clock behind, or every other live worker's ahead, by the fault's
+    /// pause for as long; whether it struck (a holder known, and someone to jump).
+    fn jump_clocks(
+        &mut self,
+        fault: &Fault,
+        holder: Option<(String, u32)>,
+        at: Duration,
+    ) -> Result<bool, RunError> {
+        let Some((holder, _)) = holder else {
+            return Ok(false);
+        };
+        let behind = fault.kind == FaultKind::ClockBehind;
+        let offset_ms = i64::try_from(fault.pause.as_millis())?;
+        let offset_ms = if behind { -offset_ms } else { offset_ms };
+        let mut jumped = false;
+        for (name, worker) in &self.workers {
+            let Some(clock) = worker.clock.as_ref().filter(|_| !worker.killed) else {
+                continue;
+            };
+            if (*name == holder) == behind {
+                clock.jump(offset_ms, fault.pause)?;
+                self.picture.clock_jumped(at, name, offset_ms, fault.pause);
+                jumped = true;
+            }
+        }
+        Ok(jumped)
     }
 
     /// SIGKILLs worker `name` and starts a new one in its place.
@@ -711,6 +751,11 @@ impl Spawner<'_> {
         if let Some(key) = stop_after_call {
             command.args(["--stop-after-call", key]);
         }
+        let clock = [FaultKind::ClockBehind, FaultKind::ClockAhead]
+            .into_iter()
+            .any(|kind| self.plan.has(kind))
+            .then(|| FakedClock::start(&mut command, self.dir, &name).map(Arc::new))
+            .transpose()?;
         let mut child: Child = command.spawn()?;
         let pid = child.id().ok_or("a worker that exited at once")?;
         let stdout = child.stdout.take().ok_or("no worker stdout")?;
@@ -730,6 +775,7 @@ impl Spawner<'_> {
                 pid,
                 killed: false,
                 relays,
+                clock,
             },
         ))
     }
