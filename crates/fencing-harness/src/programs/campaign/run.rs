@@ -564,23 +564,7 @@ impl<'a> Watch<'a> {
                 kill_etcd_leader(&mut services.etcd, fault.pause).await?;
                 true
             }
-            FaultKind::ContainerPause => match &services.containers {
-                Some((postgres, aws)) => {
-                    let (container, what) = match fault.store {
-                        PausedStore::Postgres => (postgres, "PostgreSQL"),
-                        PausedStore::Aws => (aws, "AWS emulator"),
-                    };
-                    self.picture.service_fault(
-                        at,
-                        &format!("{what} container paused for {} ms", fault.pause.as_millis()),
-                    );
-                    tokio::task::block_in_place(|| container.pause());
-                    tokio::time::sleep(fault.pause).await;
-                    tokio::task::block_in_place(|| container.unpause());
-                    true
-                }
-                None => false,
-            },
+            FaultKind::ContainerPause => self.pause_container(fault, at).await,
             // The holder is killed while the replica (standby) lags, so that the lease
             // changes hands on the primary alone; the failover follows that hand-over
             // (counted then).
@@ -626,6 +610,28 @@ impl<'a> Watch<'a> {
             relay.heal();
         });
         true
+    }
+
+    /// Pauses the container of the store the fault names for the fault's pause; whether it
+    /// struck (the stores run in containers).
+    async fn pause_container(&mut self, fault: &Fault, at: Duration) -> bool {
+        match &self.spawner.services.containers {
+            Some((postgres, aws)) => {
+                let (container, what) = match fault.store {
+                    PausedStore::Postgres => (postgres, "PostgreSQL"),
+                    PausedStore::Aws => (aws, "AWS emulator"),
+                };
+                self.picture.service_fault(
+                    at,
+                    &format!("{what} container paused for {} ms", fault.pause.as_millis()),
+                );
+                tokio::task::block_in_place(|| container.pause());
+                tokio::time::sleep(fault.pause).await;
+                tokio::task::block_in_place(|| container.unpause());
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sets the holder's clock behind, or every other live worker's ahead, by the fault's
@@ -716,25 +722,11 @@ impl Spawner<'_> {
             .args(["--name", &name, "--run", self.names.id()])
             .args(["--lease", self.plan.lease.name()])
             .args(["--ttl-ms", &self.plan.sizing.ttl.as_millis().to_string()])
-            .args(["--fences", if self.plan.fences { "on" } else { "off" }])
+            .args(["--fences", switch(self.plan.fences)])
             .args(["--database-url", &database_url])
             .args(lease_args)
-            .args([
-                "--counter-binding",
-                if self.plan.counter_binding {
-                    "on"
-                } else {
-                    "off"
-                },
-            ])
-            .args([
-                "--reissue-tokens",
-                if self.plan.reissues_tokens {
-                    "on"
-                } else {
-                    "off"
-                },
-            ])
+            .args(["--counter-binding", switch(self.plan.counter_binding)])
+            .args(["--reissue-tokens", switch(self.plan.reissues_tokens)])
             .args([
                 "--etcd-endpoints",
                 &self.services.etcd.endpoints().join(","),
@@ -801,6 +793,11 @@ impl Spawner<'_> {
         relays.push((link, Arc::new(relay)));
         Ok(relayed)
     }
+}
+
+/// A switch as the worker's command line takes it.
+fn switch(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
 }
 
 async fn start_gateway(program: &Path, journal: &Path) -> Result<(Child, String), RunError> {
