@@ -73,6 +73,13 @@ pub enum FaultKind {
     /// the same way: it cannot renew, so the lease passes to the other worker, while its
     /// PostgreSQL writes go on.
     RedisPartition,
+    /// The worker that wrote last cut off from the AWS emulator (the queue, the DynamoDB
+    /// ledger, the S3 receipts, and the DynamoDB lease and counters) past the TTL, the same
+    /// way: it cannot extend the message's visibility, so the job is delivered again.
+    AwsPartition,
+    /// The worker that wrote last cut off from one member of the etcd cluster (a minority)
+    /// past the TTL, the same way: its client must reach the other two.
+    EtcdPartition,
     /// The holder's wall clock (as the process reads it: libfaketime) set back by the
     /// fault's pause, one and a half to two TTLs, for as long, then put right: a lease judged
     /// by its holder's clock (DynamoDB's) is renewed into the past meanwhile.
@@ -85,7 +92,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
@@ -96,6 +103,8 @@ impl FaultKind {
         FaultKind::PgFailover,
         FaultKind::PgPartition,
         FaultKind::RedisPartition,
+        FaultKind::AwsPartition,
+        FaultKind::EtcdPartition,
         FaultKind::ClockBehind,
         FaultKind::ClockAhead,
     ];
@@ -113,6 +122,8 @@ impl FaultKind {
             FaultKind::PgFailover => "PostgreSQL failover to a lagging standby",
             FaultKind::PgPartition => "worker cut off from PostgreSQL past the TTL",
             FaultKind::RedisPartition => "worker cut off from Redis past the TTL",
+            FaultKind::AwsPartition => "worker cut off from the AWS emulator past the TTL",
+            FaultKind::EtcdPartition => "worker cut off from one etcd member past the TTL",
             FaultKind::ClockBehind => "holder's clock set behind by 1.5-2 TTLs",
             FaultKind::ClockAhead => "waiting workers' clocks set ahead by 1.5-2 TTLs",
         }
@@ -264,7 +275,7 @@ impl RunPlan {
                 FaultKind::RedisFailover => behind_sentinel,
                 FaultKind::RedisPartition => lease == LeaseKind::Redis && !behind_sentinel,
                 FaultKind::PgFailover => with_standby,
-                FaultKind::EtcdLeaderKill => lease == LeaseKind::Etcd,
+                FaultKind::EtcdLeaderKill | FaultKind::EtcdPartition => lease == LeaseKind::Etcd,
                 FaultKind::ContainerPause => containers,
                 _ => true,
             };
@@ -480,6 +491,7 @@ mod tests {
                 "one Redis deployment a run"
             );
             assert!(!plan.has(FaultKind::PgFailover) || plan.lease == LeaseKind::Postgres);
+            assert!(!plan.has(FaultKind::EtcdPartition) || plan.lease == LeaseKind::Etcd);
             assert_eq!(
                 plan.faults
                     .iter()

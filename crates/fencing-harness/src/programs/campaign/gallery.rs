@@ -42,6 +42,8 @@ fn samples(results: &[RunResult]) -> Vec<&RunResult> {
         FaultKind::PgFailover,
         FaultKind::PgPartition,
         FaultKind::RedisPartition,
+        FaultKind::AwsPartition,
+        FaultKind::EtcdPartition,
         FaultKind::ClockBehind,
         FaultKind::ClockAhead,
     ] {

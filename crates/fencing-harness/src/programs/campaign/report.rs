@@ -480,6 +480,17 @@ system's business, so the interleavings, unlike the plan, can differ.
   cannot renew, so its lease runs out and the other worker takes over, while its own
   PostgreSQL writes (and gateway calls) go on; the fences refuse them once the new holder
   has written. Its renewals and acquisitions sent meanwhile reach Redis at the heal.
+* **A worker cut off from the AWS emulator past the TTL** (half the runs, drawn): the same
+  again between the holder and the emulator, which serves the queue, the DynamoDB ledger, the
+  S3 receipts and (on that lease) the DynamoDB lease and counters. The holder cannot extend
+  its message's visibility, so the job is delivered to the other worker; its ledger entries
+  and receipts sent meanwhile have unknown outcomes and arrive at the heal, where the fences
+  in the item and in the object judge them.
+* **A worker cut off from one etcd member past the TTL** (half the runs on the etcd lease):
+  each worker reaches the first member of the cluster through a relay of its own and the
+  other two directly; the holder's relay is partitioned. A minority is lost to one client
+  while the cluster stays whole: the client's requests to that member hang until they time
+  out, and its lease renewals must go through the others.
 * **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
   restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader
   meanwhile, under the holder's renewals and the other worker's acquisitions.

@@ -148,22 +148,28 @@ enum Link {
     Postgres,
     /// The Redis lease and its counters.
     Redis,
+    /// The AWS emulator: the queue, the ledger, the receipts, the DynamoDB lease.
+    Aws,
+    /// The first member of the etcd cluster (the others reached directly).
+    Etcd,
 }
 
 impl Link {
+    const ALL: [Link; 4] = [Link::Postgres, Link::Redis, Link::Aws, Link::Etcd];
+
     /// The fault that cuts a worker off from this server.
     fn fault(self) -> FaultKind {
         match self {
             Link::Postgres => FaultKind::PgPartition,
             Link::Redis => FaultKind::RedisPartition,
+            Link::Aws => FaultKind::AwsPartition,
+            Link::Etcd => FaultKind::EtcdPartition,
         }
     }
 
     /// The server a fault cuts a worker off from, if it is a partition.
     fn cut_by(kind: FaultKind) -> Option<Link> {
-        [Link::Postgres, Link::Redis]
-            .into_iter()
-            .find(|link| link.fault() == kind)
+        Link::ALL.into_iter().find(|link| link.fault() == kind)
     }
 
     /// Its name in the picture.
@@ -171,6 +177,8 @@ impl Link {
         match self {
             Link::Postgres => "PostgreSQL",
             Link::Redis => "Redis",
+            Link::Aws => "the AWS emulator",
+            Link::Etcd => "one etcd member",
         }
     }
 }
@@ -504,6 +512,8 @@ impl<'a> Watch<'a> {
                     | FaultKind::PgFailover
                     | FaultKind::PgPartition
                     | FaultKind::RedisPartition
+                    | FaultKind::AwsPartition
+                    | FaultKind::EtcdPartition
                     | FaultKind::ClockBehind
                     | FaultKind::ClockAhead
             ) && holder.is_none()
@@ -541,7 +551,10 @@ impl<'a> Watch<'a> {
                 }
                 None => false,
             },
-            FaultKind::PgPartition | FaultKind::RedisPartition => self.cut_off(fault, holder, at),
+            FaultKind::PgPartition
+            | FaultKind::RedisPartition
+            | FaultKind::AwsPartition
+            | FaultKind::EtcdPartition => self.cut_off(fault, holder, at),
             FaultKind::ClockBehind | FaultKind::ClockAhead => {
                 self.jump_clocks(fault, holder, at)?
             }
@@ -705,17 +718,7 @@ impl Spawner<'_> {
         let name = char::from(b'A' + self.next % 26).to_string();
         self.next += 1;
         let mut relays = Vec::new();
-        let database_url =
-            self.relayed(Link::Postgres, &self.services.database_url, &mut relays)?;
-        let redis_url = self.services.redis.url();
-        let redis_relayed = self.relayed(Link::Redis, &redis_url, &mut relays)?;
-        let lease_args = self.lease_args.iter().map(|arg| {
-            if *arg == redis_url {
-                &redis_relayed
-            } else {
-                arg
-            }
-        });
+        let routes = self.routes(&mut relays)?;
         let mut command = Command::new(&self.services.program);
         command
             .arg("worker")
@@ -723,15 +726,9 @@ impl Spawner<'_> {
             .args(["--lease", self.plan.lease.name()])
             .args(["--ttl-ms", &self.plan.sizing.ttl.as_millis().to_string()])
             .args(["--fences", switch(self.plan.fences)])
-            .args(["--database-url", &database_url])
-            .args(lease_args)
+            .args(routes)
             .args(["--counter-binding", switch(self.plan.counter_binding)])
             .args(["--reissue-tokens", switch(self.plan.reissues_tokens)])
-            .args([
-                "--etcd-endpoints",
-                &self.services.etcd.endpoints().join(","),
-            ])
-            .args(["--aws-endpoint", &self.services.aws_endpoint])
             .args(["--gateway", &self.gateway])
             .args(["--concurrency", &self.plan.concurrency.to_string()])
             .stdin(Stdio::null())
@@ -772,8 +769,34 @@ impl Spawner<'_> {
         ))
     }
 
-    /// Where a new worker reaches the server at `url` (`127.0.0.1:<port>/`): directly, or, in
-    /// a run that cuts a worker off from it, through a relay of its own (added to `relays`).
+    /// How a new worker reaches each server, as its command line says: directly, or, in a run
+    /// that cuts a worker off from one, through a relay of its own (added to `relays`).
+    fn routes(&self, relays: &mut Vec<(Link, Arc<Relay>)>) -> Result<Vec<String>, RunError> {
+        let services = &self.services;
+        let redis_url = services.redis.url();
+        let redis_relayed = self.relayed(Link::Redis, &redis_url, relays)?;
+        let mut etcd = services.etcd.endpoints();
+        etcd[0] = self.relayed(Link::Etcd, &etcd[0], relays)?;
+        let mut routes = vec![
+            "--database-url".to_owned(),
+            self.relayed(Link::Postgres, &services.database_url, relays)?,
+            "--aws-endpoint".to_owned(),
+            self.relayed(Link::Aws, &services.aws_endpoint, relays)?,
+            "--etcd-endpoints".to_owned(),
+            etcd.join(","),
+        ];
+        routes.extend(self.lease_args.iter().map(|arg| {
+            if *arg == redis_url {
+                redis_relayed.clone()
+            } else {
+                arg.clone()
+            }
+        }));
+        Ok(routes)
+    }
+
+    /// Where a new worker reaches the server at `url` (on `127.0.0.1:<port>`): directly, or,
+    /// in a run that cuts a worker off from it, through a relay of its own (added to `relays`).
     fn relayed(
         &self,
         link: Link,
@@ -785,11 +808,15 @@ impl Spawner<'_> {
         }
         let port = url
             .split_once("127.0.0.1:")
-            .and_then(|(_, rest)| rest.split('/').next())
-            .and_then(|port| port.parse::<u16>().ok())
-            .ok_or_else(|| format!("cannot route {url} through a relay: no 127.0.0.1:<port>/"))?;
+            .map(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|port| port?.parse::<u16>().ok())
+            .ok_or_else(|| format!("cannot route {url} through a relay: no 127.0.0.1:<port>"))?;
         let relay = Relay::start(port)?;
-        let relayed = url.replacen(&format!(":{port}/"), &format!(":{}/", relay.port()), 1);
+        let relayed = url.replacen(
+            &format!("127.0.0.1:{port}"),
+            &format!("127.0.0.1:{}", relay.port()),
+            1,
+        );
         relays.push((link, Arc::new(relay)));
         Ok(relayed)
     }
