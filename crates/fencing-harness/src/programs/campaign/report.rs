@@ -90,9 +90,9 @@ fn clock_costs(results: &[RunResult]) -> String {
     }
     let mut out = "\nWhat the clock faults cost: every hand-over of the lease in the fenced runs, \
                    from the last write accepted under the old token to the new acquisition, in \
-                   runs with a clock fault and without.\n\n| lease | clock fault | runs | \
-                   hand-overs | per run | hand-over, median | hand-over, longest | run, mean \
-                   |\n|---|---|---|---|---|---|---|---|\n"
+                   TTLs of its run, in runs with a clock fault and without.\n\n| lease | clock \
+                   fault | runs | hand-overs | per run | hand-over, median | hand-over, longest \
+                   |\n|---|---|---:|---:|---:|---:|---:|\n"
         .to_owned();
     for lease in LeaseKind::ALL {
         for struck in [true, false] {
@@ -104,25 +104,25 @@ fn clock_costs(results: &[RunResult]) -> String {
             if runs.is_empty() {
                 continue;
             }
-            let mut gaps: Vec<u128> = runs
+            let mut ttls: Vec<f64> = runs
                 .iter()
-                .flat_map(|r| &r.handovers)
-                .map(Duration::as_millis)
+                .flat_map(|r| {
+                    let ttl = r.plan.sizing.ttl.as_secs_f64();
+                    r.handovers.iter().map(move |gap| gap.as_secs_f64() / ttl)
+                })
                 .collect();
-            gaps.sort_unstable();
-            let ms = |gap: Option<&u128>| gap.map_or("-".to_owned(), |g| format!("{g} ms"));
-            let wall: Duration = runs.iter().map(|r| r.wall).sum();
+            ttls.sort_unstable_by(f64::total_cmp);
+            let shown = |ttl: Option<&f64>| ttl.map_or("-".to_owned(), |t| format!("{t:.2} TTL"));
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {:.1} | {} | {} | {:.1} s |",
+                "| {} | {} | {} | {} | {:.1} | {} | {} |",
                 lease.name(),
                 if struck { "yes" } else { "no" },
                 runs.len(),
-                gaps.len(),
-                gaps.len() as f64 / runs.len() as f64,
-                ms(gaps.get(gaps.len() / 2)),
-                ms(gaps.last()),
-                wall.as_secs_f64() / runs.len() as f64,
+                ttls.len(),
+                ttls.len() as f64 / runs.len() as f64,
+                shown(ttls.get(ttls.len() / 2)),
+                shown(ttls.last()),
             );
         }
     }
