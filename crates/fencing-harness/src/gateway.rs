@@ -6,7 +6,11 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use async_trait::async_trait;
+use fencing_core::{BoxError, Record, RecordKey, SideEffect};
 use serde::{Deserialize, Serialize};
 
 use crate::http::{self, Request};
@@ -116,19 +120,46 @@ impl Gateway {
         }
     }
 
-    /// Serves `listener` until the process ends, one connection at a time (calls are short,
-    /// and one at a time keeps the journal in the order the calls took effect).
-    pub fn serve(mut self, listener: std::net::TcpListener) -> io::Result<()> {
+    /// Serves `listener` until the process ends. With no `latency`, one connection at a
+    /// time, in the order they came (calls are short). With one, each connection on a thread
+    /// of its own that waits `latency` (a real gateway's round trip) before its call takes
+    /// effect, so that calls overlap; they take effect one at a time either way, which keeps
+    /// the journal in their order.
+    pub fn serve(self, listener: std::net::TcpListener, latency: Duration) -> io::Result<()> {
+        let gateway = Arc::new(Mutex::new(self));
         for stream in listener.incoming() {
             let stream = stream?;
-            let answer = match http::read_request(&stream) {
-                Ok(request) => self.handle(&request)?,
-                Err(err) => (400, err.to_string()),
-            };
-            // A caller that vanished (killed mid-call) is not the gateway's failure.
-            let _ = http::write_response(&stream, answer.0, &answer.1);
+            let gateway = gateway.clone();
+            let answer = move || Self::answer(&gateway, &stream, latency);
+            if latency.is_zero() {
+                answer();
+            } else {
+                std::thread::spawn(answer);
+            }
         }
         Ok(())
+    }
+
+    /// Reads one call from `stream`, waits `latency`, makes it take effect and answers it.
+    fn answer(gateway: &Mutex<Self>, stream: &std::net::TcpStream, latency: Duration) {
+        let answer = match http::read_request(stream) {
+            Ok(request) => {
+                std::thread::sleep(latency);
+                let mut gateway = gateway.lock().unwrap_or_else(|e| e.into_inner());
+                match gateway.handle(&request) {
+                    Ok(answer) => answer,
+                    // A call it cannot journal must not be answered: the audit would miss a
+                    // refund that was made.
+                    Err(err) => {
+                        eprintln!("gateway: cannot journal a call: {err}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+            Err(err) => (400, err.to_string()),
+        };
+        // A caller that vanished (killed mid-call) is not the gateway's failure.
+        let _ = http::write_response(stream, answer.0, &answer.1);
     }
 
     fn record(
@@ -173,6 +204,50 @@ fn parse_create(body: &str) -> Option<(i64, String)> {
         }
     }
     Some((amount?, by?))
+}
+
+/// The gateway as a worker's acquisition calls it: the refund id as idempotency key, the
+/// acquisition's holder as `by`.
+pub struct GatewayCall<'a> {
+    /// The gateway, as HOST:PORT.
+    pub addr: &'a str,
+    /// The acquisition calling, as the journal names it.
+    pub by: &'a str,
+    /// The amount of each refund it may send.
+    pub amounts: &'a HashMap<RecordKey, i64>,
+    /// Runs once the gateway answered a create (to say so, or to stop the process there).
+    pub after_perform: &'a (dyn Fn(&RecordKey) + Send + Sync),
+}
+
+#[async_trait]
+impl SideEffect for GatewayCall<'_> {
+    type Receipt = String;
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<String>, BoxError> {
+        let path = format!("/refunds/{key}");
+        match http::call(self.addr, "GET", &path, "").await? {
+            (200, reference) => Ok(Some(reference)),
+            (404, _) => Ok(None),
+            (status, body) => Err(format!("gateway lookup of {key}: {status} {body}").into()),
+        }
+    }
+
+    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<String, BoxError> {
+        let cents = self
+            .amounts
+            .get(key)
+            .ok_or_else(|| format!("no amount for {key}"))?;
+        let body = format!("amount_cents={cents}&by={}", self.by);
+        let path = format!("/refunds/{key}");
+        let reference = match http::call(self.addr, "POST", &path, &body).await? {
+            (200 | 201, reference) => reference,
+            (status, body) => {
+                return Err(format!("gateway refund of {key}: {status} {body}").into());
+            }
+        };
+        (self.after_perform)(key);
+        Ok(reference)
+    }
 }
 
 /// Reads a journal back, line by line.

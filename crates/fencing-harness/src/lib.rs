@@ -14,6 +14,7 @@ pub mod history;
 pub mod http;
 pub mod plan;
 pub mod queue;
+pub mod scale;
 pub mod stores;
 
 use std::time::Duration;
@@ -30,4 +31,13 @@ pub fn exit_with_parent() {
             }
         }
     });
+}
+
+/// Sends signal `name` (`STOP`, `CONT`, `KILL`) to process `pid`; a process that is gone
+/// already is no error.
+pub fn signal(name: &str, pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
 }

@@ -21,8 +21,12 @@ enum Program {
     Campaign(programs::campaign::Args),
     /// One settlement worker (started by the campaign).
     Worker(programs::worker::Args),
-    /// The payment gateway simulator (started by the campaign).
+    /// The payment gateway simulator (started by the campaign and the scale runs).
     Gateway(programs::gateway::Args),
+    /// Settles many merchants with many workers, audits, measures (see docs/benchmarks.md).
+    Scale(programs::scale::Args),
+    /// One worker of the settlement at scale (started by `scale`).
+    ScaleWorker(programs::scale::worker::Args),
 }
 
 fn main() -> ExitCode {
@@ -37,5 +41,7 @@ fn main() -> ExitCode {
         Program::Campaign(args) => runtime().block_on(programs::campaign::main(args)),
         Program::Worker(args) => runtime().block_on(programs::worker::main(args)),
         Program::Gateway(args) => programs::gateway::main(args),
+        Program::Scale(args) => runtime().block_on(programs::scale::main(args)),
+        Program::ScaleWorker(args) => runtime().block_on(programs::scale::worker::main(args)),
     }
 }

@@ -51,6 +51,8 @@ pub struct JobMessage {
     pub receipt_handle: String,
     /// How many times the message has been received, this delivery included.
     pub receives: u32,
+    /// What the message says (the job of the settlement at scale names its merchant).
+    pub body: String,
 }
 
 /// What is left in a queue.
@@ -69,20 +71,33 @@ impl JobQueue {
         name: &str,
         body: &str,
     ) -> Result<JobQueue, QueueError> {
+        let queue = Self::create_empty(sqs, name).await?;
+        queue.send(body).await?;
+        Ok(queue)
+    }
+
+    /// Creates the queue `name`, with nothing on it.
+    pub async fn create_empty(
+        sqs: aws_sdk_sqs::Client,
+        name: &str,
+    ) -> Result<JobQueue, QueueError> {
         let created = sqs.create_queue().queue_name(name).send().await?;
         let url = created
             .queue_url()
             .ok_or("the emulator created a queue without a URL")?
             .to_owned();
-        let queue = JobQueue { sqs, url };
-        queue
-            .sqs
+        Ok(JobQueue { sqs, url })
+    }
+
+    /// Puts a job saying `body` on the queue.
+    pub async fn send(&self, body: &str) -> Result<(), QueueError> {
+        self.sqs
             .send_message()
-            .queue_url(&queue.url)
+            .queue_url(&self.url)
             .message_body(body)
             .send()
             .await?;
-        Ok(queue)
+        Ok(())
     }
 
     /// The queue at `url`.
@@ -124,6 +139,7 @@ impl JobQueue {
                 .ok_or("a message without a receipt handle")?
                 .to_owned(),
             receives,
+            body: message.body().unwrap_or_default().to_owned(),
         }))
     }
 

@@ -141,9 +141,19 @@ impl Clients {
         application_name: &str,
         aws_endpoint: &str,
     ) -> std::result::Result<Self, sqlx::Error> {
+        Self::connect_with(database_url, application_name, aws_endpoint, 4).await
+    }
+
+    /// As [`Self::connect`], with a pool of at most `connections` to PostgreSQL.
+    pub async fn connect_with(
+        database_url: &str,
+        application_name: &str,
+        aws_endpoint: &str,
+        connections: u32,
+    ) -> std::result::Result<Self, sqlx::Error> {
         let options: sqlx::postgres::PgConnectOptions = database_url.parse()?;
         let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(4)
+            .max_connections(connections)
             .acquire_timeout(std::time::Duration::from_secs(5))
             .connect_with(options.application_name(application_name))
             .await?;
@@ -258,8 +268,18 @@ pub async fn create(
         )
         .send()
         .await?;
-    // Counters in PostgreSQL: the Redis lease's epochs, or the PostgreSQL lease's tokens.
-    match plan.lease {
+    create_lease_tables(names, clients, plan.lease).await?;
+    JobQueue::create(clients.sqs.clone(), &names.job_queue(), names.id()).await
+}
+
+/// Creates what the lease of `kind` keeps beside the run's stores: its counters in PostgreSQL
+/// (the Redis lease's epochs, the PostgreSQL lease's leases and tokens) or its DynamoDB table.
+pub async fn create_lease_tables(
+    names: &RunNames,
+    clients: &Clients,
+    kind: LeaseKind,
+) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    match kind {
         LeaseKind::Redis => {
             PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"))
                 .create_if_missing()
@@ -274,7 +294,7 @@ pub async fn create(
         // Keys under the run's id need no set-up.
         LeaseKind::Etcd => {}
     }
-    JobQueue::create(clients.sqs.clone(), &names.job_queue(), names.id()).await
+    Ok(())
 }
 
 /// Creates the PostgreSQL lease's tables of run `names` (its leases and their counters) in

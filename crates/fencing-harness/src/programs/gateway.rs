@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use fencing_harness::gateway::Gateway;
 
@@ -16,6 +17,10 @@ pub(crate) struct Args {
     /// The address to listen on (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: String,
+    /// How long each call takes before it takes effect, in milliseconds (a real gateway's
+    /// round trip; calls overlap).
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
 }
 
 /// Serves until the process ends.
@@ -24,7 +29,7 @@ pub(crate) fn main(args: Args) -> ExitCode {
     let started = TcpListener::bind(&args.listen).and_then(|listener| {
         let gateway = Gateway::new(&args.journal)?;
         println!("listening {}", listener.local_addr()?);
-        gateway.serve(listener)
+        gateway.serve(listener, Duration::from_millis(args.latency_ms))
     });
     match started {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,4 +2,5 @@
 
 pub(crate) mod campaign;
 pub(crate) mod gateway;
+pub(crate) mod scale;
 pub(crate) mod worker;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use fencing_harness::audit::{self, AuditReport, WorkerReports};
 use fencing_harness::plan::{Fault, FaultKind, PausedStore, RunPlan};
+use fencing_harness::signal;
 use fencing_harness::stores::{self, Clients, RunNames};
 use fencing_test_support::services::{EtcdCluster, MotoServer, RedisServer, TestContainer};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -857,14 +858,6 @@ async fn kill_etcd_leader(etcd: &mut EtcdCluster, down: Duration) -> Result<(), 
     tokio::time::sleep(down).await;
     tokio::task::block_in_place(|| etcd.restart(leader));
     Ok(())
-}
-
-/// Sends SIGSTOP, SIGCONT or SIGKILL; a process that is gone already is no error.
-fn signal(name: &str, pid: u32) {
-    let _ = std::process::Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
 }
 
 /// Waits (up to 2 s) until `pid` is stopped, as `/proc/<pid>/stat` shows.

@@ -36,27 +36,45 @@ use fencing_redis::SentinelConnection;
 use fencing_simulation::SubstitutedLease;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 
+/// Which worker of which run a worker process is, the lease it takes and the servers it
+/// reaches: the arguments both worker programs share.
+#[derive(Debug, clap::Args)]
+pub(crate) struct WorkerOf {
+    /// This worker's name in the run (its PostgreSQL application name ends with it).
+    #[arg(long)]
+    pub(crate) name: String,
+    /// The run whose stores to settle (the command that started the worker created them).
+    #[arg(long)]
+    pub(crate) run: String,
+    /// The lease to take.
+    #[arg(long, value_enum)]
+    pub(crate) lease: LeaseKind,
+    /// The lease TTL in milliseconds; the lease is renewed every third of it.
+    #[arg(long)]
+    pub(crate) ttl_ms: u64,
+    /// PostgreSQL (the refunds, the PostgreSQL lease unless it has its own, the Redis
+    /// lease's epochs).
+    #[arg(long)]
+    pub(crate) database_url: String,
+    /// The etcd cluster's client endpoints, comma-separated (the etcd lease only).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) etcd_endpoints: Vec<String>,
+    /// The AWS endpoint (the queue, and the campaign's S3 and DynamoDB).
+    #[arg(long)]
+    pub(crate) aws_endpoint: String,
+    /// The gateway, as HOST:PORT.
+    #[arg(long)]
+    pub(crate) gateway: String,
+}
+
 /// Settles merchant m_4471's refunds of one harness run.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// This worker's name in the run (its PostgreSQL application name ends with it).
-    #[arg(long)]
-    name: String,
-    /// The run whose stores to settle (the campaign created them).
-    #[arg(long)]
-    run: String,
-    /// The lease to take.
-    #[arg(long, value_enum)]
-    lease: LeaseKind,
-    /// The lease TTL in milliseconds; the lease is renewed every third of it.
-    #[arg(long)]
-    ttl_ms: u64,
+    #[command(flatten)]
+    of: WorkerOf,
     /// `off`: every write presents one token (the control; never in production).
     #[arg(long, value_enum, default_value = "on")]
     fences: Switch,
-    /// PostgreSQL.
-    #[arg(long)]
-    database_url: String,
     /// A PostgreSQL of the lease's own (the PostgreSQL lease only; unless given, the lease
     /// lives in `--database-url`).
     #[arg(long)]
@@ -78,15 +96,6 @@ pub(crate) struct Args {
     /// token goes to two acquisitions (the history checker's seeded bug; never in production).
     #[arg(long, value_enum, default_value = "off")]
     reissue_tokens: Switch,
-    /// The etcd cluster's client endpoints, comma-separated (the etcd lease only).
-    #[arg(long, value_delimiter = ',')]
-    etcd_endpoints: Vec<String>,
-    /// The S3 and DynamoDB endpoint.
-    #[arg(long)]
-    aws_endpoint: String,
-    /// The gateway, as HOST:PORT.
-    #[arg(long)]
-    gateway: String,
     /// Refunds in flight at once: 1 settles one after another, more runs the batch's
     /// pipeline.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -136,7 +145,7 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             continue;
         }
         acquisitions += 1;
-        let holder = format!("{}#{acquisitions}", args.name);
+        let holder = format!("{}#{acquisitions}", args.of.name);
         let guard = worker.acquire(&holder).await;
         events.holder_is(&holder);
         println!("acquired {holder} token {}", guard.token());
@@ -194,33 +203,37 @@ impl Worker {
     /// Connects to every server the run uses and checks the stores; an error says what is
     /// unfit.
     async fn connect(args: &Args) -> Result<Worker, String> {
-        let names = RunNames::new(&args.run);
-        let application_name = format!("harness_{}_{}", names.id(), args.name);
-        let clients = Clients::connect(&args.database_url, &application_name, &args.aws_endpoint)
-            .await
-            .map_err(|err| format!("cannot connect to PostgreSQL: {err}"))?;
+        let names = RunNames::new(&args.of.run);
+        let application_name = format!("harness_{}_{}", names.id(), args.of.name);
+        let clients = Clients::connect(
+            &args.of.database_url,
+            &application_name,
+            &args.of.aws_endpoint,
+        )
+        .await
+        .map_err(|err| format!("cannot connect to PostgreSQL: {err}"))?;
         let stores = RunStores::new(&names, &clients).map_err(|err| err.to_string())?;
         let server = lease_server(args, &application_name).await?;
         preflight(&stores).await?;
         let counter_binding = args.counter_binding == Switch::On;
-        let lease = stores::lease(args.lease, &names, &clients, server, counter_binding)
+        let lease = stores::lease(args.of.lease, &names, &clients, server, counter_binding)
             .map_err(|err| err.to_string())?;
         let lease: Arc<dyn Lease> = match (args.fences, args.reissue_tokens) {
             (Switch::Off, _) => Arc::new(SubstitutedLease::one_token(lease)),
             (Switch::On, Switch::On) => Arc::new(SubstitutedLease::reissuing(lease)),
             (Switch::On, Switch::Off) => lease,
         };
-        let ttl = Ttl::from_millis(args.ttl_ms).map_err(|err| err.to_string())?;
+        let ttl = Ttl::from_millis(args.of.ttl_ms).map_err(|err| err.to_string())?;
         let queue = clients
             .job_queue(&names)
             .await
             .map_err(|err| format!("no job queue for run {}: {err}", names.id()))?;
         Ok(Worker {
-            name: args.name.clone(),
+            name: args.of.name.clone(),
             settlement: settle::Settlement {
                 pool: clients.pool.clone(),
                 stores: stores.clone(),
-                gateway: args.gateway.clone(),
+                gateway: args.of.gateway.clone(),
                 stop_after_call: args.stop_after_call.clone(),
                 // Three attempts (the holder's default retries) give up within the TTL, so a
                 // partition longer than the TTL leaves writes whose outcome is unknown.
@@ -301,7 +314,7 @@ impl Worker {
 /// The server the run's lease lives on, connected (none for a lease in the run's own
 /// PostgreSQL or in DynamoDB).
 async fn lease_server(args: &Args, application_name: &str) -> Result<Option<LeaseServer>, String> {
-    Ok(match args.lease {
+    Ok(match args.of.lease {
         LeaseKind::Redis if !args.redis_sentinels.is_empty() => {
             let redis = sentinel_connection(&args.redis_sentinels, args.redis_service.as_deref())?;
             Some(LeaseServer::RedisSentinel(redis))
@@ -310,7 +323,7 @@ async fn lease_server(args: &Args, application_name: &str) -> Result<Option<Leas
             redis_connection(args.redis_url.as_deref()).await?,
         )),
         LeaseKind::Etcd => Some(LeaseServer::Etcd(Box::new(
-            etcd_client(&args.etcd_endpoints).await?,
+            etcd_client(&args.of.etcd_endpoints).await?,
         ))),
         LeaseKind::Postgres => match &args.lease_database_url {
             Some(url) => Some(LeaseServer::Postgres(
@@ -355,7 +368,9 @@ async fn preflight(stores: &RunStores) -> Result<(), String> {
 
 /// A connection that reconnects after a Redis restart, once Redis is known to run scripts
 /// (the lease is one).
-async fn redis_connection(url: Option<&str>) -> Result<redis::aio::ConnectionManager, String> {
+pub(crate) async fn redis_connection(
+    url: Option<&str>,
+) -> Result<redis::aio::ConnectionManager, String> {
     let url = url.ok_or("the Redis lease needs --redis-url")?;
     let client = redis::Client::open(url).map_err(|e| format!("Redis URL {url:?}: {e}"))?;
     let mut conn = redis::aio::ConnectionManager::new(client)
@@ -412,7 +427,7 @@ fn sentinel_connection(
 
 /// A client of every member, whose requests give up after two seconds rather than wait for a
 /// leader that is gone (the batch's writes go to the stores, not to etcd, and carry on).
-async fn etcd_client(endpoints: &[String]) -> Result<etcd_client::Client, String> {
+pub(crate) async fn etcd_client(endpoints: &[String]) -> Result<etcd_client::Client, String> {
     if endpoints.is_empty() {
         return Err("the etcd lease needs --etcd-endpoints".to_owned());
     }

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::{
-    BoxError, EffectOutcome, EffectStart, FencedBatch, FencedWrite, Holder, Lifecycle, Record,
-    RecordKey, RecordWrites, Result, SideEffect, SkippedRecord, Written,
+    EffectOutcome, EffectStart, FencedBatch, FencedWrite, Holder, Lifecycle, RecordKey,
+    RecordWrites, Result, SkippedRecord, Written,
 };
-use fencing_harness::http;
+use fencing_harness::gateway::GatewayCall;
 use fencing_harness::stores::{JOB, MERCHANT, RunStores};
 use fencing_postgres::PgWrite;
 use futures_util::TryStreamExt;
@@ -36,6 +36,14 @@ struct Unfiled {
 }
 
 impl Settlement {
+    /// Says the gateway made (or replayed) `key`'s refund, and stops here when told to.
+    fn called(&self, key: &RecordKey) {
+        println!("called {key}");
+        if self.stop_after_call.as_deref() == Some(key.as_str()) {
+            stop_this_process();
+        }
+    }
+
     /// The batch's holder, giving up on an attempt unanswered for the request timeout.
     fn holder<'b>(&self, batch: &'b FencedBatch) -> Holder<'b> {
         batch.holder().with_request_timeout(self.request_timeout)
@@ -128,10 +136,12 @@ impl Settlement {
             .iter()
             .map(|u| (u.key.clone(), u.amount_cents))
             .collect();
+        let after_perform = |key: &RecordKey| self.called(key);
         let call = GatewayCall {
-            settlement: self,
-            holder,
+            addr: &self.gateway,
+            by: holder,
             amounts: &amounts,
+            after_perform: &after_perform,
         };
         let mut filed = 0;
         for refund in &unfiled {
@@ -220,10 +230,12 @@ impl Settlement {
             .iter()
             .map(|u| (u.key.clone(), u.amount_cents))
             .collect();
+        let after_perform = |key: &RecordKey| self.called(key);
         let call = GatewayCall {
-            settlement: self,
-            holder,
+            addr: &self.gateway,
+            by: holder,
             amounts: &amounts,
+            after_perform: &after_perform,
         };
         let writes = RefundWrites {
             settlement: self,
@@ -364,47 +376,6 @@ impl RecordWrites<String> for RefundWrites<'_> {
         s.file(self.batch, self.holder, key, amount_cents, reference)
             .await?;
         Ok(confirmed)
-    }
-}
-
-/// The gateway as one acquisition calls it.
-struct GatewayCall<'a> {
-    settlement: &'a Settlement,
-    holder: &'a str,
-    amounts: &'a HashMap<RecordKey, i64>,
-}
-
-#[async_trait]
-impl SideEffect for GatewayCall<'_> {
-    type Receipt = String;
-
-    async fn lookup(&self, key: &RecordKey) -> Result<Option<String>, BoxError> {
-        let path = format!("/refunds/{key}");
-        match http::call(&self.settlement.gateway, "GET", &path, "").await? {
-            (200, reference) => Ok(Some(reference)),
-            (404, _) => Ok(None),
-            (status, body) => Err(format!("gateway lookup of {key}: {status} {body}").into()),
-        }
-    }
-
-    async fn perform(&self, key: &RecordKey, _: &Record) -> Result<String, BoxError> {
-        let cents = self
-            .amounts
-            .get(key)
-            .ok_or_else(|| format!("no amount for {key}"))?;
-        let body = format!("amount_cents={cents}&by={}", self.holder);
-        let path = format!("/refunds/{key}");
-        let reference = match http::call(&self.settlement.gateway, "POST", &path, &body).await? {
-            (200 | 201, reference) => reference,
-            (status, body) => {
-                return Err(format!("gateway refund of {key}: {status} {body}").into());
-            }
-        };
-        println!("called {key}");
-        if self.settlement.stop_after_call.as_deref() == Some(key.as_str()) {
-            stop_this_process();
-        }
-        Ok(reference)
     }
 }
 
