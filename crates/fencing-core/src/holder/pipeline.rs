@@ -257,6 +257,11 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     /// with records left to claim or to start: a process stopped past its deadline starts no
     /// new side effect on waking, before any store has refused it. Effects already started
     /// finish and their confirms are sent, fenced as ever.
+    ///
+    /// It holds every key it is given and returns an outcome for each, so its memory grows
+    /// with `keys`, not only with the window: give a job of unbounded size a page at a time,
+    /// one `run` per page under the same holder (the harness's scale worker gives pages of
+    /// 1,000, and its peak memory is the same for 12,000 refunds as for 1,200,000).
     pub async fn run(self, keys: impl IntoIterator<Item = RecordKey>) -> Settled<E::Receipt> {
         let keys: Vec<RecordKey> = keys.into_iter().collect();
         let checked = self.check(&keys);

@@ -79,6 +79,14 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let ceilings = match &args.suite {
+        Some(_) => {
+            let ceilings = ceiling::measure(&services).await;
+            println!("scale: ceilings {ceilings:?}");
+            Some(ceilings)
+        }
+        None => None,
+    };
     let mut results = Vec::new();
     for case in &cases {
         if case.lease == LeaseKind::Etcd && services.etcd.is_none() {
@@ -89,10 +97,6 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         println!("{}", report::line(&result));
         results.push(result);
     }
-    let ceilings = match &args.suite {
-        Some(_) => Some(ceiling::measure(&services).await),
-        None => None,
-    };
     if let Some(path) = &args.report {
         if let Err(why) = report::write(path, &args, &results, ceilings.as_ref()) {
             eprintln!("scale: cannot write {}: {why}", path.display());
