@@ -193,10 +193,7 @@ fn check_pictures(logs: &std::path::Path, out: &str) {
         let svg = std::fs::read_to_string(logs.join("pictures/report").join(link))
             .unwrap_or_else(|e| panic!("{link}: {e}"));
         assert!(svg.starts_with("<svg"), "{link}");
-        assert!(
-            svg.contains("worker A") && labels_a_tenure(&svg),
-            "{link}"
-        );
+        assert!(svg.contains("worker A") && labels_a_tenure(&svg), "{link}");
     }
     for link in failed {
         let dir = logs.join(link.trim_end_matches(".svg"));
