@@ -120,22 +120,17 @@ impl Gateway {
         }
     }
 
-    /// Serves `listener` until the process ends. With no `latency`, one connection at a
-    /// time, in the order they came (calls are short). With one, each connection on a thread
-    /// of its own that waits `latency` (a real gateway's round trip) before its call takes
-    /// effect, so that calls overlap; they take effect one at a time either way, which keeps
+    /// Serves `listener` until the process ends, each connection on a thread of its own
+    /// that waits `latency` (a real gateway's round trip) before its call takes effect, so
+    /// that calls overlap and a caller stopped mid-request (SIGSTOP between its connect and
+    /// its request) holds up only its own call. Calls take effect one at a time, which keeps
     /// the journal in their order.
     pub fn serve(self, listener: std::net::TcpListener, latency: Duration) -> io::Result<()> {
         let gateway = Arc::new(Mutex::new(self));
         for stream in listener.incoming() {
             let stream = stream?;
             let gateway = gateway.clone();
-            let answer = move || Self::answer(&gateway, &stream, latency);
-            if latency.is_zero() {
-                answer();
-            } else {
-                std::thread::spawn(answer);
-            }
+            std::thread::spawn(move || Self::answer(&gateway, &stream, latency));
         }
         Ok(())
     }

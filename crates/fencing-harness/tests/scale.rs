@@ -39,13 +39,24 @@ fn small_cases_settle_every_refund_once_through_faults_and_pass_their_audit() {
         .find(|l| l.starts_with("6x300,w3,redis,faults:"))
         .unwrap_or_else(|| panic!("no line for the faulted case: {said}"));
     assert!(faulted.ends_with("audit passed"), "{faulted}");
-    // The stopped worker's merchants, and the killed one's, went to other workers.
-    let takeovers: u64 = faulted
-        .split(", ")
-        .find_map(|part| part.strip_prefix("take-overs "))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no take-overs in {faulted}"));
-    assert!(takeovers >= 1, "{faulted}");
+    // A worker was stopped and another killed while holding merchants: the killed one's
+    // replacement ran, the stopped one's merchants and the killed one's were taken over, and
+    // the stopped one stopped on what it had been holding when it woke.
+    let count = |label: &str| -> u64 {
+        faulted
+            .split(", ")
+            .find_map(|part| part.strip_prefix(label))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {label}in {faulted}"))
+    };
+    assert!(count("take-overs ") >= 2, "{faulted}");
+    assert!(count("stale stops ") >= 1, "{faulted}");
+    let replacements = std::fs::read_dir(&logs)
+        .expect("the logs")
+        .filter_map(Result::ok)
+        .filter(|case| case.path().join("w3.log").exists())
+        .count();
+    assert_eq!(replacements, 1, "{faulted}");
     assert!(
         said.lines()
             .any(|l| l.starts_with("3x200,w2,postgres:") && l.ends_with("audit passed")),

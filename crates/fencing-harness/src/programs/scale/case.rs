@@ -1,6 +1,7 @@
 //! One case of the settlement at scale: its stores made, its processes run (and faulted),
 //! its audit and its measures.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -130,15 +131,37 @@ pub(crate) struct WorkerLog {
     /// Each acquisition: the merchant and its token.
     pub(crate) acquired: Vec<(String, u64)>,
     /// Merchants it settled and deleted the message of.
-    pub(crate) settled: u64,
+    pub(crate) settled: Vec<String>,
     /// Merchants it stopped on, and why (a refused stale holder says so here).
     pub(crate) stopped: Vec<String>,
+    /// The merchants of [`Self::stopped`].
+    pub(crate) stopped_on: Vec<String>,
     /// Its CPU time and peak memory, once it finished.
     pub(crate) usage: Option<scale::Usage>,
     /// Whether it was killed on purpose.
     pub(crate) killed: bool,
     /// Its exit, as a word.
     pub(crate) exit: String,
+}
+
+impl WorkerLog {
+    /// Merchants it acquired and has neither settled nor stopped on: what it holds now.
+    fn holding(&self) -> Vec<String> {
+        let mut held: HashMap<&str, i64> = HashMap::new();
+        for (merchant, _) in &self.acquired {
+            *held.entry(merchant).or_default() += 1;
+        }
+        for merchant in self.settled.iter().chain(&self.stopped_on) {
+            *held.entry(merchant).or_default() -= 1;
+        }
+        let mut holding: Vec<String> = held
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(m, _)| m.to_owned())
+            .collect();
+        holding.sort();
+        holding
+    }
 }
 
 /// What one case came to.
@@ -251,6 +274,7 @@ pub(crate) async fn run(case: &Case, args: &Args, services: &Services) -> CaseRe
             return result;
         }
     };
+    let before = Snapshot::take(&clients.pool).await;
     let mut run = Running {
         case,
         args,
@@ -259,13 +283,12 @@ pub(crate) async fn run(case: &Case, args: &Args, services: &Services) -> CaseRe
         gateway: gateway.addr.clone(),
         logs: logs.clone(),
         workers: Vec::new(),
+        started: Instant::now(),
     };
-    let before = Snapshot::take(&clients.pool).await;
-    let started = Instant::now();
     if let Err(why) = run.run_to_end(&clients).await {
         result.trouble.push(why);
     }
-    result.wall = started.elapsed();
+    result.wall = run.started.elapsed();
     let after = Snapshot::take(&clients.pool).await;
     result.commits = after.commits.saturating_sub(before.commits);
     result.machine_busy = after.busy_since(&before);
@@ -384,14 +407,24 @@ struct Running<'a> {
     gateway: String,
     logs: PathBuf,
     workers: Vec<WorkerProcess>,
+    /// When its first worker started: the wall time and the fault log count from here.
+    started: Instant,
 }
 
-/// The faults of a case, in order: stop one worker, resume it two TTLs later, kill another.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The faults of a case, in order: at a quarter of the refunds, stop a worker that holds a
+/// merchant and kill (and replace) another that holds one; resume the stopped one once
+/// another worker has taken one of its merchants over.
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum FaultStage {
-    StopAtQuarter,
-    ResumeAt(Instant),
-    KillAtSixtyPercent,
+    StrikeAtQuarter,
+    Stopped {
+        victim: usize,
+        holding: Vec<String>,
+        /// Acquisitions of those merchants by other workers when it was stopped.
+        seen: usize,
+        /// Resumed then even with no take-over seen (the take-overs and the audit say so).
+        at_latest: Instant,
+    },
     Done,
 }
 
@@ -404,7 +437,7 @@ impl Running<'_> {
         let refunds = self.case.work.refunds();
         let deadline = Instant::now() + Duration::from_secs(120 + refunds / 200);
         let mut stage = if self.case.faults {
-            FaultStage::StopAtQuarter
+            FaultStage::StrikeAtQuarter
         } else {
             FaultStage::Done
         };
@@ -433,25 +466,98 @@ impl Running<'_> {
     ) -> Result<FaultStage, String> {
         let ttl = Duration::from_millis(self.args.ttl_ms);
         let next = match stage {
-            FaultStage::StopAtQuarter if sent(clients, self.names).await? * 4 >= refunds => {
-                fencing_harness::signal("STOP", self.workers[0].pid);
-                FaultStage::ResumeAt(Instant::now() + 2 * ttl)
+            FaultStage::StrikeAtQuarter if sent(clients, self.names).await? * 4 >= refunds => {
+                let stopped = self.holder(None);
+                let killed = stopped.as_ref().and_then(|(s, _)| self.holder(Some(*s)));
+                match (stopped, killed) {
+                    (Some((victim, holding)), Some((killed, _))) => {
+                        fencing_harness::signal("STOP", self.workers[victim].pid);
+                        fencing_harness::signal("KILL", self.workers[killed].pid);
+                        self.workers[killed]
+                            .log
+                            .lock()
+                            .expect("never poisoned")
+                            .killed = true;
+                        let replacement = format!("w{}", self.workers.len());
+                        self.record_fault(&format!(
+                            "stopped w{victim} holding {holding:?}; killed w{killed}, {replacement} started"
+                        ));
+                        self.spawn(replacement)?;
+                        // Its messages come back after a visibility timeout; a worker then
+                        // needs a moment to be free for one.
+                        let at_latest = Instant::now() + 4 * ttl + Duration::from_secs(30);
+                        let seen = self.acquisitions_by_others(victim, &holding);
+                        FaultStage::Stopped {
+                            victim,
+                            holding,
+                            seen,
+                            at_latest,
+                        }
+                    }
+                    _ => FaultStage::StrikeAtQuarter,
+                }
             }
-            FaultStage::ResumeAt(at) if Instant::now() >= at => {
-                fencing_harness::signal("CONT", self.workers[0].pid);
-                FaultStage::KillAtSixtyPercent
-            }
-            FaultStage::KillAtSixtyPercent
-                if sent(clients, self.names).await? * 10 >= refunds * 6 =>
+            FaultStage::Stopped {
+                victim,
+                ref holding,
+                seen,
+                at_latest,
+            } if Instant::now() >= at_latest
+                || self.acquisitions_by_others(victim, holding) > seen =>
             {
-                fencing_harness::signal("KILL", self.workers[1].pid);
-                self.workers[1].log.lock().expect("never poisoned").killed = true;
-                self.spawn(format!("w{}", self.case.workers))?;
+                fencing_harness::signal("CONT", self.workers[victim].pid);
+                let why = if Instant::now() >= at_latest {
+                    "no take-over seen by its deadline"
+                } else {
+                    "another worker took one of its merchants"
+                };
+                self.record_fault(&format!("resumed w{victim}: {why}"));
                 FaultStage::Done
             }
             unchanged => unchanged,
         };
         Ok(next)
+    }
+
+    /// Appends `what` to the case's `faults.log`, after the milliseconds since the run began.
+    fn record_fault(&self, what: &str) {
+        use std::io::Write as _;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.logs.join("faults.log"));
+        if let Ok(mut file) = file {
+            let _ = writeln!(file, "{} ms: {what}", self.started.elapsed().as_millis());
+        }
+    }
+
+    /// The first live worker other than `spared` that holds a merchant, and what it holds.
+    fn holder(&mut self, spared: Option<usize>) -> Option<(usize, Vec<String>)> {
+        let workers = self.workers.iter_mut().enumerate();
+        workers.into_iter().find_map(|(i, worker)| {
+            let live = Some(i) != spared && matches!(worker.child.try_wait(), Ok(None));
+            let log = worker.log.lock().expect("never poisoned");
+            let holding = log.holding();
+            (live && !log.killed && !holding.is_empty()).then_some((i, holding))
+        })
+    }
+
+    /// Acquisitions of any of `holding` by workers other than `victim`.
+    fn acquisitions_by_others(&self, victim: usize, holding: &[String]) -> usize {
+        let others = self
+            .workers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != victim);
+        others
+            .map(|(_, worker)| {
+                let log = worker.log.lock().expect("never poisoned");
+                log.acquired
+                    .iter()
+                    .filter(|(m, _)| holding.contains(m))
+                    .count()
+            })
+            .sum()
     }
 
     fn all_exited(&mut self) -> bool {
@@ -539,8 +645,12 @@ async fn read_worker(
                 log.acquired
                     .push(((*merchant).to_owned(), token.parse().unwrap_or(0)));
             }
-            ["settled", ..] => log.settled += 1,
-            ["stopped", ..] => log.stopped.push(line.clone()),
+            ["settled", merchant, ..] => log.settled.push((*merchant).to_owned()),
+            ["stopped", merchant, ..] => {
+                log.stopped_on
+                    .push(merchant.trim_end_matches(':').to_owned());
+                log.stopped.push(line.clone());
+            }
             ["done", "cpu_ms", cpu, "peak_rss_kib", rss] => {
                 log.usage = Some(scale::Usage {
                     cpu: Duration::from_millis(cpu.parse().unwrap_or(0)),
