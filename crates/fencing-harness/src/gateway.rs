@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +15,13 @@ use fencing_core::{BoxError, Record, RecordKey, SideEffect};
 use serde::{Deserialize, Serialize};
 
 use crate::http::{self, Request};
+
+/// Threads that take connections in turn when the gateway has no latency.
+pub const ANSWERING_THREADS: usize = 4;
+
+/// How long a shared thread waits for a connection's first byte before it hands the
+/// connection to a thread of its own (a caller stopped between its connect and its request).
+pub const FIRST_BYTE_WAIT: Duration = Duration::from_millis(50);
 
 /// What a call did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,23 +128,66 @@ impl Gateway {
         }
     }
 
-    /// Serves `listener` until the process ends, each connection on a thread of its own
-    /// that waits `latency` (a real gateway's round trip) before its call takes effect, so
-    /// that calls overlap and a caller stopped mid-request (SIGSTOP between its connect and
-    /// its request) holds up only its own call. Calls take effect one at a time, which keeps
-    /// the journal in their order.
-    pub fn serve(self, listener: std::net::TcpListener, latency: Duration) -> io::Result<()> {
+    /// Serves `listener` until the process ends. Calls take effect one at a time, which
+    /// keeps the journal in their order.
+    ///
+    /// With a `latency` (a real gateway's round trip), each connection has a thread of its
+    /// own that waits it out, so that calls overlap. With none, [`ANSWERING_THREADS`] threads
+    /// take connections in turn (a thread per call would cost more CPU than the call), and a
+    /// connection whose request has not begun within [`FIRST_BYTE_WAIT`] gets a thread of its
+    /// own: a caller stopped between its connect and its request holds up no other call.
+    pub fn serve(self, listener: TcpListener, latency: Duration) -> io::Result<()> {
         let gateway = Arc::new(Mutex::new(self));
-        for stream in listener.incoming() {
-            let stream = stream?;
-            let gateway = gateway.clone();
-            std::thread::spawn(move || Self::answer(&gateway, &stream, latency));
+        if !latency.is_zero() {
+            for stream in listener.incoming() {
+                let (stream, gateway) = (stream?, gateway.clone());
+                std::thread::spawn(move || Self::answer(&gateway, &stream, latency));
+            }
+            return Ok(());
+        }
+        let answering: Vec<_> = (0..ANSWERING_THREADS)
+            .map(|_| {
+                let (listener, gateway) = (listener.try_clone()?, gateway.clone());
+                Ok(std::thread::spawn(move || -> io::Result<()> {
+                    for stream in listener.incoming() {
+                        Self::answer_or_hand_off(&gateway, stream?);
+                    }
+                    Ok(())
+                }))
+            })
+            .collect::<io::Result<_>>()?;
+        for thread in answering {
+            thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("an answering thread panicked")))?;
         }
         Ok(())
     }
 
+    /// Answers `stream` on this thread if its request has begun, else on a thread of its own.
+    /// A connection whose socket refuses the timeouts is answered here (its caller is gone, or
+    /// its answer is an error at worst): it is never the gateway's failure.
+    fn answer_or_hand_off(gateway: &Arc<Mutex<Self>>, stream: TcpStream) {
+        let begun = stream
+            .set_read_timeout(Some(FIRST_BYTE_WAIT))
+            .and_then(|()| stream.peek(&mut [0u8; 1]));
+        let _ = stream.set_read_timeout(None);
+        match begun {
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                let gateway = gateway.clone();
+                std::thread::spawn(move || Self::answer(&gateway, &stream, Duration::ZERO));
+            }
+            _ => Self::answer(gateway, &stream, Duration::ZERO),
+        }
+    }
+
     /// Reads one call from `stream`, waits `latency`, makes it take effect and answers it.
-    fn answer(gateway: &Mutex<Self>, stream: &std::net::TcpStream, latency: Duration) {
+    fn answer(gateway: &Mutex<Self>, stream: &TcpStream, latency: Duration) {
         let answer = match http::read_request(stream) {
             Ok(request) => {
                 std::thread::sleep(latency);
@@ -322,6 +373,44 @@ mod tests {
                 Outcome::Found
             ]
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Sends `GET /refunds/<key>` on `stream` and returns the response's status line,
+    /// waiting at most 20 s for it.
+    fn lookup(mut stream: &TcpStream, key: &str) -> String {
+        use std::io::Read as _;
+        write!(
+            stream,
+            "GET /refunds/{key} HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+        )
+        .unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn callers_silent_after_connecting_hold_up_no_other_call_and_are_answered_later() {
+        let dir = std::env::temp_dir().join(fencing_testkit::unique_name("gateway-silent"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let gateway = Gateway::new(&dir.join("journal.jsonl")).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || gateway.serve(listener, Duration::ZERO));
+        // More silent callers than threads answering: a stopped worker's half-made calls.
+        let silent: Vec<TcpStream> = (0..=ANSWERING_THREADS)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        std::thread::sleep(FIRST_BYTE_WAIT * 4);
+        let other = TcpStream::connect(addr).unwrap();
+        assert_eq!(lookup(&other, "r_1"), "HTTP/1.1 404 Not Found");
+        for (i, stream) in silent.iter().enumerate() {
+            assert_eq!(lookup(stream, &format!("r_{i}")), "HTTP/1.1 404 Not Found");
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
