@@ -132,10 +132,9 @@ pub(crate) struct WorkerLog {
     pub(crate) acquired: Vec<(String, u64)>,
     /// Merchants it settled and deleted the message of.
     pub(crate) settled: Vec<String>,
-    /// Merchants it stopped on, and why (a refused stale holder says so here).
+    /// Merchants it stopped on, and why (a refused stale holder says so here): its
+    /// `stopped <merchant>: <why>` lines.
     pub(crate) stopped: Vec<String>,
-    /// The merchants of [`Self::stopped`].
-    pub(crate) stopped_on: Vec<String>,
     /// Its CPU time and peak memory, once it finished.
     pub(crate) usage: Option<scale::Usage>,
     /// Whether it was killed on purpose.
@@ -151,7 +150,11 @@ impl WorkerLog {
         for (merchant, _) in &self.acquired {
             *held.entry(merchant).or_default() += 1;
         }
-        for merchant in self.settled.iter().chain(&self.stopped_on) {
+        let stopped_on = self.stopped.iter().filter_map(|line| {
+            let merchant = line.split_whitespace().nth(1)?;
+            Some(merchant.trim_end_matches(':'))
+        });
+        for merchant in self.settled.iter().map(String::as_str).chain(stopped_on) {
             *held.entry(merchant).or_default() -= 1;
         }
         let mut holding: Vec<String> = held
@@ -502,15 +505,15 @@ impl Running<'_> {
                 ref holding,
                 seen,
                 at_latest,
-            } if Instant::now() >= at_latest
-                || self.acquisitions_by_others(victim, holding) > seen =>
-            {
-                fencing_harness::signal("CONT", self.workers[victim].pid);
-                let why = if Instant::now() >= at_latest {
+            } => {
+                let why = if self.acquisitions_by_others(victim, holding) > seen {
+                    "another worker took one of its merchants"
+                } else if Instant::now() >= at_latest {
                     "no take-over seen by its deadline"
                 } else {
-                    "another worker took one of its merchants"
+                    return Ok(stage);
                 };
+                fencing_harness::signal("CONT", self.workers[victim].pid);
                 self.record_fault(&format!("resumed w{victim}: {why}"));
                 FaultStage::Done
             }
@@ -533,8 +536,7 @@ impl Running<'_> {
 
     /// The first live worker other than `spared` that holds a merchant, and what it holds.
     fn holder(&mut self, spared: Option<usize>) -> Option<(usize, Vec<String>)> {
-        let workers = self.workers.iter_mut().enumerate();
-        workers.into_iter().find_map(|(i, worker)| {
+        self.workers.iter_mut().enumerate().find_map(|(i, worker)| {
             let live = Some(i) != spared && matches!(worker.child.try_wait(), Ok(None));
             let log = worker.log.lock().expect("never poisoned");
             let holding = log.holding();
@@ -646,11 +648,7 @@ async fn read_worker(
                     .push(((*merchant).to_owned(), token.parse().unwrap_or(0)));
             }
             ["settled", merchant, ..] => log.settled.push((*merchant).to_owned()),
-            ["stopped", merchant, ..] => {
-                log.stopped_on
-                    .push(merchant.trim_end_matches(':').to_owned());
-                log.stopped.push(line.clone());
-            }
+            ["stopped", ..] => log.stopped.push(line.clone()),
             ["done", "cpu_ms", cpu, "peak_rss_kib", rss] => {
                 log.usage = Some(scale::Usage {
                     cpu: Duration::from_millis(cpu.parse().unwrap_or(0)),
