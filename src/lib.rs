@@ -4,17 +4,48 @@
 //! This facade re-exports the job-facing names of [`fencing_core`]; each store adapter joins it behind its feature, as
 //! a module named after the store ([`postgres`], [`redis`], [`dynamodb`], [`s3`], [`etcd`],
 //! [`object_store`]) and, by its types, in the [`prelude`].
+//!
+//! The default Redis lease takes its epochs from an [`EpochSource`], a type of its own: a
+//! counter of tokens (which opens no epoch once per loss, and counts up to 2^20 a second) is
+//! refused when the program is compiled, not when a resource runs out of epochs.
+//!
+#![cfg_attr(
+    all(feature = "postgres", feature = "redis"),
+    doc = r#"
+```
+use std::sync::Arc;
+use fencing::postgres::PgEpochSource;
+use fencing::redis::{RedisLease, SentinelConnection};
+
+fn lease(conn: SentinelConnection, epochs: PgEpochSource) -> RedisLease<SentinelConnection> {
+    RedisLease::new(conn, Arc::new(epochs))
+}
+```
+
+```compile_fail
+use std::sync::Arc;
+use fencing::postgres::PgTokenSource;
+use fencing::redis::{RedisLease, SentinelConnection};
+
+// A counter of tokens where the epochs go: error[E0277], `PgTokenSource: EpochSource` is not
+// satisfied.
+fn lease(conn: SentinelConnection, counters: PgTokenSource) -> RedisLease<SentinelConnection> {
+    RedisLease::new(conn, Arc::new(counters))
+}
+```
+"#
+)]
 
 /// The core's job-facing names, each listed: what an adapter author needs besides is in
 /// `fencing_core::adapter`, which this crate does not re-export.
 pub use fencing_core::{
-    BatchScope, BoxError, CounterHistory, EffectOutcome, EffectStart, Error, FenceCheck,
-    FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, Finished, FoundFence, Holder,
-    InputKind, InvalidInput, Lease, LeaseGuard, LeaseRenewal, LeaseStatus, Lifecycle, MemoryLease,
-    MemoryStore, MemoryTokenSource, Mismatch, MismatchPolicy, NoAnswer, OwnerId, Pipeline,
-    RateBound, Record, RecordKey, RecordWrites, ResourceName, Result, RetryPolicy, Settled,
-    SideEffect, SkippedRecord, State, TokenSource, Ttl, WriteWith, Written, acquire, async_trait,
-    seed_from_floors,
+    BatchScope, BoxError, CounterHistory, EffectOutcome, EffectStart, EpochSource, Error,
+    FenceCheck, FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, Finished,
+    FoundFence, Holder, InputKind, InvalidInput, Lease, LeaseGuard, LeaseRenewal, LeaseStatus,
+    Lifecycle, MemoryEpochSource, MemoryLease, MemoryStore, MemoryTokenSource, Mismatch,
+    MismatchPolicy, NoAnswer, OwnerId, Pipeline, RateBound, Record, RecordKey, RecordWrites,
+    ResourceName, Result, RetryPolicy, Settled, SideEffect, SkippedRecord, State, TokenSource, Ttl,
+    WriteWith, Written, acquire, async_trait, seed_from_floors,
 };
 
 /// What a job names: `use fencing::prelude::*;` brings the handful of core names a job writes
@@ -34,8 +65,8 @@ pub mod prelude {
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub use fencing_postgres::{
-        PgFenceFloor, PgKeyType, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource,
-        PgValue, PgWrite, PgWrittenTogether,
+        PgEpochSource, PgFenceFloor, PgKeyType, PgLease, PgQualifiedName, PgStore, PgTable,
+        PgTokenSource, PgValue, PgWrite, PgWrittenTogether,
     };
 
     #[cfg(feature = "redis")]

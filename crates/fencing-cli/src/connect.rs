@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use fencing_core::{Lease, ResourceName, TokenSource};
+use fencing_core::{Lease, RateBound, ResourceName, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
 use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
-use fencing_postgres::{PgLease, PgQualifiedName, PgTokenSource};
+use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgTokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
 use redis::aio::MultiplexedConnection;
 use sqlx::PgPool;
@@ -324,22 +324,18 @@ impl Settings {
     }
 
     async fn pg_tokens(&self) -> Result<PgTokenSource, Failure> {
+        let counters = PgTokenSource::new(self.pg_pool().await?, qualified(&self.pg_token_table)?);
         if self.pg_counters_are_epochs() {
-            return self.epochs(&self.pg_token_table).await;
+            // Read (and raised by hand) as the epochs' own rows, at the rate they count.
+            return Ok(counters.with_max_rate(RateBound::EPOCHS.per_second())?);
         }
-        Ok(PgTokenSource::new(
-            self.pg_pool().await?,
-            qualified(&self.pg_token_table)?,
-        ))
+        Ok(counters)
     }
 
     /// The PostgreSQL counters of the Redis tokens' epochs in `table`, counting as the
     /// library's Redis deployments do (at most one epoch a second: epochs stay below 2^31).
-    async fn epochs(&self, table: &str) -> Result<PgTokenSource, Failure> {
-        Ok(PgTokenSource::epochs(
-            self.pg_pool().await?,
-            qualified(table)?,
-        ))
+    async fn epochs(&self, table: &str) -> Result<PgEpochSource, Failure> {
+        Ok(PgEpochSource::new(self.pg_pool().await?, qualified(table)?))
     }
 
     fn dynamo_tokens(&self) -> Result<DynamoTokenSource, Failure> {

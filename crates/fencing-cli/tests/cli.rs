@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use assert_cmd::Command;
 use fencing_core::{FencedStore, FencedWrite, FencingToken, Lease, RecordKey, ResourceName, Ttl};
-use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
+use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::RedisLease;
 use fencing_test_support::services;
 use fencing_testkit::unique_name;
@@ -73,6 +73,15 @@ impl Schema {
         );
         tokens.create_if_missing().await.unwrap();
         tokens
+    }
+
+    async fn epochs(&self) -> PgEpochSource {
+        let epochs = PgEpochSource::new(
+            self.pool.clone(),
+            PgQualifiedName::new(&self.name, "tokens").unwrap(),
+        );
+        epochs.create_if_missing().await.unwrap();
+        epochs
     }
 
     async fn execute(&self, sql: String) {
@@ -146,7 +155,7 @@ async fn token_current_and_advance_never_lower_a_postgres_counter() {
 #[tokio::test]
 async fn seeding_an_epoch_deployment_without_its_epochs_is_refused_unless_asked_for() {
     let schema = Schema::new().await;
-    let epochs = schema.tokens().await;
+    let epochs = schema.epochs().await;
     let pool = schema.pool.clone();
     let refunds = PgTable::new(&schema.name, "refunds").unwrap();
     refunds.create_if_missing(&pool).await.unwrap();

@@ -50,7 +50,7 @@ pub use contract::guard::{LeaseGuard, OwnerId};
 pub use contract::lease::{Lease, LeaseStatus};
 pub use contract::store::{FenceCheck, FencedStore, FencedWrite, Record, Written};
 pub use contract::token_source::{
-    CounterHistory, FenceFloor, RateBound, TokenSource, seed_from_floors,
+    CounterHistory, EpochSource, FenceFloor, RateBound, TokenSource, seed_from_floors,
 };
 pub use holder::batch::{BatchScope, FencedBatch};
 pub use holder::effect::{EffectOutcome, EffectStart, Lifecycle, SideEffect};
@@ -59,7 +59,7 @@ pub use holder::pipeline::{Pipeline, RecordWrites, Settled};
 pub use holder::renewal::LeaseRenewal;
 pub use holder::retry::{RetryPolicy, acquire};
 pub use holder::write::Holder;
-pub use memory::{MemoryLease, MemoryStore, MemoryTokenSource};
+pub use memory::{MemoryEpochSource, MemoryLease, MemoryStore, MemoryTokenSource};
 pub use value::error::{BoxError, Error, FoundFence, NoAnswer, Result};
 pub use value::input::{InputKind, InvalidInput};
 pub use value::name::{RecordKey, ResourceName, State};

@@ -193,20 +193,22 @@ impl Lease for DynamoLease {
         let mut lost = 0;
         for round in 0..COUNTER_ROUNDS {
             let now = now_ms();
-            let to = match self
-                .tokens
-                .token_after(resource, &expected, &serving, lowered, now)
-            {
-                Ok(to) => to,
-                // Exhausted only if the lease is free: a holder's lease is busy first.
-                Err(exhausted) => {
-                    let item = self.tokens.item(resource).await?;
-                    return match self.holder(item.as_ref(), now)? {
-                        Some(_) => Ok(None),
-                        None => Err(exhausted),
-                    };
-                }
-            };
+            let start = self.tokens.fresh_start(&serving).await?;
+            let to =
+                match self
+                    .tokens
+                    .token_after(resource, &expected, (&serving, start), lowered, now)
+                {
+                    Ok(to) => to,
+                    // Exhausted only if the lease is free: a holder's lease is busy first.
+                    Err(exhausted) => {
+                        let item = self.tokens.item(resource).await?;
+                        return match self.holder(item.as_ref(), now)? {
+                            Some(_) => Ok(None),
+                            None => Err(exhausted),
+                        };
+                    }
+                };
             let sent = self
                 .acquisition(resource, &expected, to, &serving, &owner, ttl, now)
                 .send()

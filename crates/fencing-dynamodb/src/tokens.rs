@@ -37,6 +37,10 @@ pub(crate) const HISTORY: &str = "history";
 /// When the counter was last written, in milliseconds since the epoch on the writer's clock.
 pub(crate) const WRITTEN: &str = "written_at_ms";
 
+/// The partition key value of the item that binds the whole table: no [`ResourceName`] holds a
+/// control character, and DynamoDB refuses an empty key.
+pub(crate) const TABLE_BINDING: &str = "\u{1}table";
+
 /// How long the table's identity, once read, is trusted before it is read again.
 const IDENTITY_REFRESH: Duration = Duration::from_secs(60);
 
@@ -72,6 +76,16 @@ pub(crate) const AMBIGUOUS_RETRIES: u32 = 2;
 /// passes every token the lost table could have issued. That rests on the writers' clocks
 /// agreeing to within the seconds a restore takes, and on no counter outrunning the bound.
 ///
+/// A counter the restored table lacks altogether (its resource first used after the backup)
+/// is covered by the table's own binding: an item at a reserved key (a control character, which
+/// no resource name holds) that [`Self::create_if_missing`] writes, holding the first token a
+/// counter new to the table starts at, bound to the table like any counter. Found bound to
+/// another table, it is raised first the same way (every counter the lost table created
+/// started at the old start after the binding was written), so a counter missing on the
+/// restored table starts above every token a lost one issued. It is read once per table
+/// identity; a table without it (made by an earlier version, or by a tool of the team's own)
+/// issues a new counter nothing until `create_if_missing` has added it.
+///
 /// The SDK's own retries are off (a copy of the caller's client): an answer that was lost is
 /// settled here, by sending the same swap again, which the service refuses if the first one
 /// applied and which then counts on from the value it returns. A token lost that way is never
@@ -88,6 +102,8 @@ pub struct DynamoTokenSource {
     max_rate: RateBound,
     identity: Arc<Mutex<Option<(String, Instant)>>>,
     identity_refresh: Duration,
+    /// The first token of a counter new to the table, and the table identity it holds for.
+    binding: Arc<Mutex<Option<(String, FencingToken)>>>,
 }
 
 /// A counter as an item held it.
@@ -132,6 +148,7 @@ impl DynamoTokenSource {
             max_rate: RateBound::DEFAULT,
             identity: Arc::default(),
             identity_refresh: IDENTITY_REFRESH,
+            binding: Arc::default(),
         })
     }
 
@@ -179,21 +196,91 @@ impl DynamoTokenSource {
 
     /// Creates the counter table (on-demand, the key attribute, `resource` unless set, as a
     /// String hash key).
+    /// String hash key), if missing, with the item that binds the whole table (added to a
+    /// table that has none).
     pub async fn create_if_missing(&self) -> Result<()> {
         let key = [(
             self.key_attribute.as_str(),
             ScalarAttributeType::S,
             KeyType::Hash,
         )];
-        create_table(&self.client, &self.table, &key, &self.name).await
+        create_table(&self.client, &self.table, &key, &self.name).await?;
+        let serving = self.serving(true).await?;
+        let binding = self.swap_item(
+            self.item_key(TABLE_BINDING),
+            &Counter::default(),
+            FencingToken::MIN,
+            &serving,
+            now_ms(),
+        );
+        match binding.send().await {
+            Ok(_) => Ok(()),
+            Err(err) => match self.failed(err) {
+                // Bound already.
+                Failed::Refused(_) => Ok(()),
+                Failed::Error(err) => Err(err),
+            },
+        }
     }
 
     /// The key of the counter (and lease) item of `resource`.
     fn resource_key(&self, resource: &ResourceName) -> Item {
+        self.item_key(resource.as_str())
+    }
+
+    /// The key of the item named `name`.
+    fn item_key(&self, name: &str) -> Item {
         HashMap::from([(
             self.key_attribute.clone(),
-            AttributeValue::S(resource.to_string()),
+            AttributeValue::S(name.to_owned()),
         )])
+    }
+
+    /// The first token of a counter new to the table serving now (`serving`): the table
+    /// binding's, raised and bound to this table first where it is bound to another.
+    pub(crate) async fn fresh_start(&self, serving: &str) -> Result<FencingToken> {
+        if let Some((bound, start)) = &*self.binding.lock().unwrap_or_else(PoisonError::into_inner)
+            && bound == serving
+        {
+            return Ok(*start);
+        }
+        let key = self.item_key(TABLE_BINDING);
+        for round in 0..COUNTER_ROUNDS {
+            let binding = self.counter_of(self.item_at(key.clone()).await?.as_ref())?;
+            let Some(start) = binding.token else {
+                return Err(DynamoFailure::Corrupt(format!(
+                    "the table has no binding item (key {TABLE_BINDING:?}), which keeps a counter \
+                     it lacks after a restore from starting again below tokens already issued: \
+                     run create_if_missing() once (it adds it to an existing table)"
+                ))
+                .into_error(&self.name, RequestEffect::ReadOnly));
+            };
+            let now = now_ms();
+            let start = match binding.history.as_deref() {
+                Some(bound) if bound == serving => start,
+                _ => {
+                    let moved = self
+                        .max_rate
+                        .raise(start, binding.written_ms, now)
+                        .ok_or_else(|| self.kept_changing())?;
+                    let swap = self.swap_item(key.clone(), &binding, moved, serving, now);
+                    if let Err(err) = swap.send().await {
+                        match self.failed(err) {
+                            Failed::Refused(_) => {
+                                tokio::time::sleep(contention_pause(refusals(round))).await;
+                                continue;
+                            }
+                            Failed::Error(err) => return Err(err),
+                        }
+                    }
+                    moved
+                }
+            };
+            *self.binding.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((serving.to_owned(), start));
+            return Ok(start);
+        }
+        Err(self.kept_changing())
     }
 
     /// The store name in errors, `dynamodb:<table>`.
@@ -221,10 +308,15 @@ impl DynamoTokenSource {
     /// An `UpdateItem` on the item of `resource`, returning the item as it stood if its
     /// condition fails.
     pub(crate) fn update(&self, resource: &ResourceName) -> UpdateItemFluentBuilder {
+        self.update_at(self.resource_key(resource))
+    }
+
+    /// An `UpdateItem` on the item at `key`, as [`Self::update`].
+    fn update_at(&self, key: Item) -> UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(self.resource_key(resource)))
+            .set_key(Some(key))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
     }
 
@@ -271,7 +363,7 @@ impl DynamoTokenSource {
         &self,
         resource: &ResourceName,
         counter: &Counter,
-        serving: &str,
+        (serving, fresh_start): (&str, FencingToken),
         lowered: bool,
         now_ms: u64,
     ) -> Result<FencingToken> {
@@ -283,7 +375,8 @@ impl DynamoTokenSource {
                         resource: resource.clone(),
                     })?,
             ),
-            token => token,
+            Some(token) => Some(token),
+            None => return Ok(fresh_start),
         };
         above(resource, from)
     }
@@ -296,6 +389,34 @@ impl DynamoTokenSource {
     pub(crate) fn swap(
         &self,
         resource: &ResourceName,
+        expected: &Counter,
+        to: FencingToken,
+        serving: &str,
+        now_ms: u64,
+        also_set: Option<&str>,
+        also_require: Option<&str>,
+    ) -> UpdateItemFluentBuilder {
+        let key = self.resource_key(resource);
+        self.swap_at(key, expected, to, serving, now_ms, also_set, also_require)
+    }
+
+    /// The counter swap of [`Self::swap`] on the item at `key`, with nothing else set or
+    /// required.
+    fn swap_item(
+        &self,
+        key: Item,
+        expected: &Counter,
+        to: FencingToken,
+        serving: &str,
+        now_ms: u64,
+    ) -> UpdateItemFluentBuilder {
+        self.swap_at(key, expected, to, serving, now_ms, None, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn swap_at(
+        &self,
+        key: Item,
         expected: &Counter,
         to: FencingToken,
         serving: &str,
@@ -321,7 +442,7 @@ impl DynamoTokenSource {
             None => format!("{pin_token} AND {pin_history}"),
         };
         let request = self
-            .update(resource)
+            .update_at(key)
             .update_expression(update)
             .condition_expression(condition)
             .expression_attribute_names("#token", TOKEN)
@@ -356,11 +477,16 @@ impl DynamoTokenSource {
     /// The item of `resource` (its counter, and its lease where a lease shares the table), read
     /// consistently.
     pub(crate) async fn item(&self, resource: &ResourceName) -> Result<Option<Item>> {
+        self.item_at(self.resource_key(resource)).await
+    }
+
+    /// The item at `key`, read consistently.
+    async fn item_at(&self, key: Item) -> Result<Option<Item>> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(self.resource_key(resource)))
+            .set_key(Some(key))
             .consistent_read(true)
             .send()
             .await
@@ -496,14 +622,15 @@ impl DynamoTokenSource {
         &self,
         resource: &ResourceName,
         mut expected: Counter,
-        target: impl Fn(&Counter, &str, bool, u64) -> Result<Raise>,
+        target: impl Fn(&Counter, (&str, FencingToken), bool, u64) -> Result<Raise>,
     ) -> Result<FencingToken> {
         let mut serving = self.serving(false).await?;
         let mut lowered = false;
         let mut lost = 0;
         for round in 0..COUNTER_ROUNDS {
             let now = now_ms();
-            let to = match target(&expected, &serving, lowered, now)? {
+            let start = self.fresh_start(&serving).await?;
+            let to = match target(&expected, (&serving, start), lowered, now)? {
                 Raise::To(to) => to,
                 Raise::Already(at) => return Ok(at),
             };
@@ -573,8 +700,9 @@ impl TokenSource for DynamoTokenSource {
         self.saw(resource, current.clone());
         self.raise(resource, current, |counter, serving, lowered, now| {
             // A counter that moved keeps its raise: binding it to this table at the floor
-            // alone would forget what the lost table may have issued above it.
-            if counter.may_be_behind(serving, lowered) {
+            // alone would forget what the lost table may have issued above it; a counter the
+            // table lacks starts no lower than a new one would.
+            if counter.may_be_behind(serving.0, lowered) || counter.token.is_none() {
                 let raised = self.token_after(resource, counter, serving, lowered, now)?;
                 return Ok(Raise::To(raised.max(floor)));
             }

@@ -9,10 +9,10 @@
 
 use std::sync::Arc;
 
-use fencing_core::{Lease, Result, TokenSource};
+use fencing_core::{EpochSource, Lease, Result};
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
 use fencing_etcd::{EtcdKeys, EtcdLease};
-use fencing_postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
+use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::{RedisKeys, RedisLease, SentinelConnection};
 use fencing_s3::{S3Bucket, S3Store};
 use fencing_test_support::aws;
@@ -281,7 +281,7 @@ pub async fn create_lease_tables(
 ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
     match kind {
         LeaseKind::Redis => {
-            PgTokenSource::new(clients.pool.clone(), names.qualified("tokens"))
+            PgEpochSource::new(clients.pool.clone(), names.qualified("tokens"))
                 .create_if_missing()
                 .await?
         }
@@ -488,7 +488,7 @@ where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
     if counter_binding {
-        let epochs: Arc<dyn TokenSource> = Arc::new(PgTokenSource::epochs(
+        let epochs: Arc<dyn EpochSource> = Arc::new(PgEpochSource::new(
             clients.pool.clone(),
             names.qualified("tokens"),
         ));

@@ -5,16 +5,21 @@
 //! effect with the record key as idempotency key, and confirm (`sending → sent`) — while the
 //! world does everything a real deployment can: leases expire under paused workers, a write's
 //! answer or its request is lost, the token counter loses its state, and its store fails over
-//! to a replica that did not receive the last acquisition. A pipelined worker
+//! to a replica that did not receive the last acquisition; the durable source of the counter's
+//! epochs fails over to a copy kept earlier (on a new history, behind on a resource it had, or
+//! without the row of one first used after the copy) or crashes, and several workers find one
+//! loss of the counter at once, each opening its epoch in steps others interleave with. A
+//! pipelined worker
 //! has several records in flight at once (one lane each), and its first refusal stops every
 //! lane that has not yet performed its effect, while a lane whose effect is done still sends
 //! its confirm, as `Pipeline` does. Every decision the
 //! workers and the store make is the library's own code: [`FencedWrite::decide`] and
 //! [`FencedWrite::apply`] in the store, the [`Lifecycle`] writes, the retry rules
 //! [`FencedWrite::refusal_may_be_own`] and [`FencedWrite::is_reflected_in`] of `Holder::write`,
-//! the regression rule [`is_regression`], and the epoch rules [`must_open_epoch`],
+//! the regression rule [`is_regression`], the epoch rules [`must_open_epoch`],
 //! [`open_epoch`] and [`advance_target`] for the counter, which also opens an epoch when it is
-//! bound to another server history than the one serving it.
+//! bound to another server history than the one serving it, and the history rules
+//! [`binding_here`], [`next_token`] and [`may_open_another`] for the durable epochs.
 //!
 //! `docs/protocol.md` states the properties; [`Protocol::properties`] checks them, and each
 //! [`Mutation`] breaks one rule to show the checker finds the damage.
@@ -23,11 +28,15 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
+use std::sync::Mutex;
+
+use async_trait::async_trait;
 use fencing_core::adapter::epoch::{advance_target, must_open_epoch, open_epoch};
+use fencing_core::adapter::history::{BoundCounter, binding_here, may_open_another, next_token};
 use fencing_core::adapter::is_regression;
 use fencing_core::{
-    Error, FenceCheck, FencedWrite, FencingToken, FoundFence, Lifecycle, MemoryTokenSource, Record,
-    RecordKey, ResourceName, TokenSource,
+    EpochSource, Error, FenceCheck, FencedWrite, FencingToken, FoundFence, Lifecycle, RateBound,
+    Record, RecordKey, ResourceName,
 };
 use stateright::{Model, Property};
 
@@ -50,6 +59,18 @@ pub enum Mutation {
     /// The counter issues from whatever it holds, without comparing the server history it is
     /// bound to with the history serving it: a failover to a lagging replica goes unseen.
     IgnoreServerHistory,
+    /// The durable epochs have no table binding: an epoch row the new history lacks starts at
+    /// 1 again, whatever the lost history opened.
+    NoTableBinding,
+    /// The durable epochs go on from a row found on another history as it is, without the
+    /// raise by the rate bound.
+    IgnoreEpochHistory,
+    /// Every client that finds the counter lost opens an epoch of its own, as fast as it
+    /// likes: no shared opening, no second between epochs.
+    EpochsUnbounded,
+    /// The durable epochs commit without waiting for the disk: a crash of their store loses
+    /// the last epoch opened, on the same history.
+    AsyncEpochCommits,
 }
 
 /// The most records one worker has in flight at once.
@@ -78,6 +99,13 @@ pub struct Protocol {
     /// Records each worker has in flight at once (1: one by one; at most [`MAX_LANES`]).
     /// Lane `l` settles records `l`, `l + lanes`, ….
     pub lanes: u8,
+    /// Seconds that may pass (each a step of its own; epochs of a source that can fail over
+    /// open at most one a second).
+    pub seconds: u8,
+    /// Failovers of the durable epochs' store to a copy of it kept earlier, on a new history.
+    pub epoch_failovers: u8,
+    /// Crashes of the durable epochs' store, recovered on the same history.
+    pub epoch_crashes: u8,
     /// The rule changed, if any.
     pub mutation: Mutation,
 }
@@ -95,8 +123,43 @@ impl Protocol {
             counter_losses: 1,
             failovers: 1,
             lanes: 1,
+            seconds: 0,
+            epoch_failovers: 0,
+            epoch_crashes: 0,
             mutation,
         }
+    }
+
+    /// Three workers acquiring once each, nothing to write, while the counter and its durable
+    /// epochs go through every loss a new history brings: the counter lost twice, the epochs'
+    /// store failed over to an older copy and crashed, two seconds passing. (The counter's own
+    /// failover is checked at the small size.)
+    pub fn histories(mutation: Mutation) -> Self {
+        Protocol {
+            workers: 3,
+            records: 0,
+            attempts: 1,
+            expiries: 0,
+            lost_answers: 0,
+            lost_requests: 0,
+            counter_losses: 2,
+            failovers: 0,
+            seconds: 2,
+            epoch_failovers: 1,
+            epoch_crashes: 1,
+            ..Protocol::small(mutation)
+        }
+    }
+
+    /// Whether workers that find one loss name it alike.
+    fn shared_openings(&self) -> bool {
+        self.mutation != Mutation::EpochsUnbounded
+    }
+
+    /// Whether the durable epochs' store can be failed over or crash: it then opens at most
+    /// one epoch a second per resource, which its failovers' raise counts on.
+    fn epochs_can_move(&self) -> bool {
+        self.epoch_failovers > 0 || self.epoch_crashes > 0
     }
 
     /// Two pipelined workers, each with both records in flight at once, and one expiry and
@@ -148,6 +211,8 @@ pub struct Lane {
 pub struct Worker {
     attempts_left: u8,
     token: Option<FencingToken>,
+    /// The counter was found lost: the opening of the loss and, once opened, its epoch.
+    opening: Option<(u8, Option<FencingToken>)>,
     lanes: [Lane; MAX_LANES],
     /// One of this acquisition's writes was refused.
     refused: bool,
@@ -188,8 +253,13 @@ pub enum Delivery {
 /// One step of the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// Worker `w` acquires the lease and a token.
+    /// Worker `w` acquires the lease and a token, or finds the counter lost and names the loss.
     Acquire(u8),
+    /// Worker `w` opens the epoch of the loss it found, in the durable epochs.
+    OpenEpoch(u8),
+    /// Worker `w` re-establishes the counter with its epoch (if it is still lost under the
+    /// same opening) and acquires.
+    Establish(u8),
     /// Worker `w`'s lane `l` sends its claim or confirm.
     Write(u8, u8, Delivery),
     /// Worker `w`'s lane `l` looks its record's effect up by idempotency key.
@@ -205,6 +275,15 @@ pub enum Action {
     /// The counter's store fails over to a replica that did not receive the last
     /// acquisition: counter, its binding and lease as they were before it, on a new history.
     FailOver,
+    /// A second passes.
+    Tick,
+    /// A copy of the durable epochs is kept: a standby stops receiving, a backup is taken.
+    KeepEpochCopy,
+    /// The durable epochs' store fails over to the copy kept, on a new history.
+    FailOverEpochs,
+    /// The durable epochs' store crashes and recovers on the same history, with what it had
+    /// made durable.
+    CrashEpochs,
 }
 
 /// What the properties watch for.
@@ -232,6 +311,118 @@ struct Replica {
     counter: Option<u64>,
     bound: Option<u8>,
     lease: Option<(u8, bool)>,
+    opening: Option<(u8, u8)>,
+}
+
+/// The durable epochs of the one resource, as a table of them holds them: the resource's row
+/// (its epoch counter and the opening it was last opened for), the table's binding, and the
+/// history serving them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Durable {
+    row: Option<(BoundCounter<u8>, Option<u8>)>,
+    binding: BoundCounter<u8>,
+    history: u8,
+}
+
+/// What one opening in the durable epochs found.
+enum Opening {
+    Epoch(FencingToken),
+    /// Another epoch was opened less than a second ago: wait.
+    TooSoon,
+}
+
+impl Durable {
+    /// The epoch for `opening` at `now_ms` under `protocol`'s rules (or its mutation), and
+    /// whether this wrote to the table.
+    fn open(&mut self, protocol: &Protocol, opening: u8, now_ms: u64) -> (Opening, bool) {
+        let rate = RateBound::EPOCHS;
+        let shared = protocol.mutation != Mutation::EpochsUnbounded;
+        if let Some((last, opened_for)) = &self.row {
+            if shared && *opened_for == Some(opening) {
+                return (Opening::Epoch(last.value), false);
+            }
+            if shared
+                && protocol.epochs_can_move()
+                && !may_open_another(last, &self.history, now_ms)
+            {
+                return (Opening::TooSoon, false);
+            }
+        }
+        let binding = match protocol.mutation {
+            Mutation::NoTableBinding => self.binding.clone(),
+            _ => binding_here(&self.binding, &self.history, now_ms, rate).expect("small epochs"),
+        };
+        let row = self.row.as_ref().map(|(row, _)| match protocol.mutation {
+            Mutation::IgnoreEpochHistory => BoundCounter {
+                history: self.history,
+                ..row.clone()
+            },
+            _ => row.clone(),
+        });
+        let epoch =
+            next_token(row.as_ref(), &binding, &self.history, now_ms, rate).expect("small epochs");
+        self.binding = binding;
+        let counter = BoundCounter {
+            value: epoch,
+            history: self.history,
+            written_ms: now_ms,
+        };
+        self.row = Some((counter, Some(opening)));
+        (Opening::Epoch(epoch), true)
+    }
+
+    /// Raises the resource's epoch to at least `floor`.
+    fn advance_to(&mut self, floor: FencingToken, now_ms: u64) -> FencingToken {
+        match &mut self.row {
+            Some((row, _)) => {
+                row.value = row.value.max(floor);
+                row.value
+            }
+            None => {
+                let counter = BoundCounter {
+                    value: floor,
+                    history: self.history,
+                    written_ms: now_ms,
+                };
+                self.row = Some((counter, None));
+                floor
+            }
+        }
+    }
+}
+
+/// The durable epochs as the library's epoch rules ask them, for the regression repair.
+#[derive(Debug)]
+struct Epochs<'a> {
+    durable: Mutex<&'a mut Durable>,
+    protocol: &'a Protocol,
+    now_ms: u64,
+}
+
+#[async_trait]
+impl EpochSource for Epochs<'_> {
+    async fn open(&self, _: &ResourceName, opening: &str) -> fencing_core::Result<FencingToken> {
+        let opening = opening.parse().expect("an opening the model named");
+        let mut durable = self.durable.lock().expect("one step at a time");
+        match durable.open(self.protocol, opening, self.now_ms).0 {
+            Opening::Epoch(epoch) => Ok(epoch),
+            Opening::TooSoon => unreachable!("a repair opens no epoch while epochs can move"),
+        }
+    }
+
+    async fn current(&self, _: &ResourceName) -> fencing_core::Result<Option<FencingToken>> {
+        let durable = self.durable.lock().expect("one step at a time");
+        Ok(durable.row.as_ref().map(|(row, _)| row.value))
+    }
+
+    async fn advance_to(
+        &self,
+        _: &ResourceName,
+        floor: FencingToken,
+    ) -> fencing_core::Result<FencingToken> {
+        let mut durable = self.durable.lock().expect("one step at a time");
+        Ok(durable.advance_to(floor, self.now_ms))
+    }
 }
 
 /// The world: the store, the lease, the counter, the gateway and the workers.
@@ -242,7 +433,24 @@ pub struct World {
     performed_at: Vec<Option<u8>>,
     lease: Option<(u8, bool)>,
     counter: Option<u64>,
-    epochs: u64,
+    /// The opening of the counter's loss, named by the first worker that found it lost and
+    /// handed to every other until the counter is re-established, with the server history it
+    /// was named on (a server on another history names its own: the script compares).
+    opening: Option<(u8, u8)>,
+    /// How many openings have been named.
+    openings: u8,
+    durable: Durable,
+    /// A copy of the durable epochs kept earlier, which a failover of their store brings
+    /// back.
+    durable_copy: Option<Durable>,
+    /// The durable epochs before their last write, which a crash brings back if that write
+    /// was not durable.
+    durable_unflushed: Option<Durable>,
+    /// Seconds passed, and seconds that may still pass.
+    now: u8,
+    seconds: u8,
+    epoch_failovers: u8,
+    epoch_crashes: u8,
     /// The server history serving the counter (a new one at every failover) and the history
     /// the counter is bound to.
     history: u8,
@@ -263,19 +471,21 @@ pub struct World {
 }
 
 impl World {
-    /// The durable epoch counter, as the library's in-memory source holding it.
-    fn epoch_source(&self) -> MemoryTokenSource {
-        let epochs = MemoryTokenSource::new();
-        if let Ok(epoch) = FencingToken::new(self.epochs) {
-            settled(epochs.advance_to(&resource(), epoch)).expect("an epoch");
-        }
-        epochs
+    /// Now, in milliseconds.
+    fn now_ms(&self) -> u64 {
+        u64::from(self.now) * 1000
     }
 
-    /// Keeps what the library's source holds after a step.
-    fn remember_epochs(&mut self, epochs: &MemoryTokenSource) {
-        let current = settled(epochs.current(&resource())).expect("an epoch");
-        self.epochs = current.map_or(0, FencingToken::get);
+    /// The opening of the counter's loss: the one named already, or a new one.
+    fn opening(&mut self, shared: bool) -> u8 {
+        match self.opening {
+            Some((opening, named_on)) if shared && named_on == self.history => opening,
+            _ => {
+                self.openings += 1;
+                self.opening = Some((self.openings, self.history));
+                self.openings
+            }
+        }
     }
 
     /// Whether every record is done.
@@ -334,24 +544,22 @@ impl Protocol {
         }
     }
 
-    /// Issues the next token as the counter does: opening an epoch when the counter is
-    /// missing or bound to another server history than the one serving it (or, mutated,
-    /// starting again at 1, or issuing from a counter on another history as it is).
-    fn issue(&self, world: &mut World) -> FencingToken {
+    /// Whether the counter must be re-established before it issues: missing (unless mutated
+    /// to start again at 1), its epoch used up, or bound to another server history than the
+    /// one serving it (unless mutated to ignore it).
+    fn counter_lost(&self, world: &World) -> bool {
         let current = world.counter.and_then(|c| FencingToken::new(c).ok());
         let moved = world.counter.is_some()
             && world.bound != Some(world.history)
             && self.mutation != Mutation::IgnoreServerHistory;
-        let counter = match world.counter {
-            None if self.mutation == Mutation::UnseededCounterReset => 0,
-            _ if moved || must_open_epoch(current) => {
-                let epochs = world.epoch_source();
-                let start = settled(open_epoch(&epochs, &resource(), None)).expect("an epoch");
-                world.remember_epochs(&epochs);
-                start.get().max(world.counter.unwrap_or(0))
-            }
-            counter => counter.unwrap_or(0),
-        };
+        match world.counter {
+            None if self.mutation == Mutation::UnseededCounterReset => false,
+            _ => moved || must_open_epoch(current),
+        }
+    }
+
+    /// Issues the token above `counter`, binding the counter to the history serving it.
+    fn issue_from(world: &mut World, counter: u64) -> FencingToken {
         world.bound = Some(world.history);
         let token = FencingToken::new(counter + 1).expect("small tokens");
         world.counter = Some(token.get());
@@ -360,6 +568,30 @@ impl Protocol {
         }
         world.highest_issued = world.highest_issued.max(token.get());
         token
+    }
+
+    /// The durable epochs as the library's epoch rules ask them, on a copy of `world`'s: the
+    /// epoch `open_epoch` takes for `opening` (none: too soon), and the epochs after.
+    fn open_in(&self, world: &World, opening: u8) -> (Option<FencingToken>, Durable) {
+        let mut durable = world.durable.clone();
+        if let (Opening::TooSoon, _) = durable.clone().open(self, opening, world.now_ms()) {
+            return (None, durable);
+        }
+        let epochs = Epochs {
+            durable: Mutex::new(&mut durable),
+            protocol: self,
+            now_ms: world.now_ms(),
+        };
+        let start = settled(open_epoch(&epochs, &resource(), &opening.to_string(), None));
+        (Some(start.expect("an epoch")), durable)
+    }
+
+    /// Keeps the durable epochs a step left, and the ones before it for a crash that loses
+    /// the step's write.
+    fn durable_step(world: &mut World, after: Durable) {
+        if after != world.durable {
+            world.durable_unflushed = Some(std::mem::replace(&mut world.durable, after));
+        }
     }
 
     /// The library's repair after a regression: `advance_to` the fence found.
@@ -375,13 +607,28 @@ impl Protocol {
         if !is_regression(*found, highest) {
             return;
         }
-        let epochs = world.epoch_source();
-        let durable = (self.mutation != Mutation::UnseededCounterReset)
-            .then_some(&epochs as &dyn TokenSource);
-        let missing = world.counter.is_none();
-        let target =
-            settled(advance_target(durable, &resource(), *found, missing)).expect("a target");
-        world.remember_epochs(&epochs);
+        let durable = self.mutation != Mutation::UnseededCounterReset;
+        let lost_under = (durable && world.counter.is_none())
+            .then(|| world.opening(self.shared_openings()).to_string());
+        let mut epochs_after = world.durable.clone();
+        let epochs = Epochs {
+            durable: Mutex::new(&mut epochs_after),
+            protocol: self,
+            now_ms: world.now_ms(),
+        };
+        let source = durable.then_some(&epochs as &dyn EpochSource);
+        let target = settled(advance_target(
+            source,
+            &resource(),
+            *found,
+            lost_under.as_deref(),
+        ))
+        .expect("a target");
+        Self::durable_step(world, epochs_after);
+        if lost_under.is_some() {
+            // Re-established: the loss is over, as the script deletes its opening.
+            world.opening = None;
+        }
         world.counter = Some(world.counter.unwrap_or(0).max(target.get()));
     }
 
@@ -402,16 +649,62 @@ impl Protocol {
         }
     }
 
-    /// Worker `w` acquires the lease with the next token, and its lanes start again.
+    /// Worker `w` acquires the lease with the next token, and its lanes start again; or finds
+    /// the counter lost and names the loss, to open its epoch next.
     fn acquire(&self, world: &mut World, w: u8) {
+        if self.counter_lost(world) {
+            let opening = world.opening(self.shared_openings());
+            world.workers[usize::from(w)].opening = Some((opening, None));
+            return;
+        }
+        let counter = world.counter.unwrap_or(0);
+        self.acquired(world, w, counter);
+    }
+
+    /// Worker `w` re-establishes the counter at the start of its epoch, if it is still lost
+    /// under the opening the epoch was opened for, and acquires; or, the lease taken meanwhile,
+    /// stops; or, the counter lost again since, names the new loss.
+    fn establish(&self, world: &mut World, w: u8) {
+        let Some((opening, Some(start))) = world.workers[usize::from(w)].opening else {
+            return;
+        };
+        let worker = &mut world.workers[usize::from(w)];
+        worker.opening = None;
+        if world.lease.is_some_and(|(_, live)| live) {
+            // Held by another by now: this acquisition gives up (`LeaseBusy`).
+            worker.attempts_left -= 1;
+            if worker.attempts_left == 0 {
+                for lane in &mut worker.lanes {
+                    lane.step = Step::Finished;
+                }
+            }
+            return;
+        }
+        if !self.counter_lost(world) {
+            let counter = world.counter.unwrap_or(0);
+            return self.acquired(world, w, counter);
+        }
+        if self.shared_openings() && world.opening != Some((opening, world.history)) {
+            let opening = world.opening(true);
+            world.workers[usize::from(w)].opening = Some((opening, None));
+            return;
+        }
+        world.opening = None;
+        let counter = world.counter.unwrap_or(0).max(start.get());
+        self.acquired(world, w, counter);
+    }
+
+    /// Worker `w` takes the lease with the token above `counter`.
+    fn acquired(&self, world: &mut World, w: u8, counter: u64) {
         if world.failovers > 0 {
             world.replica = Some(Replica {
                 counter: world.counter,
                 bound: world.bound,
                 lease: world.lease,
+                opening: world.opening,
             });
         }
-        let token = self.issue(world);
+        let token = Self::issue_from(world, counter);
         world.lease = Some((w, true));
         let worker = &mut world.workers[usize::from(w)];
         worker.attempts_left -= 1;
@@ -598,6 +891,7 @@ impl Model for Protocol {
         let worker = Worker {
             attempts_left: self.attempts,
             token: None,
+            opening: None,
             lanes: [lane; MAX_LANES],
             refused: false,
         };
@@ -607,7 +901,23 @@ impl Model for Protocol {
             performed_at: vec![None; usize::from(self.records)],
             lease: None,
             counter: None,
-            epochs: 0,
+            opening: None,
+            openings: 0,
+            durable: Durable {
+                row: None,
+                binding: BoundCounter {
+                    value: FencingToken::MIN,
+                    history: 0,
+                    written_ms: 0,
+                },
+                history: 0,
+            },
+            durable_copy: None,
+            durable_unflushed: None,
+            now: 0,
+            seconds: self.seconds,
+            epoch_failovers: self.epoch_failovers,
+            epoch_crashes: self.epoch_crashes,
             history: 0,
             bound: None,
             replica: None,
@@ -627,8 +937,15 @@ impl Model for Protocol {
         let lease_free = world.lease.is_none_or(|(_, live)| !live);
         for (w, worker) in (0u8..).zip(&world.workers) {
             let idle = worker.lanes[0].step == Step::Idle;
-            if idle && worker.attempts_left > 0 && lease_free {
-                actions.push(Action::Acquire(w));
+            match worker.opening {
+                None if idle && worker.attempts_left > 0 && lease_free => {
+                    actions.push(Action::Acquire(w));
+                }
+                Some((opening, None)) if self.open_in(world, opening).0.is_some() => {
+                    actions.push(Action::OpenEpoch(w));
+                }
+                Some((_, Some(_))) => actions.push(Action::Establish(w)),
+                _ => {}
             }
             if worker.ready_to_release(self.lanes, self.mutation) {
                 actions.push(Action::Release(w));
@@ -663,12 +980,53 @@ impl Model for Protocol {
         if world.failovers > 0 && world.replica.is_some() {
             actions.push(Action::FailOver);
         }
+        if world.seconds > 0 {
+            actions.push(Action::Tick);
+        }
+        if world.epoch_failovers > 0 {
+            actions.push(match world.durable_copy {
+                None => Action::KeepEpochCopy,
+                Some(_) => Action::FailOverEpochs,
+            });
+        }
+        if world.epoch_crashes > 0 && world.durable_unflushed.is_some() {
+            actions.push(Action::CrashEpochs);
+        }
     }
 
     fn next_state(&self, world: &World, action: Action) -> Option<World> {
         let mut next = world.clone();
         match action {
             Action::Acquire(w) => self.acquire(&mut next, w),
+            Action::OpenEpoch(w) => {
+                let worker = &next.workers[usize::from(w)];
+                let Some((opening, None)) = worker.opening else {
+                    return None;
+                };
+                let (start, after) = self.open_in(&next, opening);
+                Self::durable_step(&mut next, after);
+                next.workers[usize::from(w)].opening = Some((opening, Some(start?)));
+            }
+            Action::Establish(w) => self.establish(&mut next, w),
+            Action::Tick => {
+                next.seconds -= 1;
+                next.now += 1;
+            }
+            Action::KeepEpochCopy => next.durable_copy = Some(next.durable.clone()),
+            Action::FailOverEpochs => {
+                let mut copy = next.durable_copy.take()?;
+                next.epoch_failovers -= 1;
+                copy.history = next.durable.history + 1;
+                next.durable = copy;
+                next.durable_unflushed = None;
+            }
+            Action::CrashEpochs => {
+                next.epoch_crashes -= 1;
+                let before = next.durable_unflushed.take()?;
+                if self.mutation == Mutation::AsyncEpochCommits {
+                    next.durable = before;
+                }
+            }
             Action::Write(w, l, delivery) => {
                 match delivery {
                     Delivery::AnswerLost => next.lost_answers -= 1,
@@ -696,6 +1054,7 @@ impl Model for Protocol {
             Action::LoseCounter => {
                 next.counter_losses -= 1;
                 next.counter = None;
+                next.opening = None;
                 next.lease = None;
             }
             Action::FailOver => {
@@ -704,6 +1063,7 @@ impl Model for Protocol {
                 next.counter = replica.counter;
                 next.bound = replica.bound;
                 next.lease = replica.lease;
+                next.opening = replica.opening;
                 next.history += 1;
             }
         }

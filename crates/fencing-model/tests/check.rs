@@ -82,6 +82,35 @@ fn ignoring_the_server_history_a_failover_reissues_a_token() {
     );
 }
 
+/// Counters on a new history: the durable epochs failed over to a copy (behind on the row
+/// they kept, without the row of a resource first used after the copy, or ahead of a copy
+/// kept before a floor), crashed, and opened by workers that find one loss at once.
+#[test]
+fn every_token_rises_through_every_new_history_of_the_counter_and_its_epochs() {
+    assert!(check(Protocol::histories(Mutation::None)).is_empty());
+}
+
+#[test]
+fn each_check_of_a_new_history_removed_lets_a_token_be_issued_twice() {
+    for mutation in [
+        Mutation::NoTableBinding,
+        Mutation::IgnoreEpochHistory,
+        Mutation::EpochsUnbounded,
+        Mutation::AsyncEpochCommits,
+    ] {
+        // Unbounded epochs multiply the states: its hole shows without the crash.
+        let epoch_crashes = u8::from(mutation != Mutation::EpochsUnbounded);
+        let broken = check(Protocol {
+            epoch_crashes,
+            ..Protocol::histories(mutation)
+        });
+        assert!(
+            broken.contains(&"every token issued is above every token issued before it"),
+            "{mutation:?}: {broken:?}"
+        );
+    }
+}
+
 #[test]
 fn every_property_holds_for_pipelined_workers_with_two_records_in_flight() {
     let protocol = Protocol::pipelined(Mutation::None);

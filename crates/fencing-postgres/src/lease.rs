@@ -15,7 +15,7 @@ use sqlx::{PgConnection, Row};
 use crate::ddl::run_ddl;
 use crate::error::PgFailure;
 use crate::ident::PgQualifiedName;
-use crate::tokens::PgTokenSource;
+use crate::tokens::{PgTokenSource, unbound};
 
 /// Leases in a table `(resource, owner, token, expires_at)`, expiry judged by `now()` on the
 /// server, so no worker's clock matters. One statement checks the lease is free, draws the
@@ -35,12 +35,8 @@ pub struct PgLease {
 impl PgLease {
     /// Leases in `table`, tokens from `tokens` (create both with [`Self::create_if_missing`]).
     pub fn new(table: PgQualifiedName, tokens: PgTokenSource) -> Self {
-        let issue = tokens.increment(&format!(
-            "SELECT $1, 1, h.history, h.at FROM free, {}",
-            PgTokenSource::here()
-        ));
         let acquire = format!(
-            "WITH free AS (SELECT 1 WHERE NOT EXISTS \
+            "WITH {preamble}, free AS (SELECT 1 WHERE NOT EXISTS \
                  (SELECT 1 FROM {table} WHERE resource = $1 AND expires_at > now())), \
              tok AS ({issue}), \
              granted AS (INSERT INTO {table} AS l (resource, owner, token, expires_at) \
@@ -49,7 +45,9 @@ impl PgLease {
                  token = EXCLUDED.token, expires_at = EXCLUDED.expires_at \
                  WHERE l.expires_at <= now() RETURNING token) \
              SELECT EXISTS (SELECT 1 FROM free), EXISTS (SELECT 1 FROM tok), \
-                 (SELECT token FROM granted)"
+                 (SELECT token FROM granted), EXISTS (SELECT 1 FROM m)",
+            preamble = tokens.preamble(),
+            issue = tokens.increment(", free"),
         );
         PgLease {
             extend: format!(
@@ -141,6 +139,9 @@ impl Lease for PgLease {
             })
             .await?;
         let decoded = || -> Result<_, PgFailure> {
+            if !row.try_get::<bool, _>(3)? {
+                return Err(unbound(self.tokens.table()));
+            }
             Ok((
                 row.try_get::<bool, _>(0)?,
                 row.try_get::<bool, _>(1)?,

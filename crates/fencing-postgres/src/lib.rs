@@ -10,7 +10,8 @@
 //!   the caller's own with the fence, and [`PgStore::write_together`] claims a whole batch in
 //!   one statement (docs/adapters.md, "Verbs").
 //! * [`PgTokenSource`] and [`PgLease`] keep counters and leases in tables: durable tokens, and
-//!   expiry judged by `now()` on the server.
+//!   expiry judged by `now()` on the server. [`PgEpochSource`] keeps the epochs of a Redis
+//!   lease's tokens.
 //! * [`PgFenceFloor`] reports `MAX(fence)` to seed any token source.
 //! * [`push_fence_condition`] and [`rows_affected_to_result`] are the low-level pieces for
 //!   people with their own statements.
@@ -18,6 +19,7 @@
 mod columns;
 mod ddl;
 mod decode;
+mod epochs;
 mod error;
 mod floor;
 mod ident;
@@ -32,6 +34,7 @@ mod table;
 mod tokens;
 
 pub use columns::{PgColumns, PgValue, PgWrite};
+pub use epochs::PgEpochSource;
 pub use floor::PgFenceFloor;
 pub use ident::{PgIdent, PgQualifiedName};
 pub use key::PgKeyType;

@@ -93,8 +93,8 @@ async fn identity_check(
     println!(
         "\nOn existing counters, alternating acquisition by acquisition ({IDENTITY_ITEMS} per round, {ROUNDS} rounds):\n"
     );
-    let epochs: std::sync::Arc<dyn fencing_core::TokenSource> =
-        std::sync::Arc::new(fencing_core::MemoryTokenSource::new());
+    let epochs: std::sync::Arc<dyn fencing_core::EpochSource> =
+        std::sync::Arc::new(fencing_core::MemoryEpochSource::new());
     let checked = RedisLease::new(conn.clone(), epochs);
     let identity = [
         "RedisLease::may_reissue_tokens (no identity check)",

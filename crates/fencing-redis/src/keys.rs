@@ -2,9 +2,11 @@
 
 use fencing_core::{InputKind, InvalidInput, ResourceName};
 
-/// The key layout: `<lock prefix>{<resource>}`, `<counter prefix>{<resource>}` and the
-/// counter's history `<counter prefix>{<resource>}:history`, e.g. `lock:{settle:m_4471}`,
-/// `fence:{settle:m_4471}` and `fence:{settle:m_4471}:history`.
+/// The key layout: `<lock prefix>{<resource>}`, `<counter prefix>{<resource>}`, the
+/// counter's history `<counter prefix>{<resource>}:history` and the opening of its loss
+/// `<counter prefix>{<resource>}:opening`, e.g. `lock:{settle:m_4471}`,
+/// `fence:{settle:m_4471}`, `fence:{settle:m_4471}:history` and
+/// `fence:{settle:m_4471}:opening`.
 ///
 /// The braces are a Redis Cluster hash tag: the keys hash to the same slot, so one script can
 /// touch them all on a cluster. A resource name containing `{` or `}` would move or split the tag,
@@ -59,6 +61,13 @@ impl RedisKeys {
     pub fn history_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
         Ok(format!("{}:history", self.token_key(resource)?))
     }
+
+    /// The key that names the loss of the counter of `resource` while it is lost and not yet
+    /// re-established (`<counter key>:opening`, same hash tag): every client that finds the
+    /// loss opens the same epoch for it.
+    pub fn opening_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
+        Ok(format!("{}:opening", self.token_key(resource)?))
+    }
 }
 
 impl Default for RedisKeys {
@@ -94,6 +103,10 @@ mod tests {
         assert_eq!(
             keys.history_key(&r).unwrap(),
             "fence:{settle:m_4471}:history"
+        );
+        assert_eq!(
+            keys.opening_key(&r).unwrap(),
+            "fence:{settle:m_4471}:opening"
         );
     }
 

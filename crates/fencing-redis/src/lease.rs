@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock};
 use fencing_core::{
-    FenceFloor, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result, TokenSource, Ttl,
+    EpochSource, FenceFloor, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
+    TokenSource, Ttl,
 };
 use redis::Script;
 use redis::aio::ConnectionLike;
@@ -39,7 +40,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
     /// Leases through `conn` (a multiplexed connection, a `ConnectionManager` or a cluster
     /// connection), at the default keys, local deadlines on tokio's clock, tokens
     /// epoch-prefixed with epochs from the durable `epochs` ([`RedisTokenSource::new`]).
-    pub fn new(conn: C, epochs: Arc<dyn TokenSource>) -> Self {
+    pub fn new(conn: C, epochs: Arc<dyn EpochSource>) -> Self {
         Self::from_tokens(RedisTokenSource::new(conn, epochs))
     }
 
@@ -76,9 +77,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
     }
 
     /// The SHA1 the acquire script is sent by (to preload it with `SCRIPT LOAD`, or to drive
-    /// it from `redis-benchmark`). Its keys are the lease and counter keys; its arguments the
-    /// owner, the TTL in milliseconds, and when to hand the counter back to the client (`0`
-    /// never, `1` when missing, `2` when missing or its epoch is used up).
+    /// it from `redis-benchmark`). Its keys are the lease key, the counter key, the counter's
+    /// history key and its opening key ([`RedisKeys`]); its arguments the owner, the TTL in
+    /// milliseconds, when to hand the counter back to the client (`0` never, `1` when missing,
+    /// `2` when missing, its epoch used up or bound to another server history), a floor and
+    /// the opening it was opened for (both empty in the common case), and an opening this
+    /// client proposes.
     pub fn acquire_script_hash(&self) -> &str {
         self.tokens.client().scripts().acquire.get_hash()
     }

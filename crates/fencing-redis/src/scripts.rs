@@ -68,41 +68,55 @@ local function raise(key, v, floor)
   end
   return v
 end
--- Checks the counter at counter (now v) against the history it is bound to (at bound), with
--- mode, floor and the history a floor was opened for as the client sent them. Returns v as it
--- is to be issued from, or false with the reply to return instead: SEED and the history here
--- when the counter must be re-established (missing, its epoch used up, or bound to another
--- history; in mode 2 a floor is taken only for the history it was opened for, and binds the
--- counter to it).
-local function settle(token_key, bound, v, mode, floor, opened_for)
+-- Checks the counter at token_key (now v) against the history it is bound to (at bound),
+-- with mode, floor, the opening a floor was opened for and this client's proposal of an
+-- opening as the client sent them. Returns v as it is to be issued from, or false with the
+-- reply to return instead.
+-- A counter is lost when it is missing (modes 1 and 2), its epoch used up or it is bound to
+-- another history (mode 2). A lost counter takes a floor: in mode 1 any floor the client
+-- sends; in mode 2 only the floor opened for the loss's opening, which the first client to find
+-- the loss names (here, then its proposal) and every later one is handed, until the counter
+-- is re-established: so one loss opens one epoch, and a floor opened for an earlier loss (a
+-- late client) is never taken. The reply `SEED <opening>` asks for that floor.
+local function settle(token_key, bound, opening_key, v, mode, floor, opened_for, proposal)
   local here = ''
   if mode == '2' then
     local problem
     here, problem = history()
     if problem then return false, problem end
   end
-  if floor ~= '' then
-    if opened_for ~= here then return false, redis.status_reply('SEED ' .. here) end
-    v = raise(token_key, v, floor)
-    if here ~= '' then redis.call('SET', bound, here) end
-  elseif here ~= '' and v ~= false and redis.call('GET', bound) ~= here then
-    return false, redis.status_reply('SEED ' .. here)
+  local lost = must_reestablish(v, mode)
+    or (here ~= '' and v ~= false and redis.call('GET', bound) ~= here)
+  if not lost then return v, nil end
+  if mode ~= '2' then
+    if floor == '' then return false, redis.status_reply('SEED') end
+    return raise(token_key, v, floor), nil
   end
-  if must_reestablish(v, mode) then return false, redis.status_reply('SEED ' .. here) end
+  local opening = redis.call('GET', opening_key)
+  if opening == false or string.sub(opening, 1, #here + 1) ~= here .. '|' then
+    opening = here .. '|' .. proposal
+    redis.call('SET', opening_key, opening)
+  end
+  if floor == '' or opened_for ~= opening then
+    return false, redis.status_reply('SEED ' .. opening)
+  end
+  v = raise(token_key, v, floor)
+  redis.call('SET', bound, here)
+  redis.call('DEL', opening_key)
   return v, nil
 end
 "#;
 
-/// KEYS: lease, counter, the counter's history. ARGV: owner, TTL in ms, the re-establish mode
-/// (`0`, `1`, `2`), a floor to raise the counter to first (empty for none), and the history
-/// that floor was opened for (empty unless mode 2). Returns nil (held), `SEED <history>` (the
-/// client must re-establish the counter: send again with a floor for that history), or the new
-/// token.
+/// KEYS: lease, counter, the counter's history, its opening. ARGV: owner, TTL in ms, the
+/// re-establish mode (`0`, `1`, `2`), a floor to re-establish a lost counter at (empty for
+/// none), the opening that floor was opened for (empty unless mode 2), and this client's
+/// proposal of an opening. Returns nil (held), `SEED [<opening>]` (the client must
+/// re-establish the counter: send again with a floor for that opening), or the new token.
 const ACQUIRE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local v, problem = counter(KEYS[2])
 if problem then return problem end
-v, problem = settle(KEYS[2], KEYS[3], v, ARGV[3], ARGV[4], ARGV[5])
+v, problem = settle(KEYS[2], KEYS[3], KEYS[4], v, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 if problem then return problem end
 if v == MAX then return redis.error_reply('FENCE_EXHAUSTED ' .. KEYS[2]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -110,29 +124,23 @@ redis.call('INCR', KEYS[2])
 return redis.call('GET', KEYS[2])
 "#;
 
-/// KEYS: counter, the counter's history. ARGV: the re-establish mode (`0`, `1`, `2`), a floor
-/// to raise the counter to first (empty for none), and the history that floor was opened for.
+/// KEYS: counter, the counter's history, its opening. ARGV: the re-establish mode, a floor to
+/// re-establish a lost counter at, the opening it was opened for, this client's proposal.
 const NEXT: &str = r#"
 local v, problem = counter(KEYS[1])
 if problem then return problem end
-v, problem = settle(KEYS[1], KEYS[2], v, ARGV[1], ARGV[2], ARGV[3])
+v, problem = settle(KEYS[1], KEYS[2], KEYS[3], v, ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 if problem then return problem end
 if v == MAX then return redis.error_reply('FENCE_EXHAUSTED ' .. KEYS[1]) end
 redis.call('INCR', KEYS[1])
 return redis.call('GET', KEYS[1])
 "#;
 
-/// KEYS: counter. ARGV: the re-establish mode. Returns the counter (nil when missing) and,
-/// in mode 2, the server history here (else empty).
+/// KEYS: counter. Returns the counter (nil when missing).
 const CURRENT: &str = r#"
 local v, problem = counter(KEYS[1])
 if problem then return problem end
-local here = ''
-if ARGV[1] == '2' then
-  here, problem = history()
-  if problem then return problem end
-end
-return {v, here}
+return v
 "#;
 
 /// KEYS: the counter's history. The history it is bound to (nil for none) and the history of
@@ -143,18 +151,15 @@ if problem then return problem end
 return {redis.call('GET', KEYS[1]), here}
 "#;
 
-/// KEYS: counter, the counter's history. ARGV: floor, and the history the floor's epoch was
-/// opened for while the counter was missing there (empty for none): on that history, and
-/// with the counter still missing, the raised counter is bound to it.
+/// KEYS: counter, the counter's history, its opening. ARGV: the floor to raise the counter to,
+/// the re-establish mode (`0` or `2`), a floor to re-establish a lost counter at, the opening it
+/// was opened for, this client's proposal. Returns the counter, or `SEED <opening>` as
+/// ACQUIRE does.
 const ADVANCE: &str = r#"
 local v, problem = counter(KEYS[1])
 if problem then return problem end
-if ARGV[2] ~= '' and v == false then
-  local here
-  here, problem = history()
-  if problem then return problem end
-  if here == ARGV[2] then redis.call('SET', KEYS[2], here) end
-end
+v, problem = settle(KEYS[1], KEYS[2], KEYS[3], v, ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if problem then return problem end
 return raise(KEYS[1], v, ARGV[1])
 "#;
 
@@ -210,5 +215,5 @@ impl Scripts {
 }
 
 /// The reply that asks the caller to re-establish the counter (seed it, or open an epoch),
-/// followed by the server history the new floor is for (empty unless epochs are used).
+/// followed by the opening of the loss the new floor is for (none unless epochs are used).
 pub(crate) const SEED: &str = "SEED";

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fencing_core::adapter::{RequestEffect, epoch};
 use fencing_core::{
-    CounterHistory, FenceFloor, FencingToken, OwnerId, ResourceName, Result, TokenSource, Ttl,
+    CounterHistory, EpochSource, FenceFloor, FencingToken, OwnerId, ResourceName, Result,
+    TokenSource, Ttl,
 };
 use redis::aio::ConnectionLike;
 
@@ -23,9 +24,11 @@ use crate::scripts::SEED;
 /// issued. Which of these this source survives depends on how it is built:
 ///
 /// * [`Self::new`] (the default) holds epoch-prefixed tokens ([`fencing_core::adapter::epoch`]): a
-///   missing counter takes its next epoch from a durable [`TokenSource`] (e.g. a PostgreSQL
-///   row counter), so every token issued after a restart is above every token issued before,
-///   even those whose holders never wrote. A counter that is present but maybe behind is
+///   missing counter takes its next epoch from a durable [`EpochSource`] (e.g. a PostgreSQL
+///   `PgEpochSource`), so every token issued after a restart is above every token issued
+///   before, even those whose holders never wrote. One loss opens one epoch, however many
+///   clients find it at once: the first names it in [`RedisKeys::opening_key`] and every
+///   other is handed that name, which the durable source opens one epoch for. A counter that is present but maybe behind is
 ///   caught too: each counter is bound to the server history that established it
 ///   ([`RedisKeys::history_key`]: the process's `run_id`, new at every start, and its
 ///   `master_replid`, new at every promotion), read inside the issuing script. On any other
@@ -44,7 +47,7 @@ use crate::scripts::SEED;
 #[derive(Clone)]
 pub struct RedisTokenSource<C> {
     client: RedisClient<C>,
-    epochs: Option<Arc<dyn TokenSource>>,
+    epochs: Option<Arc<dyn EpochSource>>,
     floors: Vec<Arc<dyn FenceFloor>>,
 }
 
@@ -70,7 +73,7 @@ const REESTABLISH_ROUNDS: usize = 3;
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
     /// Counters reached through `conn` (a multiplexed connection, a `ConnectionManager` or a
     /// cluster connection), at the default keys, with epochs from the durable `epochs`.
-    pub fn new(conn: C, epochs: Arc<dyn TokenSource>) -> Self {
+    pub fn new(conn: C, epochs: Arc<dyn EpochSource>) -> Self {
         RedisTokenSource {
             client: RedisClient::new(conn),
             epochs: Some(epochs),
@@ -148,35 +151,40 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
         resource: &ResourceName,
         lock: Option<LockRequest<'_>>,
     ) -> Result<Option<FencingToken>> {
-        let keys = self.client.keys();
-        let counter = keys.token_key(resource)?;
-        let history = keys.history_key(resource)?;
-        let lock_key = keys.lock_key(resource)?;
+        let counter_keys = self.counter_keys(resource)?;
+        let lock_key = self.client.keys().lock_key(resource)?;
         let mode = self.reestablish_mode();
-        // A floor, and the server history it was opened for.
+        let proposal = OwnerId::random();
+        // A floor, and the opening of the loss it was opened for.
         let (mut floor, mut opened_for) = (String::new(), String::new());
         for _ in 0..REESTABLISH_ROUNDS {
             let scripts = self.client.scripts();
+            let settle = [mode, &floor, &opened_for, proposal.as_str()];
             let reply: Option<String> = match &lock {
                 Some(lock) => {
                     let ttl = lock.ttl.as_millis().to_string();
+                    let mut keys = vec![lock_key.as_str()];
+                    keys.extend(counter_keys.iter().map(String::as_str));
+                    let mut args = vec![lock.owner.as_str(), &ttl];
+                    args.extend(settle);
                     self.client
                         .run(
                             &scripts.acquire,
                             resource,
-                            &[&lock_key, &counter, &history],
-                            &[lock.owner.as_str(), &ttl, mode, &floor, &opened_for],
+                            &keys,
+                            &args,
                             RequestEffect::Writes,
                         )
                         .await?
                 }
                 None => {
+                    let keys = counter_keys.each_ref().map(String::as_str);
                     self.client
                         .run(
                             &scripts.next,
                             resource,
-                            &[&counter, &history],
-                            &[mode, &floor, &opened_for],
+                            &keys,
+                            &settle,
                             RequestEffect::Writes,
                         )
                         .await?
@@ -185,84 +193,47 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
             match reply {
                 None => return Ok(None),
                 Some(reply) => match reply.strip_prefix(SEED) {
-                    Some(here) => {
-                        opened_for = here.trim_start().to_owned();
-                        floor = self.reestablished_at(resource).await?;
+                    Some(opening) => {
+                        opened_for = opening.trim_start().to_owned();
+                        floor = self.reestablished_at(resource, &opened_for).await?;
                     }
                     None => return token_from_reply(&reply, resource).map(Some),
                 },
             }
         }
-        Err(
-            RedisFailure::Unexpected("the counter kept needing to be re-established".into())
-                .into_error(resource, RequestEffect::Writes),
-        )
+        Err(kept_needing_reestablishing(resource))
     }
 
-    /// Where a missing (or used-up) counter starts again: at the start of a new epoch above
-    /// every floor, or at the highest floor, or at 0 when there is neither.
-    async fn reestablished_at(&self, resource: &ResourceName) -> Result<String> {
+    /// The counter's keys a re-establishing script takes: the counter, its history, its
+    /// opening.
+    fn counter_keys(&self, resource: &ResourceName) -> Result<[String; 3]> {
+        let keys = self.client.keys();
+        Ok([
+            keys.token_key(resource)?,
+            keys.history_key(resource)?,
+            keys.opening_key(resource)?,
+        ])
+    }
+
+    /// Where a lost counter starts again: at the start of the epoch of the loss `opening`
+    /// above every floor, or at the highest floor, or at 0 when there is neither.
+    async fn reestablished_at(&self, resource: &ResourceName, opening: &str) -> Result<String> {
         let mut floor = None;
         for source in &self.floors {
             floor = floor.max(source.max_fence(resource).await?);
         }
         let target = match &self.epochs {
-            Some(epochs) => Some(epoch::open_epoch(&**epochs, resource, floor).await?),
+            Some(epochs) => Some(epoch::open_epoch(&**epochs, resource, opening, floor).await?),
             None => floor,
         };
         Ok(target.map_or_else(|| "0".to_owned(), |t| t.to_string()))
     }
-
-    /// Raises the counter to at least `floor`, atomically; never lowers it. A floor that is a
-    /// new epoch, opened while the counter was missing on history `opened_for`, also binds
-    /// the counter to that history if it is still missing there.
-    async fn raise(
-        &self,
-        resource: &ResourceName,
-        floor: FencingToken,
-        opened_for: &str,
-    ) -> Result<FencingToken> {
-        let keys = self.client.keys();
-        let (counter, history) = (keys.token_key(resource)?, keys.history_key(resource)?);
-        let reply: Option<String> = self
-            .client
-            .run(
-                &self.client.scripts().advance,
-                resource,
-                &[&counter, &history],
-                &[&floor.to_string(), opened_for],
-                RequestEffect::Writes,
-            )
-            .await?;
-        match reply {
-            Some(reply) => token_from_reply(&reply, resource),
-            None => Err(RedisFailure::Unexpected("advance returned nothing".into())
-                .into_error(resource, RequestEffect::Writes)),
-        }
-    }
 }
 
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
-    /// The counter of `resource` (`None` when missing or 0) and, with epochs, the server
-    /// history it is read on.
-    async fn read(&self, resource: &ResourceName) -> Result<(Option<FencingToken>, String)> {
-        let counter = self.client.keys().token_key(resource)?;
-        let (reply, here): (Option<String>, String) = self
-            .client
-            .run(
-                &self.client.scripts().current,
-                resource,
-                &[&counter],
-                &[self.reestablish_mode()],
-                RequestEffect::ReadOnly,
-            )
-            .await?;
-        let current = match reply.as_deref() {
-            None | Some("0") => None,
-            Some(reply) => Some(token_from_reply(reply, resource)?),
-        };
-        Ok((current, here))
-    }
+/// The error after the script asked for the counter to be re-established round after round.
+fn kept_needing_reestablishing(resource: &ResourceName) -> fencing_core::Error {
+    RedisFailure::Unexpected("the counter kept needing to be re-established".into())
+        .into_error(resource, RequestEffect::Writes)
 }
 
 /// A token from a script's string reply.
@@ -286,7 +257,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> TokenSource for RedisTok
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        Ok(self.read(resource).await?.0)
+        let counter = self.client.keys().token_key(resource)?;
+        let reply: Option<String> = self
+            .client
+            .run(
+                &self.client.scripts().current,
+                resource,
+                &[&counter],
+                &[],
+                RequestEffect::ReadOnly,
+            )
+            .await?;
+        match reply.as_deref() {
+            None | Some("0") => Ok(None),
+            Some(reply) => token_from_reply(reply, resource).map(Some),
+        }
     }
 
     async fn advance_to(
@@ -294,14 +279,38 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> TokenSource for RedisTok
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        let (current, here) = match self.epochs {
-            Some(_) => self.read(resource).await?,
-            None => (None, String::new()),
-        };
-        let missing = self.epochs.is_some() && current.is_none();
-        let target =
-            epoch::advance_target(self.epochs.as_deref(), resource, floor, missing).await?;
-        let opened_for = if missing { here.as_str() } else { "" };
-        self.raise(resource, target, opened_for).await
+        let epochs = self.epochs.as_deref();
+        epoch::cover_floor(epochs, resource, floor).await?;
+        // Without epochs a missing counter is simply set to the floor.
+        let mode = if epochs.is_some() { "2" } else { "0" };
+        let counter_keys = self.counter_keys(resource)?;
+        let keys = counter_keys.each_ref().map(String::as_str);
+        let proposal = OwnerId::random();
+        let floor_text = floor.to_string();
+        let (mut start, mut opened_for) = (String::new(), String::new());
+        for _ in 0..REESTABLISH_ROUNDS {
+            let args = [&floor_text, mode, &start, &opened_for, proposal.as_str()];
+            let reply: Option<String> = self
+                .client
+                .run(
+                    &self.client.scripts().advance,
+                    resource,
+                    &keys,
+                    &args,
+                    RequestEffect::Writes,
+                )
+                .await?;
+            let Some(reply) = reply else {
+                return Err(RedisFailure::Unexpected("advance returned nothing".into())
+                    .into_error(resource, RequestEffect::Writes));
+            };
+            let (Some(opening), Some(epochs)) = (reply.strip_prefix(SEED), epochs) else {
+                return token_from_reply(&reply, resource);
+            };
+            opened_for = opening.trim_start().to_owned();
+            let epoch = epoch::open_epoch(epochs, resource, &opened_for, Some(floor)).await?;
+            start = epoch.max(floor).to_string();
+        }
+        Err(kept_needing_reestablishing(resource))
     }
 }

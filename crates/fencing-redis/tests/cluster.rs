@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::adapter::epoch::EPOCH_BITS;
-use fencing_core::{Lease, MemoryTokenSource, ResourceName, TokenSource, Ttl};
+use fencing_core::{EpochSource, Lease, MemoryEpochSource, ResourceName, Ttl};
 use fencing_redis::{RedisLease, RedisTokenSource};
 use fencing_test_support::services::RedisServer;
 use fencing_testkit::conformance::*;
@@ -140,8 +140,8 @@ async fn connect(cluster: &Cluster) -> ClusterConnection {
         .unwrap()
 }
 
-fn epochs() -> Arc<dyn TokenSource> {
-    Arc::new(MemoryTokenSource::new())
+fn epochs() -> Arc<dyn EpochSource> {
+    Arc::new(MemoryEpochSource::new())
 }
 
 /// Every guarantee on a cluster of its own.

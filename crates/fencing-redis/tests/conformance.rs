@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use fencing_core::{FencedStore, Lease, MemoryStore, MemoryTokenSource, ResourceName, TokenSource};
+use fencing_core::{
+    EpochSource, FencedStore, Lease, MemoryEpochSource, MemoryStore, ResourceName, TokenSource,
+};
 use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
 use fencing_test_support::services;
 use fencing_testkit::conformance::*;
@@ -37,8 +39,8 @@ fn keys() -> RedisKeys {
 }
 
 /// The durable epoch source: it outlives whatever this test does to Redis.
-fn epochs() -> Arc<dyn TokenSource> {
-    Arc::new(MemoryTokenSource::new())
+fn epochs() -> Arc<dyn EpochSource> {
+    Arc::new(MemoryEpochSource::new())
 }
 
 /// Deletes every key of this test's run, as a restart without persistence does to them.
@@ -171,7 +173,7 @@ async fn a_used_up_epoch_is_followed_by_one_the_durable_source_opened() {
     let run = unique_name("t");
     let keys = keys_of(&run);
     let mut conn = multiplexed().await;
-    let epochs = Arc::new(MemoryTokenSource::new());
+    let epochs = Arc::new(MemoryEpochSource::new());
     let source = RedisTokenSource::new(conn.clone(), epochs.clone()).with_keys(keys.clone());
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let first = source.next(&resource).await.unwrap();

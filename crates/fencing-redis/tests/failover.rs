@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fencing_core::{Error, Lease, LeaseGuard, MemoryTokenSource, ResourceName, TokenSource, Ttl};
+use fencing_core::{
+    EpochSource, Error, Lease, LeaseGuard, MemoryEpochSource, ResourceName, TokenSource, Ttl,
+};
 use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource, SentinelConnection};
 use fencing_test_support::services::{RedisSentinels, RedisServer, redis_cli};
 use fencing_testkit::conformance::{
@@ -21,8 +23,8 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelServerType};
 
 /// The durable epoch source, outside every Redis these tests fail over or restore.
-fn epochs() -> Arc<dyn TokenSource> {
-    Arc::new(MemoryTokenSource::new())
+fn epochs() -> Arc<dyn EpochSource> {
+    Arc::new(MemoryEpochSource::new())
 }
 
 fn resource() -> ResourceName {

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::{
-    Error, FencingToken, InputKind, Lease, Lifecycle, MemoryStore, MemoryTokenSource, RecordKey,
-    ResourceName, RetryPolicy, TokenSource, Ttl,
+    EpochSource, Error, FencingToken, InputKind, Lease, Lifecycle, MemoryEpochSource, MemoryStore,
+    MemoryTokenSource, RecordKey, ResourceName, RetryPolicy, TokenSource, Ttl,
 };
 use fencing_redis::{RedisKeys, RedisLease};
 use fencing_simulation::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};
@@ -22,8 +22,8 @@ use fencing_testkit::{Fencing, unique_name};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 
 /// The durable epoch source: it outlives every restart these tests put Redis through.
-fn epochs() -> Arc<dyn TokenSource> {
-    Arc::new(MemoryTokenSource::new())
+fn epochs() -> Arc<dyn EpochSource> {
+    Arc::new(MemoryEpochSource::new())
 }
 
 async fn multiplexed(server: &RedisServer) -> MultiplexedConnection {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fencing::dynamodb::{DynamoStore, DynamoTable};
 use fencing::object_store::FencedObjectStore;
-use fencing::postgres::{PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
+use fencing::postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing::redis::RedisLease;
 use fencing::{
     Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, RecordKey,
@@ -160,7 +160,7 @@ async fn a_stale_holder_refused_by_dynamodb_sends_nothing_more_to_either_store()
         schema,
         store: refunds,
     } = Refunds::in_a_fresh_schema().await;
-    let epochs = PgTokenSource::epochs(
+    let epochs = PgEpochSource::new(
         pool.clone(),
         PgQualifiedName::new(&schema, "epochs").unwrap(),
     );

@@ -9,7 +9,8 @@ use fencing_core::adapter::{
     CasStore, JsonCodec, MemoryVersionedStore, TokioClock, VersionedStore,
 };
 use fencing_core::{
-    FencedStore, Holder, Lease, MemoryLease, MemoryStore, MemoryTokenSource, RecordKey, TokenSource,
+    EpochSource, FencedStore, Holder, Lease, MemoryEpochSource, MemoryLease, MemoryStore,
+    MemoryTokenSource, RecordKey, ResourceName, TokenSource,
 };
 use fencing_testkit::Fencing;
 use fencing_testkit::conformance::*;
@@ -135,8 +136,31 @@ async fn racing_claims_serialise_one_request_at_a_time_where_the_backend_does_no
 
 /// A lease whose counters take a new epoch from a durable source when they are lost.
 fn lease_with_epochs() -> MemoryLease {
-    let epochs: Arc<dyn TokenSource> = Arc::new(MemoryTokenSource::new());
+    let epochs: Arc<dyn EpochSource> = Arc::new(MemoryEpochSource::new());
     MemoryLease::with_parts(Arc::new(TokioClock), MemoryTokenSource::with_epochs(epochs))
+}
+
+/// Sixteen callers that find one lost counter at once open one epoch between them, loss
+/// after loss: the callers name the loss alike, and the epochs open one epoch per name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_find_one_loss_at_once_open_one_epoch() {
+    let epochs = Arc::new(MemoryEpochSource::new());
+    let tokens = MemoryTokenSource::with_epochs(epochs.clone());
+    let r = ResourceName::new("settle:m_4471").unwrap();
+    let mut issued = std::collections::BTreeSet::new();
+    for loss in 1..=3 {
+        tokens.forget_all();
+        let mut callers = tokio::task::JoinSet::new();
+        for _ in 0..16 {
+            let (tokens, r) = (tokens.clone(), r.clone());
+            callers.spawn(async move { tokens.next(&r).await.unwrap() });
+        }
+        for token in callers.join_all().await {
+            assert!(issued.insert(token), "{token} issued twice");
+            assert_eq!(token.get() >> 32, loss, "loss {loss}: {token}");
+        }
+        assert_eq!(epochs.current(&r).await.unwrap().unwrap().get(), loss);
+    }
 }
 
 #[tokio::test(start_paused = true)]

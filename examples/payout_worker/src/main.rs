@@ -104,7 +104,7 @@ async fn main() -> std::result::Result<(), BoxError> {
 
     // Tokens from Redis, prefixed with epochs from PostgreSQL: a Redis that loses its counter
     // cannot issue a token twice.
-    let epochs = PgTokenSource::epochs(
+    let epochs = PgEpochSource::new(
         pool.clone(),
         fencing::postgres::PgQualifiedName::new(SCHEMA, "epochs")?,
     );

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing::postgres::{PgQualifiedName, PgTokenSource};
+use fencing::postgres::{PgEpochSource, PgQualifiedName};
 use fencing::prelude::*;
 use fencing::{FencedWrite, FoundFence};
 use fencing_test_support::{aws, services};
@@ -25,7 +25,7 @@ use sqlx::AssertSqlSafe;
 const PAYOUTS: i64 = 30;
 
 async fn redis_lease(pool: &sqlx::PgPool, schema: &str) -> Arc<dyn Lease> {
-    let epochs = PgTokenSource::epochs(
+    let epochs = PgEpochSource::new(
         pool.clone(),
         PgQualifiedName::new(schema, "epochs").unwrap(),
     );

@@ -5,7 +5,7 @@
 //!   check that a store refuses the puts it must ([`check_conditional_writes`]), the object
 //!   [`envelope`] and the codecs that keep a record or its tombstone ([`Contents`]) in an
 //!   object's body ([`ObjectCodec`]: [`EnvelopeCodec`], [`JsonCodec`]);
-//! * epoch-prefixed tokens ([`epoch`]);
+//! * epoch-prefixed tokens ([`epoch`]) and counters bound to server histories ([`history`]);
 //! * the input checks every name obeys inside a store
 //!   ([`is_refused_char`],
 //!   [`refused_char_ranges`],
@@ -58,9 +58,10 @@ pub mod epoch {
     //! still never issues a token twice.
     //!
     //! A token is `epoch · 2^32 + n`. The fast counter holds the whole number and increments it,
-    //! one round trip per token. The epoch comes from a durable [`TokenSource`](crate::TokenSource) (a PostgreSQL row
-    //! counter, a DynamoDB counter item) and is taken only when the fast counter is found missing
-    //! or has used up its epoch's `2^32 − 1` numbers. Every epoch taken after a loss is above every
+    //! one round trip per token. The epoch comes from a durable [`EpochSource`](crate::EpochSource)
+    //! (a PostgreSQL table of epochs) and is taken only when the fast counter is found lost
+    //! (missing, bound to another server history) or has used up its epoch's `2^32 − 1`
+    //! numbers, once per loss however many clients find it. Every epoch taken after a loss is above every
     //! epoch in use before it, so every token issued after the loss is above every token issued
     //! before it — including tokens whose holders have not written anything yet, which no store's
     //! `MAX(fence)` could reveal.
@@ -69,6 +70,14 @@ pub mod epoch {
     //! are large numbers from the first acquisition on (epoch 1 starts at `2^32 + 1`).
 
     pub use crate::protocol::epoch::*;
+}
+
+pub mod history {
+    //! Counters bound to server histories: the rules a durable token or epoch source keeps so
+    //! that a failover, a restore or a crash never issues a token twice, for a counter the new
+    //! history holds behind as for one it lacks.
+
+    pub use crate::protocol::history::*;
 }
 
 pub use crate::cas::check::{ConditionalPutDefect, check_conditional_writes};

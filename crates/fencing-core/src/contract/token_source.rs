@@ -65,6 +65,64 @@ macro_rules! forward_token_source {
 }
 forward_token_source!(Arc, Box);
 
+/// A durable counter of epochs, behind a fast counter that can lose its state (the default
+/// Redis lease's): a token is `epoch · 2^32 + n` ([`crate::adapter::epoch`]), and an epoch is
+/// opened each time the fast counter is found lost (missing, bound to another server history,
+/// or its epoch used up). A lease asks for this type, not for any [`TokenSource`]: an epoch
+/// counter must be opened once per loss and at a rate its own failovers can bound, which a
+/// counter of tokens is not.
+///
+/// # Contract
+///
+/// * `open(resource, opening)` returns an epoch above every epoch it returned before for
+///   `resource`, unless `opening` is the opening the last epoch was opened for: then that same
+///   epoch. Every client that finds one loss names it with the same `opening` (the fast
+///   counter hands them one), so a loss opens one epoch however many clients find it at once.
+/// * A source that can itself be failed over or restored opens at most one new epoch per
+///   second for a resource (`open` waits out the rest of the second), which is the rate its
+///   counters are raised by on another history ([`RateBound::EPOCHS`]); a failover of it never
+///   hands out an epoch twice, for a resource whose row it kept as for one it lost.
+/// * `advance_to(floor)` raises the epoch of `resource` to at least `floor` and returns it;
+///   it never lowers it. `current` returns the highest epoch opened or floor set.
+/// * Past the largest epoch, `open` fails with [`crate::Error::TokenExhausted`].
+#[async_trait]
+pub trait EpochSource: Send + Sync + Debug {
+    /// The epoch for the loss named `opening` of `resource`'s fast counter.
+    async fn open(&self, resource: &ResourceName, opening: &str) -> Result<FencingToken>;
+
+    /// The highest epoch opened (or floor set) for `resource`, if any.
+    async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>>;
+
+    /// Raises the epoch of `resource` to at least `floor`; returns the resulting epoch.
+    async fn advance_to(
+        &self,
+        resource: &ResourceName,
+        floor: FencingToken,
+    ) -> Result<FencingToken>;
+}
+
+macro_rules! forward_epoch_source {
+    ($($wrapper:ident),*) => {$(
+        #[async_trait]
+        impl<S: EpochSource + ?Sized> EpochSource for $wrapper<S> {
+            async fn open(&self, resource: &ResourceName, opening: &str) -> Result<FencingToken> {
+                (**self).open(resource, opening).await
+            }
+            async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+                (**self).current(resource).await
+            }
+            async fn advance_to(
+                &self,
+                resource: &ResourceName,
+                floor: FencingToken,
+            ) -> Result<FencingToken> {
+                (**self).advance_to(resource, floor).await
+            }
+        }
+    )*};
+}
+forward_epoch_source!(Arc, Box);
+
 /// Reports the highest fence a protected store holds for a resource: `MAX(fence)` over the
 /// records that resource's lease protects (or over more, which is merely conservative). A
 /// token source seeded above it cannot go backwards.
@@ -133,7 +191,8 @@ impl RateBound {
     /// raise is a write that serialises on the counter).
     pub const DEFAULT: RateBound = RateBound(1 << 20);
 
-    /// One a second: for counters of epochs, each opened at most once a second or so.
+    /// One a second: for counters of epochs, each opened at most once a second
+    /// ([`EpochSource`]).
     pub const EPOCHS: RateBound = RateBound(1);
 
     /// The bound of `per_second` tokens a second (1 ..= 2^32).

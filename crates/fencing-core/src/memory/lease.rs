@@ -70,35 +70,38 @@ impl Default for MemoryLease {
 impl Lease for MemoryLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
         loop {
-            {
+            let opening = {
                 let now = self.clock.now();
                 let mut holders = lock(&self.holders);
                 if holders.get(resource).is_some_and(|h| h.expires_at > now) {
                     return Ok(None);
                 }
-                if let Some(token) = self.tokens.try_issue(resource)? {
-                    let owner = OwnerId::random();
-                    holders.insert(
-                        resource.clone(),
-                        Holding {
-                            owner: owner.clone(),
+                match self.tokens.try_issue(resource)? {
+                    Err(opening) => opening,
+                    Ok(token) => {
+                        let owner = OwnerId::random();
+                        holders.insert(
+                            resource.clone(),
+                            Holding {
+                                owner: owner.clone(),
+                                token,
+                                expires_at: now + ttl.duration(),
+                            },
+                        );
+                        return Ok(Some(LeaseGuard::new(
+                            resource.clone(),
+                            owner,
                             token,
-                            expires_at: now + ttl.duration(),
-                        },
-                    );
-                    return Ok(Some(LeaseGuard::new(
-                        resource.clone(),
-                        owner,
-                        token,
-                        ttl,
-                        now,
-                        self.tokens.clone(),
-                    )));
+                            ttl,
+                            now,
+                            self.tokens.clone(),
+                        )));
+                    }
                 }
-            }
+            };
             // The counter was lost (or used up its epoch): open one outside the lock, since
             // the durable epoch source is asynchronous, then try again.
-            self.tokens.open_epoch(resource).await?;
+            self.tokens.open_epoch(resource, &opening).await?;
         }
     }
 

@@ -1,11 +1,13 @@
 //! In-memory reference implementations of every contract: thread-safe, real, and always
 //! compiled. They back the settlement example's default and the fast deterministic tests.
 
+mod epochs;
 mod lease;
 mod store;
 mod tokens;
 mod versioned;
 
+pub use epochs::MemoryEpochSource;
 pub use lease::MemoryLease;
 pub use store::MemoryStore;
 pub use tokens::MemoryTokenSource;

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::lock;
-use crate::contract::token_source::TokenSource;
+use crate::contract::guard::OwnerId;
+use crate::contract::token_source::{EpochSource, TokenSource};
 use crate::protocol::epoch;
 use crate::value::error::{Error, Result};
 use crate::value::name::ResourceName;
@@ -20,8 +21,17 @@ use crate::value::token::FencingToken;
 /// reissue one.
 #[derive(Clone, Default)]
 pub struct MemoryTokenSource {
-    counters: Arc<Mutex<HashMap<ResourceName, FencingToken>>>,
-    epochs: Option<Arc<dyn TokenSource>>,
+    counters: Arc<Mutex<Counters>>,
+    epochs: Option<Arc<dyn EpochSource>>,
+}
+
+/// The counters, and for each counter lost and not yet re-established the opening its epoch
+/// is taken for: every caller that finds it lost before it is re-established names the same
+/// loss, so one loss opens one epoch.
+#[derive(Debug, Default)]
+struct Counters {
+    values: HashMap<ResourceName, FencingToken>,
+    openings: HashMap<ResourceName, String>,
 }
 
 impl fmt::Debug for MemoryTokenSource {
@@ -43,7 +53,7 @@ impl MemoryTokenSource {
     /// A source whose counters hold epoch-prefixed tokens ([`crate::adapter::epoch`]): a missing
     /// counter opens a new epoch from `epochs`, so [`Self::forget_all`] never leads to a token
     /// being issued twice.
-    pub fn with_epochs(epochs: Arc<dyn TokenSource>) -> Self {
+    pub fn with_epochs(epochs: Arc<dyn EpochSource>) -> Self {
         MemoryTokenSource {
             counters: Arc::default(),
             epochs: Some(epochs),
@@ -52,16 +62,19 @@ impl MemoryTokenSource {
 
     /// Forgets every counter, as a Redis without persistence does when it restarts.
     pub fn forget_all(&self) {
-        lock(&self.counters).clear();
+        lock(&self.counters).values.clear();
     }
 
-    /// Issues the next token, or `None` when the counter must first open an epoch
+    /// Issues the next token, or the opening of the loss to open an epoch for first
     /// ([`Self::open_epoch`]).
-    pub(crate) fn try_issue(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+    pub(crate) fn try_issue(
+        &self,
+        resource: &ResourceName,
+    ) -> Result<std::result::Result<FencingToken, String>> {
         let mut counters = lock(&self.counters);
-        let current = counters.get(resource).copied();
+        let current = counters.values.get(resource).copied();
         if self.epochs.is_some() && epoch::must_open_epoch(current) {
-            return Ok(None);
+            return Ok(Err(counters.opening(resource)));
         }
         let next = match current {
             None => FencingToken::MIN,
@@ -69,24 +82,43 @@ impl MemoryTokenSource {
                 resource: resource.clone(),
             })?,
         };
-        counters.insert(resource.clone(), next);
-        Ok(Some(next))
+        counters.values.insert(resource.clone(), next);
+        Ok(Ok(next))
     }
 
-    /// Raises the counter to the start of a new epoch.
-    pub(crate) async fn open_epoch(&self, resource: &ResourceName) -> Result<()> {
+    /// Raises the counter to the start of the epoch of the loss `opening`, if it is still
+    /// lost under that opening.
+    pub(crate) async fn open_epoch(&self, resource: &ResourceName, opening: &str) -> Result<()> {
         if let Some(epochs) = &self.epochs {
-            let start = epoch::open_epoch(&**epochs, resource, None).await?;
-            self.raise(resource, start);
+            let start = epoch::open_epoch(&**epochs, resource, opening, None).await?;
+            self.raise(resource, start, Some(opening));
         }
         Ok(())
     }
 
-    fn raise(&self, resource: &ResourceName, floor: FencingToken) -> FencingToken {
+    /// Raises the counter to `floor` (never lowers it); with `opening`, only while the counter
+    /// is still lost under it, and then it is re-established.
+    fn raise(&self, resource: &ResourceName, floor: FencingToken, opening: Option<&str>) {
         let mut counters = lock(&self.counters);
-        let counter = counters.entry(resource.clone()).or_insert(floor);
+        if let Some(opening) = opening {
+            if counters.openings.get(resource).map(String::as_str) != Some(opening) {
+                return;
+            }
+            counters.openings.remove(resource);
+        }
+        let counter = counters.values.entry(resource.clone()).or_insert(floor);
         *counter = (*counter).max(floor);
-        *counter
+    }
+}
+
+impl Counters {
+    /// The opening of the loss of `resource`'s counter: the one named first, until the
+    /// counter is re-established.
+    fn opening(&mut self, resource: &ResourceName) -> String {
+        self.openings
+            .entry(resource.clone())
+            .or_insert_with(|| OwnerId::random().as_str().to_owned())
+            .clone()
     }
 }
 
@@ -94,15 +126,15 @@ impl MemoryTokenSource {
 impl TokenSource for MemoryTokenSource {
     async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
         loop {
-            if let Some(token) = self.try_issue(resource)? {
-                return Ok(token);
+            match self.try_issue(resource)? {
+                Ok(token) => return Ok(token),
+                Err(opening) => self.open_epoch(resource, &opening).await?,
             }
-            self.open_epoch(resource).await?;
         }
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        Ok(lock(&self.counters).get(resource).copied())
+        Ok(lock(&self.counters).values.get(resource).copied())
     }
 
     async fn advance_to(
@@ -110,10 +142,25 @@ impl TokenSource for MemoryTokenSource {
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken> {
-        let missing = !lock(&self.counters).contains_key(resource);
-        let target =
-            epoch::advance_target(self.epochs.as_deref(), resource, floor, missing).await?;
-        Ok(self.raise(resource, target))
+        loop {
+            let lost_under = {
+                let mut counters = lock(&self.counters);
+                let missing = !counters.values.contains_key(resource);
+                (missing && self.epochs.is_some()).then(|| counters.opening(resource))
+            };
+            let epochs = self.epochs.as_deref();
+            let target =
+                epoch::advance_target(epochs, resource, floor, lost_under.as_deref()).await?;
+            self.raise(resource, target, lost_under.as_deref());
+            // Re-established by another caller in between, and maybe lost again: a lost counter
+            // takes nothing but its epoch.
+            let mut counters = lock(&self.counters);
+            if epochs.is_none() || counters.values.contains_key(resource) {
+                let counter = counters.values.entry(resource.clone()).or_insert(floor);
+                *counter = (*counter).max(floor);
+                return Ok(*counter);
+            }
+        }
     }
 }
 
@@ -132,7 +179,8 @@ mod tests {
         assert!(shown.starts_with("MemoryTokenSource {"), "{shown}");
         assert!(shown.contains("settle:m_4471"), "{shown}");
         assert!(shown.contains("epochs: false"), "{shown}");
-        let with_epochs = MemoryTokenSource::with_epochs(Arc::new(MemoryTokenSource::new()));
+        let with_epochs =
+            MemoryTokenSource::with_epochs(Arc::new(crate::memory::MemoryEpochSource::new()));
         assert!(format!("{with_epochs:?}").contains("epochs: true"));
     }
 }

@@ -5,4 +5,5 @@
 //! Laid out bottom-up: a module imports only those of its own group or one above it here.
 
 pub(crate) mod epoch;
+pub(crate) mod history;
 pub(crate) mod rules;

@@ -91,78 +91,104 @@ fn once(issued: &mut BTreeSet<FencingToken>, token: FencingToken, when: &str) {
 }
 
 /// Tokens issued, the copy kept, more issued, the copy served: the next token is above every
-/// token issued before, and the ones after go on rising, none issued twice.
+/// token issued before, and the ones after go on rising, none issued twice. For a resource
+/// whose counter the copy holds (used before the copy was kept), and for one whose counter the
+/// copy lacks altogether (first used after it: on the copy it is missing, not behind).
 pub async fn a_counter_served_from_behind_never_reissues<T: TokenSource + ?Sized>(
     source: &T,
     deployment: &mut dyn ServedFromBehind,
 ) {
-    let r = resource("tokens-behind");
-    let mut issued = BTreeSet::new();
+    let (kept, fresh) = (resource("tokens-behind"), resource("tokens-missing"));
+    let (mut issued_kept, mut issued_fresh) = (BTreeSet::new(), BTreeSet::new());
     for _ in 0..2 {
-        once(
-            &mut issued,
-            source.next(&r).await.unwrap(),
-            "before the copy",
-        );
+        let token = source.next(&kept).await.unwrap();
+        once(&mut issued_kept, token, "before the copy");
     }
     deployment.keep_a_copy().await;
     for _ in 0..3 {
+        let token = source.next(&kept).await.unwrap();
+        once(&mut issued_kept, token, "lost with the copy");
+        let token = source.next(&fresh).await.unwrap();
         once(
-            &mut issued,
-            source.next(&r).await.unwrap(),
-            "lost with the copy",
+            &mut issued_fresh,
+            token,
+            "first used after the copy, lost with it",
         );
     }
-    let highest = *issued.last().expect("tokens issued");
     deployment.serve_the_copy().await;
-    let first = through_failures(async || source.next(&r).await).await;
-    assert!(
-        first > highest,
-        "token {first} from the copy is not above {highest}, issued before: {issued:?}"
-    );
-    once(&mut issued, first, "first from the copy");
-    let mut last = first;
-    for _ in 0..3 {
-        let next = source.next(&r).await.unwrap();
-        assert!(next > last, "{next} after {last}");
-        once(&mut issued, next, "from the copy");
-        last = next;
+    for (r, issued) in [(&kept, &mut issued_kept), (&fresh, &mut issued_fresh)] {
+        let highest = *issued.last().expect("tokens issued");
+        let first = through_failures(async || source.next(r).await).await;
+        assert!(
+            first > highest,
+            "{r}: token {first} from the copy is not above {highest}, issued before: {issued:?}"
+        );
+        once(issued, first, "first from the copy");
+        let mut last = first;
+        for _ in 0..3 {
+            let next = source.next(r).await.unwrap();
+            assert!(next > last, "{r}: {next} after {last}");
+            once(issued, next, "from the copy");
+            last = next;
+        }
+        assert_eq!(source.current(r).await.unwrap(), Some(last));
     }
-    assert_eq!(source.current(&r).await.unwrap(), Some(last));
 }
 
 /// The same through a lease: holder A takes its token after the copy was kept and writes
 /// nothing; once the copy is served, holder B's token is above every token issued before, and
-/// where B wrote, A's claim and confirm are refused.
+/// where B wrote, A's claim and confirm are refused. For a resource leased before the copy was
+/// kept, and for one first leased after it (whose counter the copy lacks).
 pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
     lease: &L,
     deployment: &mut dyn ServedFromBehind,
     caps: Capabilities,
 ) {
-    let r = resource("lease-behind");
-    let mut issued = BTreeSet::new();
-    let acquire = async || acquire_through_failures(lease, &r, caps.short_ttl).await;
-    let take_and_release = async |issued: &mut BTreeSet<FencingToken>, when: &str| {
-        let guard = acquire().await;
+    let (kept, fresh) = (resource("lease-behind"), resource("lease-missing"));
+    let (mut issued_kept, mut issued_fresh) = (BTreeSet::new(), BTreeSet::new());
+    let acquire = async |r: &ResourceName| acquire_through_failures(lease, r, caps.short_ttl).await;
+    let take_and_release = async |r: &ResourceName, issued: &mut BTreeSet<FencingToken>, when| {
+        let guard = acquire(r).await;
         once(issued, guard.token(), when);
         lease.release(guard).await.unwrap();
     };
-    take_and_release(&mut issued, "before the copy").await;
+    take_and_release(&kept, &mut issued_kept, "before the copy").await;
     deployment.keep_a_copy().await;
-    take_and_release(&mut issued, "lost with the copy").await;
-    let a = acquire().await;
-    once(&mut issued, a.token(), "A's, lost with the copy");
-    let highest = *issued.last().expect("tokens issued");
+    take_and_release(&kept, &mut issued_kept, "lost with the copy").await;
+    let a_kept = acquire(&kept).await;
+    once(&mut issued_kept, a_kept.token(), "A's, lost with the copy");
+    let a_fresh = acquire(&fresh).await;
+    once(
+        &mut issued_fresh,
+        a_fresh.token(),
+        "A's, first lease, lost with the copy",
+    );
     deployment.serve_the_copy().await;
 
-    let b = acquire().await;
-    assert!(
-        b.token() > highest,
-        "B's token {} from the copy is not above {highest}, issued before: {issued:?}",
-        b.token()
-    );
-    once(&mut issued, b.token(), "B's, from the copy");
+    for (r, a, issued) in [
+        (&kept, a_kept, &mut issued_kept),
+        (&fresh, a_fresh, &mut issued_fresh),
+    ] {
+        let highest = *issued.last().expect("tokens issued");
+        let b = acquire(r).await;
+        assert!(
+            b.token() > highest,
+            "{r}: B's token {} from the copy is not above {highest}, issued before: {issued:?}",
+            b.token()
+        );
+        once(issued, b.token(), "B's, from the copy");
+        b_refuses_a(lease, r, &a, &b).await;
+        lease.release(b).await.unwrap();
+    }
+}
 
+/// Where B claimed a record, A's claim and confirm are refused.
+async fn b_refuses_a<L: Lease + ?Sized>(
+    lease: &L,
+    r: &ResourceName,
+    a: &LeaseGuard,
+    b: &LeaseGuard,
+) {
     let store = MemoryStore::new("refunds");
     let lifecycle = Lifecycle::default();
     let key = RecordKey::new("r_815").expect("valid key");
@@ -178,10 +204,9 @@ pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
         .write(&store, &key, &lifecycle.claim())
         .await
         .unwrap();
-    let stale = Holder::new(&r, a.token(), lease.token_source());
+    let stale = Holder::new(r, a.token(), lease.token_source());
     for write in [lifecycle.claim(), lifecycle.confirm()] {
         let err = stale.write(&store, &key, &write).await.unwrap_err();
         assert!(err.is_rejection(), "A's {:?}: {err:?}", write.check());
     }
-    lease.release(b).await.unwrap();
 }
