@@ -193,7 +193,7 @@ impl Lease for DynamoLease {
         let mut lost = 0;
         for round in 0..COUNTER_ROUNDS {
             let now = now_ms();
-            let start = self.tokens.fresh_start(&serving).await?;
+            let start = self.tokens.fresh_start(resource, &serving).await?;
             let to =
                 match self
                     .tokens

@@ -12,6 +12,7 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeyType, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
 };
+use fencing_core::adapter::history::{BoundCounter, binding_here};
 use fencing_core::adapter::{RequestEffect, contention_pause};
 use fencing_core::{
     CounterHistory, Error, FencingToken, InputKind, InvalidInput, RateBound, ResourceName, Result,
@@ -237,8 +238,13 @@ impl DynamoTokenSource {
     }
 
     /// The first token of a counter new to the table serving now (`serving`): the table
-    /// binding's, raised and bound to this table first where it is bound to another.
-    pub(crate) async fn fresh_start(&self, serving: &str) -> Result<FencingToken> {
+    /// binding's, raised and bound to this table first where it is bound to another. Asked
+    /// for `resource`'s next token, which its errors name.
+    pub(crate) async fn fresh_start(
+        &self,
+        resource: &ResourceName,
+        serving: &str,
+    ) -> Result<FencingToken> {
         if let Some((bound, start)) = &*self.binding.lock().unwrap_or_else(PoisonError::into_inner)
             && bound == serving
         {
@@ -256,26 +262,28 @@ impl DynamoTokenSource {
                 .into_error(&self.name, RequestEffect::ReadOnly));
             };
             let now = now_ms();
-            let start = match binding.history.as_deref() {
-                Some(bound) if bound == serving => start,
-                _ => {
-                    let moved = self
-                        .max_rate
-                        .raise(start, binding.written_ms, now)
-                        .ok_or_else(|| self.kept_changing())?;
-                    let swap = self.swap_item(key.clone(), &binding, moved, serving, now);
-                    if let Err(err) = swap.send().await {
-                        match self.failed(err) {
-                            Failed::Refused(_) => {
-                                tokio::time::sleep(contention_pause(refusals(round))).await;
-                                continue;
-                            }
-                            Failed::Error(err) => return Err(err),
-                        }
-                    }
-                    moved
-                }
+            let stored = BoundCounter {
+                value: start,
+                history: binding.history.clone().unwrap_or_default(),
+                written_ms: binding.written_ms,
             };
+            let here = binding_here(&stored, &serving.to_owned(), now, self.max_rate)
+                .ok_or_else(|| Error::TokenExhausted {
+                    resource: resource.clone(),
+                })?;
+            if here != stored {
+                let swap = self.swap_item(key.clone(), &binding, here.value, serving, now);
+                if let Err(err) = swap.send().await {
+                    match self.failed(err) {
+                        Failed::Refused(_) => {
+                            tokio::time::sleep(contention_pause(refusals(round))).await;
+                            continue;
+                        }
+                        Failed::Error(err) => return Err(err),
+                    }
+                }
+            }
+            let start = here.value;
             *self.binding.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some((serving.to_owned(), start));
             return Ok(start);
@@ -629,7 +637,7 @@ impl DynamoTokenSource {
         let mut lost = 0;
         for round in 0..COUNTER_ROUNDS {
             let now = now_ms();
-            let start = self.fresh_start(&serving).await?;
+            let start = self.fresh_start(resource, &serving).await?;
             let to = match target(&expected, (&serving, start), lowered, now)? {
                 Raise::To(to) => to,
                 Raise::Already(at) => return Ok(at),

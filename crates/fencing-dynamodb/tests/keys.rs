@@ -158,6 +158,8 @@ async fn a_lease_keeps_its_item_in_a_teams_table_under_the_teams_key_name() {
         .unwrap()
         .with_key_attribute("pk")
         .unwrap();
+    // The team's table gets the counters' binding item beside its own.
+    lease.create_if_missing().await.unwrap();
     let resource = fencing_core::ResourceName::new("settle:m_4471").unwrap();
     let guard = lease
         .try_acquire(&resource, Ttl::from_secs(30).unwrap())

@@ -370,9 +370,11 @@ async fn an_acquisition_whose_answer_was_lost_is_granted_not_reported_busy() {
     let lease = common::lease(&client).await;
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let ttl = Ttl::from_secs(30).unwrap();
-    // The table's identity is read first (the source binds its counters to it), so that the
-    // answer lost below is the acquisition's.
-    lease.token_source().history(&resource).await.unwrap();
+    // The table's identity and binding are read first (the source binds its counters to
+    // them: a token of another resource reads both), so that the answer lost below is the
+    // acquisition's.
+    let other = ResourceName::new("settle:m_0001").unwrap();
+    lease.token_source().next(&other).await.unwrap();
 
     faults.arm(1);
     let guard = lease

@@ -159,6 +159,15 @@ async fn a_standby_promoted_behind_the_counters_never_reissues_a_token_for_kept_
     );
 }
 
+/// How many times `server` has said it is ready to accept connections (once per start and once
+/// per crash recovery).
+fn times_ready(server: &LocalPostgres) -> usize {
+    std::fs::read_to_string(server.log())
+        .unwrap_or_default()
+        .matches("database system is ready to accept connections")
+        .count()
+}
+
 /// With `synchronous_commit = off` and the WAL writer asleep for seconds, a backend crash that
 /// the postmaster survives (crash recovery, same timeline, same start time) loses the commits
 /// not yet flushed. A control insert made after the last token is lost (the test waits until a
@@ -187,11 +196,20 @@ async fn a_crash_with_synchronous_commit_off_loses_no_token() {
             .fetch_one(&pool)
             .await
             .unwrap();
+        let started = times_ready(&server);
         let killed = std::process::Command::new("kill")
             .args(["-9", &pid.to_string()])
             .status()
             .unwrap();
         assert!(killed.success());
+        // Recovered: the server says it is ready once more.
+        for _ in 0..600 {
+            if times_ready(&server) > started {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(times_ready(&server) > started, "no crash recovery");
         let counter = through_failures(async || tokens(&pool).current(&r).await).await;
         assert_eq!(
             counter,
