@@ -68,6 +68,16 @@ fn function_lengths(text: &str) -> Vec<(String, usize)> {
             found.push((name.to_owned(), 1));
             continue;
         }
+        // A declaration whose signature runs over several lines (a trait's method) ends in
+        // `;` before any body opens.
+        let declaration = lines[start..]
+            .iter()
+            .map(|l| l.trim_end())
+            .find(|l| l.ends_with(';') || l.ends_with('{'))
+            .is_some_and(|l| l.ends_with(';'));
+        if declaration {
+            continue;
+        }
         let indent = &line[..line.len() - line.trim_start().len()];
         let closing = format!("{indent}}}");
         if let Some(end) = lines[start..].iter().position(|l| *l == closing) {
