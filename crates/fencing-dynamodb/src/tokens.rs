@@ -267,10 +267,11 @@ impl DynamoTokenSource {
                 history: binding.history.clone().unwrap_or_default(),
                 written_ms: binding.written_ms,
             };
-            let here = binding_here(&stored, &serving.to_owned(), now, self.max_rate)
-                .ok_or_else(|| Error::TokenExhausted {
+            let here = binding_here(&stored, &serving.to_owned(), now, self.max_rate).ok_or_else(
+                || Error::TokenExhausted {
                     resource: resource.clone(),
-                })?;
+                },
+            )?;
             if here != stored {
                 let swap = self.swap_item(key.clone(), &binding, here.value, serving, now);
                 if let Err(err) = swap.send().await {

@@ -91,6 +91,11 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Whether it is a failover to a lagging follower.
+    pub fn is_failover(self) -> bool {
+        matches!(self, FaultKind::RedisFailover | FaultKind::PgFailover)
+    }
+
     /// Every kind, in report order.
     pub const ALL: [FaultKind; 14] = [
         FaultKind::Stall,
@@ -145,7 +150,9 @@ pub struct Fault {
     /// What it does.
     pub kind: FaultKind,
     /// It strikes once this many refunds are filed (for [`FaultKind::KillAfterCall`]: the
-    /// refund, by index from 0, after whose gateway call the worker is killed).
+    /// refund, by index from 0, after whose gateway call the worker is killed; for a failover,
+    /// 0: the follower lags from before the run's first acquisition, so the resource's
+    /// counter is first written during the lag and the promoted server has none).
     pub at: usize,
     /// How long a stall or pause lasts (for an etcd leader kill: how long the member stays
     /// down).
@@ -311,6 +318,14 @@ impl RunPlan {
                 store: PausedStore::Postgres,
             });
         }
+        // Half the failovers strike a resource first used during the lag (drawn apart, so the
+        // other faults of a seed stay as they were).
+        let fresh = StdRng::seed_from_u64(seed ^ 0xf4e5_4c0a).random_bool(0.5);
+        for fault in &mut faults {
+            if fresh && fault.kind.is_failover() {
+                fault.at = 0;
+            }
+        }
         faults.sort_by_key(|f| f.at);
         RunPlan {
             seed,
@@ -364,6 +379,14 @@ impl RunPlan {
             (true, true, true) => Protection::TokenReissued,
             (true, true, false) => Protection::Full,
         }
+    }
+
+    /// Whether the plan's failover strikes a resource first used during the lag (its follower
+    /// lags from before the first acquisition).
+    pub fn fails_over_a_fresh_resource(&self) -> bool {
+        self.faults
+            .iter()
+            .any(|f| f.kind.is_failover() && f.at == 0)
     }
 
     /// Whether a fault of `kind` is planned.
@@ -471,12 +494,34 @@ mod tests {
     }
 
     #[test]
+    fn failovers_strike_fresh_resources_and_kept_ones() {
+        let failing_over: Vec<RunPlan> = (0..200)
+            .map(|seed| RunPlan::from_seed(seed, true, sizing(), false))
+            .filter(|plan| plan.faults.iter().any(|f| f.kind.is_failover()))
+            .collect();
+        let fresh = failing_over
+            .iter()
+            .filter(|plan| plan.fails_over_a_fresh_resource())
+            .count();
+        assert!(
+            fresh > 0 && fresh < failing_over.len(),
+            "{fresh} of {}",
+            failing_over.len()
+        );
+    }
+
+    #[test]
     fn a_seed_gives_one_plan() {
         for seed in 0..50 {
             let plan = RunPlan::from_seed(seed, true, sizing(), false);
             assert_eq!(plan, RunPlan::from_seed(seed, true, sizing(), false));
             assert!(!plan.faults.is_empty());
-            assert!(plan.faults.iter().all(|f| (10..=50).contains(&f.at)));
+            // A failover of a fresh resource lags from the start (0).
+            assert!(
+                plan.faults
+                    .iter()
+                    .all(|f| (10..=50).contains(&f.at) || (f.kind.is_failover() && f.at == 0))
+            );
             assert!(plan.faults.iter().all(|f| f.pause > sizing().ttl));
             let restarts = plan
                 .faults

@@ -52,12 +52,18 @@ pub enum Error {
 
     /// A claim was refused because the record's fence is higher than any token the token
     /// source has issued: the counter went backwards (e.g. a Redis built to
-    /// reissue tokens restarted without persistence). [`crate::Holder`] has already raised the
-    /// source past the fence found, so the next acquisition gets a token above it; raise it
-    /// above every store's `MAX(fence)` with [`crate::seed_from_floors`].
+    /// reissue tokens restarted without persistence), or the server the source asked is not
+    /// the one that issued the fence (an old Redis primary still granting after a failover,
+    /// until the sentinels demote it: `min-replicas-to-write` stops that). [`crate::Holder`]
+    /// has already raised the source past the fence found, so the next acquisition gets a
+    /// token above it; raise it above every store's `MAX(fence)` with
+    /// [`crate::seed_from_floors`].
     #[error(
         "{store}: token regression on {record:?}: presented {presented}, found fence {found}, \
-         but the token source has issued at most {}",
+         but the token source has issued at most {}: its counter went backwards, or the \
+         server it asked is not the one that issued the fence (an old primary still answering \
+         after a failover: docs/guide.md, min-replicas-to-write); either way a newer holder \
+         wrote, so stop",
         highest_issued.map_or_else(|| "nothing".to_owned(), |t| t.to_string())
     )]
     TokenRegression {

@@ -264,11 +264,13 @@ fn failover_timings(results: &[RunResult]) -> String {
             .filter_map(|t| t.first_token.map(|d| d.as_millis()))
             .collect();
         let seen = first.len();
+        let fresh = timings.iter().filter(|t| t.fresh_resource).count();
         let _ = write!(
             out,
-            "\n{}: {}; the lagging server took writes {promoted} after the primary was \
-             killed; the first token on it was reported {} after the kill ({seen} of the {} \
-             saw one before the run ended).\n",
+            "\n{}: {} ({fresh} on a resource first used during the lag, whose counter the \
+             promoted server did not have at all); the lagging server took writes {promoted} \
+             after the primary was killed; the first token on it was reported {} after the \
+             kill ({seen} of the {} saw one before the run ended).\n",
             kind.name(),
             timings.len(),
             spread(first),
@@ -454,7 +456,8 @@ system's business, so the interleavings, unlike the plan, can differ.
   primary alone, then the primary is killed and the sentinels promote the replica, whose
   counter is behind the token just issued. The counter is bound to the server's history
   (`run_id` and `master_replid`), so the promoted replica's first acquisition opens a new
-  epoch rather than issue that token again.
+  epoch rather than issue that token again. In half these runs the replica lags from before
+  the run's first acquisition, so the promoted replica has no counter for the resource at all.
 * **PostgreSQL failover to a lagging standby** (half the runs on the PostgreSQL lease: its
   leases and counters live on a primary and an asynchronous streaming standby of the run's
   own, the machine's PostgreSQL 15, which the workers reach through a relay standing for a
@@ -462,7 +465,10 @@ system's business, so the interleavings, unlike the plan, can differ.
   killed so that the lease changes hands on the primary alone, then the primary is killed,
   the standby started and promoted, and the relay moved to it (connections open then are
   cut). The counter rows are bound to the server's history (timeline and postmaster start),
-  so the next token jumps past anything the lost primary could have issued.
+  so the next token jumps past anything the lost primary could have issued. In half these
+  runs the standby stops before the run's first acquisition, so the promoted standby has no
+  counter row for the resource at all: the table's binding row makes it start above every
+  token the lost primary issued.
 * **pg_terminate_backend** on every connection of the run's workers.
 * **A worker cut off from PostgreSQL past the TTL** (half the runs, drawn): in such a run
   each worker reaches PostgreSQL (its refunds, the job row, and the leases, counters or

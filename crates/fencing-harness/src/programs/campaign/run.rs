@@ -123,6 +123,9 @@ pub(crate) struct FailoverTiming {
     /// From the primary's kill until a worker reported the first token issued after it (the
     /// promotion, the killed holder's lease running out on the replica, the new epoch).
     pub(crate) first_token: Option<Duration>,
+    /// Whether the resource was first used during the lag: the promoted server had no
+    /// counter for it at all.
+    pub(crate) fresh_resource: bool,
 }
 
 enum Event {
@@ -346,6 +349,22 @@ impl<'a> Watch<'a> {
             .iter()
             .find(|f| f.kind == FaultKind::KillAfterCall)
             .map(|f| RunPlan::refund_key(f.at));
+        let mut picture = RunPicture::new(plan);
+        let mut failover = failover;
+        // A failover of a fresh resource: the follower lags before any worker starts, so the
+        // resource's counter is written on the primary alone from its first acquisition.
+        let lagging = match failover.as_mut() {
+            Some(deployment) if plan.fails_over_a_fresh_resource() => {
+                tokio::task::block_in_place(|| deployment.lag())?;
+                let what = format!("{} {}", deployment.server(), deployment.follower());
+                picture.service_fault(
+                    started.elapsed(),
+                    &format!("{what} made to lag before the resource's first acquisition"),
+                );
+                Some((Instant::now(), false))
+            }
+            _ => None,
+        };
         let mut workers = HashMap::new();
         for _ in 0..2 {
             let (name, worker) = spawner.spawn(kill_target.as_deref())?;
@@ -365,6 +384,7 @@ impl<'a> Watch<'a> {
                 .faults
                 .iter()
                 .filter(|f| f.kind != FaultKind::KillAfterCall)
+                .filter(|f| lagging.is_none() || !f.kind.is_failover())
                 .cloned()
                 .collect(),
             injected: BTreeMap::new(),
@@ -374,11 +394,11 @@ impl<'a> Watch<'a> {
             unknown_outcomes: UnknownOutcomes::default(),
             reported: WorkerReports::default(),
             last_writer: None,
-            lagging: None,
+            lagging,
             failovers: Vec::new(),
             awaiting_token: None,
             log: std::fs::File::create(dir.join("events.log"))?,
-            picture: RunPicture::new(plan),
+            picture,
         })
     }
 
@@ -475,6 +495,7 @@ impl<'a> Watch<'a> {
             kind: deployment.kind(),
             promoted: took,
             first_token: None,
+            fresh_resource: self.plan.fails_over_a_fresh_resource(),
         });
         self.awaiting_token = Some(killed_at);
         self.picture.service_fault(
