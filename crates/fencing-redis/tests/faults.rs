@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fencing_core::{
     EpochSource, Error, FencingToken, InputKind, Lease, Lifecycle, MemoryEpochSource, MemoryStore,
-    MemoryTokenSource, RecordKey, ResourceName, RetryPolicy, TokenSource, Ttl,
+    RecordKey, ResourceName, RetryPolicy, TokenSource, Ttl,
 };
 use fencing_redis::{RedisKeys, RedisLease};
 use fencing_simulation::settlement::{self, GatewayMode, SettlementConfig, What, refund_key};

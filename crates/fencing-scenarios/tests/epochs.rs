@@ -119,6 +119,9 @@ async fn sixteen_workers_open_one_epoch_per_loss_and_a_failover_of_the_epochs_re
         let tokens = race(&redis, &primary, &r).await;
         check(&format!("restart {restart}, lost with the primary"), tokens);
     }
+    // A resource first used now: its epochs' row exists on the primary alone.
+    let fresh = ResourceName::new("settle:m_9000").unwrap();
+    let fresh_before = race(&redis, &primary, &fresh).await;
     primary.close().await;
     primary_server.kill();
     standby.take_over_port_of(&primary_server);
@@ -134,6 +137,15 @@ async fn sixteen_workers_open_one_epoch_per_loss_and_a_failover_of_the_epochs_re
             opened.len(),
             1,
             "restart {restart}: one epoch, got {opened:?}"
+        );
+    }
+    // The fresh resource's counter is gone with the last restart, its epochs' row with the
+    // primary: its next epoch still lies above the one the lost primary opened.
+    let highest = fresh_before.iter().max().copied().unwrap();
+    for token in race(&redis, &promoted, &fresh).await {
+        assert!(
+            token > highest,
+            "{fresh}: {token} after the failover is not above {highest}, issued before"
         );
     }
 }
