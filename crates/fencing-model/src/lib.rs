@@ -106,6 +106,10 @@ pub struct Protocol {
     pub epoch_failovers: u8,
     /// Crashes of the durable epochs' store, recovered on the same history.
     pub epoch_crashes: u8,
+    /// Whether a worker that finds the counter lost opens its epoch in steps of their own
+    /// (name the loss, open, establish), which other workers interleave with; `false`: in one
+    /// step with its acquisition (for sizes whose subject is not the epochs).
+    pub stepwise_openings: bool,
     /// The rule changed, if any.
     pub mutation: Mutation,
 }
@@ -126,6 +130,7 @@ impl Protocol {
             seconds: 0,
             epoch_failovers: 0,
             epoch_crashes: 0,
+            stepwise_openings: true,
             mutation,
         }
     }
@@ -655,6 +660,12 @@ impl Protocol {
         if self.counter_lost(world) {
             let opening = world.opening(self.shared_openings());
             world.workers[usize::from(w)].opening = Some((opening, None));
+            if !self.stepwise_openings {
+                let (start, after) = self.open_in(world, opening);
+                Self::durable_step(world, after);
+                world.workers[usize::from(w)].opening = Some((opening, start));
+                self.establish(world, w);
+            }
             return;
         }
         let counter = world.counter.unwrap_or(0);
