@@ -39,9 +39,10 @@ fn small_cases_settle_every_refund_once_through_faults_and_pass_their_audit() {
         .find(|l| l.starts_with("6x300,w3,redis,faults:"))
         .unwrap_or_else(|| panic!("no line for the faulted case: {said}"));
     assert!(faulted.ends_with("audit passed"), "{faulted}");
-    // A worker was stopped and another killed while holding merchants: the killed one's
-    // replacement ran, the stopped one's merchants and the killed one's were taken over, and
-    // the stopped one stopped on what it had been holding when it woke.
+    // A worker was stopped and another killed, each right after the gateway made a refund and
+    // before its confirm: the killed one's replacement ran, both refunds' merchants were taken
+    // over, and the stopped one, resumed only once its refund was claimed under a newer token,
+    // had that confirm refused. Where the faults strike makes each count certain.
     let count = |label: &str| -> u64 {
         faulted
             .split(", ")

@@ -137,6 +137,11 @@ pub(crate) struct WorkerLog {
     pub(crate) stopped: Vec<String>,
     /// Its CPU time and peak memory, once it finished.
     pub(crate) usage: Option<scale::Usage>,
+    /// The refund it paused after, and its token then (`paused <merchant> after <refund> token
+    /// <t>`).
+    pub(crate) paused: Option<(String, u64)>,
+    /// Whether it was resumed after its pause.
+    pub(crate) resumed: bool,
     /// Whether it was killed on purpose.
     pub(crate) killed: bool,
     /// Its exit, as a word.
@@ -414,21 +419,35 @@ struct Running<'a> {
     started: Instant,
 }
 
-/// The faults of a case, in order: at a quarter of the refunds, stop a worker that holds a
-/// merchant and kill (and replace) another that holds one; resume the stopped one once
-/// another worker has taken one of its merchants over.
+/// The faults of a case, in order: at a quarter of the refunds, ask a worker that holds a
+/// merchant to pause right after its next gateway refund (SIGUSR1), then another: the first
+/// to pause stays stopped past its TTL, the second is killed (and replaced). The stopped one
+/// is resumed once another holder has claimed the refund it paused after, so its confirm of
+/// that refund is certain to be refused: the faults' effects come from where they strike, not
+/// from when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum FaultStage {
     StrikeAtQuarter,
-    Stopped {
-        victim: usize,
-        holding: Vec<String>,
-        /// Acquisitions of those merchants by other workers when it was stopped.
-        seen: usize,
-        /// Resumed then even with no take-over seen (the take-overs and the audit say so).
+    /// Waiting for a worker to pause: the first becomes `stalled`, the second is killed.
+    Pausing {
+        stalled: Option<Paused>,
+        /// When the last worker was asked: another is asked if none paused within a while.
+        asked_at: Instant,
+    },
+    Stalled {
+        stalled: Paused,
+        /// Resumed then even if no one claimed its refund (a trouble of the run: the case fails).
         at_latest: Instant,
     },
     Done,
+}
+
+/// A worker stopped right after the gateway made a refund, before its confirm.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Paused {
+    worker: usize,
+    refund: String,
+    token: u64,
 }
 
 impl Running<'_> {
@@ -446,11 +465,14 @@ impl Running<'_> {
         };
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            if stage != FaultStage::Done {
-                stage = self.fault(stage, clients, refunds).await?;
-            }
+            stage = self.fault(stage, clients, refunds).await?;
             if self.all_exited() {
-                return Ok(());
+                return match stage {
+                    FaultStage::Done => Ok(()),
+                    unfinished => Err(format!(
+                        "the workers ended before the faults were done: {unfinished:?}"
+                    )),
+                };
             }
             if Instant::now() > deadline {
                 for worker in &mut self.workers {
@@ -470,56 +492,147 @@ impl Running<'_> {
         let ttl = Duration::from_millis(self.args.ttl_ms);
         let next = match stage {
             FaultStage::StrikeAtQuarter if sent(clients, self.names).await? * 4 >= refunds => {
-                let stopped = self.holder(None);
-                let killed = stopped.as_ref().and_then(|(s, _)| self.holder(Some(*s)));
-                match (stopped, killed) {
-                    (Some((victim, holding)), Some((killed, _))) => {
-                        fencing_harness::signal("STOP", self.workers[victim].pid);
-                        fencing_harness::signal("KILL", self.workers[killed].pid);
-                        self.workers[killed]
-                            .log
-                            .lock()
-                            .expect("never poisoned")
-                            .killed = true;
-                        let replacement = format!("w{}", self.workers.len());
-                        self.record_fault(&format!(
-                            "stopped w{victim} holding {holding:?}; killed w{killed}, {replacement} started"
-                        ));
-                        self.spawn(replacement)?;
-                        // Its messages come back after a visibility timeout; a worker then
-                        // needs a moment to be free for one.
-                        let at_latest = Instant::now() + 4 * ttl + Duration::from_secs(30);
-                        let seen = self.acquisitions_by_others(victim, &holding);
-                        FaultStage::Stopped {
-                            victim,
-                            holding,
-                            seen,
-                            at_latest,
-                        }
-                    }
-                    _ => FaultStage::StrikeAtQuarter,
+                match self.ask_to_pause(None) {
+                    true => FaultStage::Pausing {
+                        stalled: None,
+                        asked_at: Instant::now(),
+                    },
+                    false => FaultStage::StrikeAtQuarter,
                 }
             }
-            FaultStage::Stopped {
-                victim,
-                ref holding,
-                seen,
-                at_latest,
+            FaultStage::Pausing {
+                mut stalled,
+                asked_at,
             } => {
-                let why = if self.acquisitions_by_others(victim, holding) > seen {
-                    "another worker took one of its merchants"
-                } else if Instant::now() >= at_latest {
-                    "no take-over seen by its deadline"
-                } else {
-                    return Ok(stage);
-                };
-                fencing_harness::signal("CONT", self.workers[victim].pid);
-                self.record_fault(&format!("resumed w{victim}: {why}"));
+                if stalled.is_none() {
+                    stalled = self.newly_paused(None);
+                    if let Some(first) = &stalled {
+                        self.record_fault(&format!(
+                            "w{} paused after {} (token {}): it stays stopped",
+                            first.worker, first.refund, first.token
+                        ));
+                    }
+                }
+                let spared = stalled.as_ref().map(|p| p.worker);
+                match (stalled, self.newly_paused(spared)) {
+                    (Some(stalled), Some(second)) => {
+                        self.kill_and_replace(&second)?;
+                        // Its messages come back after a visibility timeout; a worker then
+                        // needs a moment to be free for one.
+                        FaultStage::Stalled {
+                            stalled,
+                            at_latest: Instant::now() + 4 * ttl + Duration::from_secs(30),
+                        }
+                    }
+                    (Some(stalled), None) if !self.any_live_but(stalled.worker) => {
+                        self.resume(stalled.worker, "no other worker left to kill");
+                        return Err(format!(
+                            "every worker but w{} ended before a second one paused",
+                            stalled.worker
+                        ));
+                    }
+                    // An asked worker may have had no refund left to make: ask again.
+                    (stalled, _) if asked_at.elapsed() > Duration::from_millis(500) => {
+                        self.ask_to_pause(stalled.as_ref().map(|p| p.worker));
+                        FaultStage::Pausing {
+                            stalled,
+                            asked_at: Instant::now(),
+                        }
+                    }
+                    (stalled, _) => FaultStage::Pausing { stalled, asked_at },
+                }
+            }
+            FaultStage::Stalled { stalled, at_latest } => {
+                self.resume_unwanted(Some(stalled.worker));
+                let fence = fence_of(clients, self.names, &stalled.refund).await?;
+                if fence <= stalled.token && Instant::now() < at_latest {
+                    return Ok(FaultStage::Stalled { stalled, at_latest });
+                }
+                self.resume(
+                    stalled.worker,
+                    &format!("{} holds fence {fence}", stalled.refund),
+                );
+                if fence <= stalled.token {
+                    return Err(format!(
+                        "no worker claimed {} while w{} was stopped",
+                        stalled.refund, stalled.worker
+                    ));
+                }
                 FaultStage::Done
             }
-            unchanged => unchanged,
+            FaultStage::Done => {
+                self.resume_unwanted(None);
+                FaultStage::Done
+            }
+            waiting => waiting,
         };
         Ok(next)
+    }
+
+    /// Asks (SIGUSR1) every live worker other than `spared` that holds a merchant to pause
+    /// after its next refund, all at once: a run of a few seconds leaves no time to ask one
+    /// after another. False if none holds one.
+    fn ask_to_pause(&mut self, spared: Option<usize>) -> bool {
+        let holders = self.holders(spared);
+        for (worker, holding) in &holders {
+            fencing_harness::signal("USR1", self.workers[*worker].pid);
+            self.record_fault(&format!("asked w{worker}, holding {holding:?}, to pause"));
+        }
+        !holders.is_empty()
+    }
+
+    /// Kills `paused` and starts a worker in its place.
+    fn kill_and_replace(&mut self, paused: &Paused) -> Result<(), String> {
+        fencing_harness::signal("KILL", self.workers[paused.worker].pid);
+        self.workers[paused.worker]
+            .log
+            .lock()
+            .expect("never poisoned")
+            .killed = true;
+        let replacement = format!("w{}", self.workers.len());
+        self.record_fault(&format!(
+            "killed w{} paused after {}; {replacement} started",
+            paused.worker, paused.refund
+        ));
+        self.spawn(replacement)
+    }
+
+    /// Whether a worker other than `spared` is still running.
+    fn any_live_but(&mut self, spared: usize) -> bool {
+        let mut workers = self.workers.iter_mut().enumerate();
+        workers.any(|(i, worker)| i != spared && matches!(worker.child.try_wait(), Ok(None)))
+    }
+
+    /// A worker other than `spared` that paused and has not been dealt with.
+    fn newly_paused(&self, spared: Option<usize>) -> Option<Paused> {
+        self.workers
+            .iter()
+            .enumerate()
+            .find_map(|(worker, process)| {
+                let log = process.log.lock().expect("never poisoned");
+                let (refund, token) = log.paused.clone()?;
+                (Some(worker) != spared && !log.killed && !log.resumed).then_some(Paused {
+                    worker,
+                    refund,
+                    token,
+                })
+            })
+    }
+
+    /// Resumes a worker other than `spared` that paused once it was no longer wanted (asked,
+    /// it found its next refund only after another had paused).
+    fn resume_unwanted(&mut self, spared: Option<usize>) {
+        while let Some(extra) = self.newly_paused(spared) {
+            self.resume(extra.worker, "not needed");
+        }
+    }
+
+    fn resume(&mut self, worker: usize, why: &str) {
+        fencing_harness::signal("CONT", self.workers[worker].pid);
+        let mut log = self.workers[worker].log.lock().expect("never poisoned");
+        log.resumed = true;
+        drop(log);
+        self.record_fault(&format!("resumed w{worker}: {why}"));
     }
 
     /// Appends `what` to the case's `faults.log`, after the milliseconds since the run began.
@@ -534,32 +647,19 @@ impl Running<'_> {
         }
     }
 
-    /// The first live worker other than `spared` that holds a merchant, and what it holds.
-    fn holder(&mut self, spared: Option<usize>) -> Option<(usize, Vec<String>)> {
-        self.workers.iter_mut().enumerate().find_map(|(i, worker)| {
-            let live = Some(i) != spared && matches!(worker.child.try_wait(), Ok(None));
-            let log = worker.log.lock().expect("never poisoned");
-            let holding = log.holding();
-            (live && !log.killed && !holding.is_empty()).then_some((i, holding))
-        })
-    }
-
-    /// Acquisitions of any of `holding` by workers other than `victim`.
-    fn acquisitions_by_others(&self, victim: usize, holding: &[String]) -> usize {
-        let others = self
-            .workers
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != victim);
-        others
-            .map(|(_, worker)| {
+    /// Every live worker other than `spared`, not paused, that holds a merchant, and what it
+    /// holds.
+    fn holders(&mut self, spared: Option<usize>) -> Vec<(usize, Vec<String>)> {
+        let workers = self.workers.iter_mut().enumerate();
+        workers
+            .filter_map(|(i, worker)| {
+                let live = Some(i) != spared && matches!(worker.child.try_wait(), Ok(None));
                 let log = worker.log.lock().expect("never poisoned");
-                log.acquired
-                    .iter()
-                    .filter(|(m, _)| holding.contains(m))
-                    .count()
+                let holding = log.holding();
+                let busy = !log.killed && log.paused.is_none() && !holding.is_empty();
+                (live && busy).then_some((i, holding))
             })
-            .sum()
+            .collect()
     }
 
     fn all_exited(&mut self) -> bool {
@@ -649,6 +749,9 @@ async fn read_worker(
             }
             ["settled", merchant, ..] => log.settled.push((*merchant).to_owned()),
             ["stopped", ..] => log.stopped.push(line.clone()),
+            ["paused", _, "after", refund, "token", token] => {
+                log.paused = Some(((*refund).to_owned(), token.parse().unwrap_or(0)));
+            }
             ["done", "cpu_ms", cpu, "peak_rss_kib", rss] => {
                 log.usage = Some(scale::Usage {
                     cpu: Duration::from_millis(cpu.parse().unwrap_or(0)),
@@ -677,6 +780,19 @@ async fn sent(clients: &Clients, names: &RunNames) -> Result<u64, String> {
     .await
     .map_err(|e| format!("cannot count the refunds sent: {e}"))?;
     Ok(count.try_into().unwrap_or(0))
+}
+
+/// The fence refund `id` holds now.
+async fn fence_of(clients: &Clients, names: &RunNames, id: &str) -> Result<u64, String> {
+    let fence: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT fence FROM \"{}\".refunds WHERE id = $1",
+        names.schema()
+    )))
+    .bind(id)
+    .fetch_one(&clients.pool)
+    .await
+    .map_err(|e| format!("cannot read {id}'s fence: {e}"))?;
+    Ok(fence.try_into().unwrap_or(0))
 }
 
 /// PostgreSQL's commits and the machine's CPU ticks at one moment.

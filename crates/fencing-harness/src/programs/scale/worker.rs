@@ -11,10 +11,17 @@
 //! `settled <merchant> <n>`, `stopped <merchant>: <why>`) and, last, `done cpu_ms <n>
 //! peak_rss_kib <n>` (its own CPU time and high-water resident memory), which the scale
 //! command reads.
+//!
+//! SIGUSR1 asks it to stop itself (SIGSTOP) right after the gateway's next refund, before
+//! that refund's confirm: it says `paused <merchant> after <refund> token <t>` first. The
+//! scale command's faults strike there, so their effects are certain: a worker killed there
+//! leaves a refund its successor must look up, one resumed once its successor has claimed
+//! that refund is refused on its confirm.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fencing_core::{
@@ -55,7 +62,16 @@ const UNFIT: u8 = 2;
 /// Settles merchants until the queue is empty.
 pub(crate) async fn main(args: Args) -> ExitCode {
     fencing_harness::exit_with_parent();
-    let worker = match Worker::connect(&args).await {
+    // Listening before anything is acquired: the scale command asks only a worker that said
+    // it holds a merchant, and SIGUSR1 unheard would end the process.
+    let pause_asked = match listen_for_pause() {
+        Ok(asked) => asked,
+        Err(why) => {
+            eprintln!("fencing-harness scale-worker: {why}; nothing was written");
+            return ExitCode::from(UNFIT);
+        }
+    };
+    let worker = match Worker::connect(&args, pause_asked).await {
         Ok(worker) => Arc::new(worker),
         Err(why) => {
             eprintln!("fencing-harness scale-worker: {why}; nothing was written");
@@ -80,6 +96,21 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// A flag SIGUSR1 sets: pause after the next gateway refund.
+fn listen_for_pause() -> Result<Arc<AtomicBool>, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut usr1 = signal(SignalKind::user_defined1())
+        .map_err(|err| format!("cannot listen for SIGUSR1: {err}"))?;
+    let asked = Arc::new(AtomicBool::new(false));
+    let flag = asked.clone();
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    });
+    Ok(asked)
+}
+
 /// What a worker settles with.
 struct Worker {
     name: String,
@@ -93,6 +124,8 @@ struct Worker {
     gateway: String,
     concurrency: usize,
     page: i64,
+    /// Set by SIGUSR1: stop this process after the next gateway refund.
+    pause_asked: Arc<AtomicBool>,
 }
 
 /// One page of a merchant's unsent refunds: their keys and amounts.
@@ -102,7 +135,7 @@ struct Page {
 }
 
 impl Worker {
-    async fn connect(args: &Args) -> Result<Worker, String> {
+    async fn connect(args: &Args, pause_asked: Arc<AtomicBool>) -> Result<Worker, String> {
         let names = RunNames::new(&args.of.run);
         let application_name = format!("scale_{}_{}", names.id(), args.of.name);
         // Each merchant's pipeline has a claim and a confirm group under way at most.
@@ -151,6 +184,7 @@ impl Worker {
             gateway: args.of.gateway.clone(),
             concurrency: args.concurrency.into(),
             page: args.page.into(),
+            pause_asked,
         })
     }
 
@@ -200,14 +234,17 @@ impl Worker {
         }
         let resource = scale::settlement_of(merchant).map_err(|err| err.to_string())?;
         let guard = self.acquire(&resource).await;
-        println!("acquired {merchant} token {}", guard.token());
-        let holder_name = format!("{}@{}", self.name, guard.token());
+        let guard_token = guard.token();
+        println!("acquired {merchant} token {guard_token}");
+        let holder_name = format!("{}@{guard_token}", self.name);
         let renewal =
             LeaseRenewal::start(self.lease.clone(), guard.clone(), self.ttl.duration() / 3);
         let stores: [Arc<dyn FencedStore>; 1] = [self.refunds.clone()];
         let batch =
             FencedBatch::new(self.lease.clone(), guard, stores).map_err(|e| e.to_string())?;
-        let settled = self.settle_pages(&batch, merchant, &holder_name).await;
+        let settled = self
+            .settle_pages(&batch, merchant, &holder_name, guard_token)
+            .await;
         renewal.stop();
         // A release refused because the lease already ended is no failure: the fences kept
         // every write to this holder's tenure.
@@ -225,9 +262,15 @@ impl Worker {
         batch: &FencedBatch,
         merchant: &str,
         by: &str,
+        token: fencing_core::FencingToken,
     ) -> Result<(), String> {
         let lifecycle = Lifecycle::default();
-        let after_perform = |_: &RecordKey| {};
+        let after_perform = |key: &RecordKey| {
+            if self.pause_asked.swap(false, Ordering::SeqCst) {
+                println!("paused {merchant} after {key} token {token}");
+                fencing_harness::signal("STOP", std::process::id());
+            }
+        };
         let mut after = String::new();
         loop {
             let page = self.next_page(merchant, &after).await?;

@@ -40,7 +40,8 @@ impl Settlement {
     fn called(&self, key: &RecordKey) {
         println!("called {key}");
         if self.stop_after_call.as_deref() == Some(key.as_str()) {
-            stop_this_process();
+            // The campaign kills it while stopped.
+            fencing_harness::signal("STOP", std::process::id());
         }
     }
 
@@ -377,11 +378,4 @@ impl RecordWrites<String> for RefundWrites<'_> {
             .await?;
         Ok(confirmed)
     }
-}
-
-/// SIGSTOP to this very process, from a `kill` child: the campaign kills it while stopped.
-fn stop_this_process() {
-    let _ = std::process::Command::new("kill")
-        .args(["-STOP", &std::process::id().to_string()])
-        .status();
 }
