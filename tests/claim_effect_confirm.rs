@@ -52,6 +52,23 @@ impl Case {
     async fn state(&self) -> Option<State> {
         self.store.read(&self.key).await.unwrap().unwrap().state
     }
+
+    /// The case's resource acquired on `lease` for 30 s.
+    async fn acquire(&self, lease: &MemoryLease) -> fencing::LeaseGuard {
+        let ttl = fencing::Ttl::from_secs(30).unwrap();
+        lease
+            .try_acquire(&self.resource, ttl)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Asserts the record is left in flight under `token`, for the next holder to look up.
+    async fn assert_in_flight_under(&self, token: FencingToken) {
+        let record = self.store.read(&self.key).await.unwrap().unwrap();
+        assert_eq!(record.state.as_ref(), Some(self.lifecycle.in_flight()));
+        assert_eq!(record.fence, Some(token));
+    }
 }
 
 #[tokio::test]
@@ -216,12 +233,7 @@ fn bad_input_is_typed_and_caught_before_any_write() {
 async fn no_effect_starts_once_the_lease_has_ended_locally() {
     let case = Case::new(Vec::new());
     let lease = MemoryLease::new();
-    let ttl = fencing::Ttl::from_secs(30).unwrap();
-    let guard = lease
-        .try_acquire(&case.resource, ttl)
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = case.acquire(&lease).await;
     tokio::time::sleep(std::time::Duration::from_secs(31)).await;
     let gateway = RecordingEffect::new();
     let err = guard
@@ -231,9 +243,61 @@ async fn no_effect_starts_once_the_lease_has_ended_locally() {
         .unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
     assert_eq!(gateway.perform_calls(), 0);
-    let record = case.store.read(&case.key).await.unwrap().unwrap();
-    assert_eq!(record.state.as_ref(), Some(case.lifecycle.in_flight()));
-    assert_eq!(record.fence, Some(guard.token()));
+    case.assert_in_flight_under(guard.token()).await;
+}
+
+/// A look-up that outlasts the lease: the effect a take-over would perform after it must not
+/// start once the deadline has passed, since the holder can no longer tell that it is the
+/// only one sending.
+#[tokio::test(start_paused = true)]
+async fn a_take_over_whose_look_up_outlasts_the_lease_performs_nothing() {
+    let case = Case::new(Vec::new());
+    let lease = MemoryLease::new();
+    let stale = case.acquire(&lease).await;
+    stale
+        .holder()
+        .write(&case.store, &case.key, &case.lifecycle.claim())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(31)).await;
+    let guard = case.acquire(&lease).await;
+    let gateway = SlowLookup {
+        recorded: RecordingEffect::new(),
+        takes: std::time::Duration::from_secs(31),
+    };
+    let err = guard
+        .holder()
+        .run_effect(&case.store, &case.key, &case.lifecycle, &gateway)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    assert_eq!(gateway.recorded.lookups(), 1);
+    assert_eq!(gateway.recorded.perform_calls(), 0);
+    case.assert_in_flight_under(guard.token()).await;
+}
+
+/// A gateway whose look-ups take `takes` and find nothing (its performs are recorded).
+struct SlowLookup {
+    recorded: RecordingEffect,
+    takes: std::time::Duration,
+}
+
+#[fencing::prelude::async_trait]
+impl fencing::SideEffect for SlowLookup {
+    type Receipt = u32;
+
+    async fn lookup(&self, key: &RecordKey) -> Result<Option<u32>, fencing::BoxError> {
+        tokio::time::sleep(self.takes).await;
+        self.recorded.lookup(key).await
+    }
+
+    async fn perform(
+        &self,
+        key: &RecordKey,
+        record: &fencing::Record,
+    ) -> Result<u32, fencing::BoxError> {
+        self.recorded.perform(key, record).await
+    }
 }
 
 /// A guard's holder checks a refusal against the counter its token came from: a fence on the

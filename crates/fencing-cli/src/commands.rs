@@ -2,7 +2,8 @@
 
 use fencing_core::adapter::{ConditionalPutDefect, epoch};
 use fencing_core::{
-    BoxError, Error, FencedStore, FencedWrite, FencingToken, RecordKey, ResourceName, TokenSource,
+    BoxError, Error, FencedStore, FencedWrite, FencingToken, InputKind, RecordKey, ResourceName,
+    TokenSource,
 };
 use serde_json::json;
 
@@ -371,10 +372,14 @@ async fn probe_tokens(
     store: &dyn FencedStore,
     key: &RecordKey,
 ) -> Result<(FencingToken, FencingToken, FencingToken), Probed> {
-    let current = store
-        .read(key)
-        .await
-        .map_err(|e| Probed::Failed(format!("could not read the probe record: {e}")))?;
+    let current = store.read(key).await.map_err(|e| {
+        Probed::Failed(match &e {
+            Error::InvalidInput(bad) if bad.kind() == InputKind::RecordKey => {
+                format!("{e}: pass --key with a probe key of that kind")
+            }
+            _ => format!("could not read the probe record: {e}"),
+        })
+    })?;
     let base = current.and_then(|r| r.fence).map_or(1, FencingToken::get);
     match (
         FencingToken::new(base + 1),

@@ -66,7 +66,9 @@ enum Command {
         /// Where the counter lives.
         #[arg(long, value_enum)]
         tokens: Backend,
-        /// A store whose fences to read (repeat): postgres:SCHEMA.TABLE[:fence=COLUMN],
+        /// A store whose fences to read (repeat):
+        /// postgres:SCHEMA.TABLE[:fence=COLUMN,where=COLUMN=VALUE] (where=: only the rows of
+        /// this resource, in a table several resources share),
         /// dynamodb:TABLE[:fence=ATTRIBUTE], s3:BUCKET[/PREFIX][:codec=json].
         #[arg(long = "from", required = true, num_args = 1..)]
         from: Vec<String>,
@@ -75,7 +77,7 @@ enum Command {
     /// then check that N-1 is refused and N+1 accepted.
     Probe {
         /// The stores to check: postgres:SCHEMA.TABLE[:key=COLUMN,fence=COLUMN,state=COLUMN],
-        /// dynamodb:TABLE[:key=ATTRIBUTE,sort=ATTRIBUTE[/S|N|B],fence=ATTRIBUTE],
+        /// dynamodb:TABLE[:key=ATTRIBUTE,sort=ATTRIBUTE[/S|N|B],fence=ATTRIBUTE,state=ATTRIBUTE],
         /// s3:BUCKET[/PREFIX][:codec=json] (the probe object is deleted after),
         /// object-store:URL (az://, gs://, s3://; its conditional writes are checked first).
         #[arg(required = true)]

@@ -1,4 +1,5 @@
-//! Stores named on the command line: `postgres:SCHEMA.TABLE[:key=…,fence=…,state=…]`,
+//! Stores named on the command line:
+//! `postgres:SCHEMA.TABLE[:key=…,fence=…,state=…,where=COLUMN=VALUE]`,
 //! `dynamodb:TABLE[:key=…,sort=NAME[/S|N|B],fence=…,state=…]`,
 //! `s3:BUCKET[/PREFIX][:codec=json]`, and
 //! `object-store:URL` (any backend `object_store` builds from a URL: `az://`, `gs://`,
@@ -90,10 +91,18 @@ fn options<T, E: Into<Failure>>(
 /// A store named on the command line, checked but not connected: bad usage is found before
 /// any store is touched.
 pub(crate) enum Parsed {
-    Postgres(PgTable),
+    Postgres(PgSpec),
     Dynamodb(DynamoTable),
     S3(S3Bucket, Codec),
     ObjectStore(url::Url),
+}
+
+/// A PostgreSQL table named on the command line, and the rows its highest fence is read over.
+pub(crate) struct PgSpec {
+    table: PgTable,
+    /// `where=COLUMN=VALUE`: only the rows whose column holds the value (one resource's rows
+    /// in a table many resources share).
+    only: Option<(String, String)>,
 }
 
 /// How an S3 store's objects hold their records.
@@ -103,6 +112,18 @@ pub(crate) enum Codec {
     Envelope,
     /// A JSON object with the fence and state among its fields (`JsonCodec`).
     Json,
+}
+
+/// The `COLUMN=VALUE` of a `where=` option.
+fn only_rows(spec: &str, value: &str) -> Result<Option<(String, String)>, Failure> {
+    match value.split_once('=') {
+        Some((column, value)) if !column.is_empty() => {
+            Ok(Some((column.to_owned(), value.to_owned())))
+        }
+        _ => Err(Failure::usage(format!(
+            "{spec:?}: where={value:?} is not where=COLUMN=VALUE"
+        ))),
+    }
 }
 
 /// `NAME` or `NAME/TYPE` (TYPE `S`, `N` or `B`) of a `sort=` option.
@@ -139,16 +160,27 @@ pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
         "postgres" => {
             let name = qualified(place)?;
             let table = PgTable::new(name.schema().as_str(), name.name().as_str())?;
+            let only = None;
             Parsed::Postgres(options(
                 spec,
-                table,
+                PgSpec { table, only },
                 opts,
-                "key, fence, state",
-                |t, name, value| match name {
-                    "key" => Some(t.with_key_column(value)),
-                    "fence" => Some(t.with_fence_column(value)),
-                    "state" => Some(t.with_state_column(value)),
-                    _ => None,
+                "key, fence, state, where",
+                |PgSpec { table, only }, name, value| {
+                    let table = match name {
+                        "key" => table.with_key_column(value),
+                        "fence" => table.with_fence_column(value),
+                        "state" => table.with_state_column(value),
+                        "where" => {
+                            return Some(only_rows(spec, value).map(|only| PgSpec { table, only }));
+                        }
+                        _ => return None,
+                    };
+                    Some(
+                        table
+                            .map(|table| PgSpec { table, only })
+                            .map_err(Failure::from),
+                    )
                 },
             )?)
         }
@@ -214,12 +246,15 @@ pub(crate) fn parse_all(specs: &[String]) -> Result<(), Failure> {
 pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Failure> {
     let (mut objects, mut composite) = (None, None);
     let (store, floor): (Arc<dyn FencedStore>, Option<Box<dyn FenceFloor>>) = match parse(spec)? {
-        Parsed::Postgres(table) => {
+        Parsed::Postgres(PgSpec { table, only }) => {
             let pool = settings.pg_pool().await?;
-            (
-                Arc::new(PgStore::new(pool.clone(), table.clone())),
-                Some(Box::new(PgFenceFloor::new(pool, &table))),
-            )
+            let floor = match only {
+                Some((column, value)) => {
+                    PgFenceFloor::filtered(pool.clone(), &table, &column, value)?
+                }
+                None => PgFenceFloor::new(pool.clone(), &table),
+            };
+            (Arc::new(PgStore::new(pool, table)), Some(Box::new(floor)))
         }
         Parsed::Dynamodb(table) => {
             composite = table.sort_key().is_some().then(|| table.clone());

@@ -440,6 +440,14 @@ async fn token_current_and_advance_on_etcd_read_and_raise_the_token_key() {
     assert!(source.next(&r).await.unwrap().get() > floor);
 }
 
+/// `fencing seed RESOURCE` of the counter table `tokens` of `schema`, from the store `spec`.
+fn seed_from_postgres(schema: &Schema, resource: &str, spec: &str) -> Command {
+    let mut command = fencing();
+    command.args(["seed", resource, "--tokens", "postgres", "--pg-token-table"]);
+    command.arg(schema.table("tokens")).args(["--from", spec]);
+    command
+}
+
 #[tokio::test]
 async fn seed_raises_a_counter_above_the_highest_fence_in_every_store_given() {
     let schema = Schema::new().await;
@@ -459,17 +467,8 @@ async fn seed_raises_a_counter_above_the_highest_fence_in_every_store_given() {
     let resource = unique_name("settle:m_4471");
     // `--from` repeated, or once with several stores: the same command.
     let seed = |repeated: bool| {
-        let mut command = fencing();
-        command.args([
-            "seed",
-            &resource,
-            "--tokens",
-            "postgres",
-            "--pg-token-table",
-            &schema.table("tokens"),
-            "--from",
-            &format!("postgres:{}", schema.table("refund")),
-        ]);
+        let refund = format!("postgres:{}", schema.table("refund"));
+        let mut command = seed_from_postgres(&schema, &resource, &refund);
         if repeated {
             command.arg("--from");
         }
@@ -488,6 +487,58 @@ async fn seed_raises_a_counter_above_the_highest_fence_in_every_store_given() {
     let r = ResourceName::new(resource.clone()).unwrap();
     use fencing_core::TokenSource;
     assert_eq!(tokens.current(&r).await.unwrap(), Some(token(77)));
+    schema.drop().await;
+}
+
+/// A table that holds several resources' rows: `where=COLUMN=VALUE` reads the highest fence
+/// over the seeded resource's rows alone, where the whole table's would raise its counter to
+/// another resource's fence.
+#[tokio::test]
+async fn seed_reads_only_the_rows_a_where_option_names() {
+    let schema = Schema::new().await;
+    let tokens = schema.tokens().await;
+    schema
+        .execute(format!(
+            "CREATE TABLE \"{0}\".payouts (id text PRIMARY KEY, merchant text NOT NULL, \
+             fence bigint, state text); INSERT INTO \"{0}\".payouts VALUES \
+             ('p_1', 'm_4471', 12, 'sent'), ('p_2', 'm_9000', 900, 'sent')",
+            schema.name
+        ))
+        .await;
+    let resource = unique_name("settle:m_4471");
+    let seed = |spec: String| seed_from_postgres(&schema, &resource, &spec);
+    let table = schema.table("payouts");
+    let out = run(
+        &mut seed(format!("postgres:{table}:where=merchant=m_4471")),
+        0,
+    );
+    assert!(out.contains("highest fence 12"), "{out}");
+    let r = ResourceName::new(resource.clone()).unwrap();
+    use fencing_core::TokenSource;
+    assert_eq!(tokens.current(&r).await.unwrap(), Some(token(12)));
+    let out = run(&mut seed(format!("postgres:{table}:where=merchant")), 2);
+    assert!(out.contains("where=COLUMN=VALUE"), "{out}");
+    assert_eq!(tokens.current(&r).await.unwrap(), Some(token(12)));
+    schema.drop().await;
+}
+
+/// A probe on a table keyed by uuid: the default probe key does not fit, and the answer says
+/// to pass one that does.
+#[tokio::test]
+async fn probe_on_a_uuid_keyed_table_says_to_pass_a_key() {
+    let schema = Schema::new().await;
+    schema
+        .execute(format!(
+            "CREATE TABLE \"{0}\".payouts (id uuid PRIMARY KEY, fence bigint, state text)",
+            schema.name
+        ))
+        .await;
+    let spec = format!("postgres:{}", schema.table("payouts"));
+    let out = run(fencing().args(["probe", &spec]), 3);
+    assert!(out.contains("pass --key"), "{out}");
+    let uuid = "7d3c3a0e-4b8e-4f5e-9c1a-2f0d5e6b7a81";
+    let out = run(fencing().args(["probe", &spec, "--key", uuid]), 0);
+    assert!(out.contains("ok "), "{out}");
     schema.drop().await;
 }
 

@@ -1205,6 +1205,44 @@ async fn a_worker_stopped_past_its_deadline_starts_no_effect_on_waking() {
     assert!(calls.performs.values().all(|&n| n <= 2));
 }
 
+/// A take-over whose look-ups outlast the lease: the performs that would follow them do not
+/// start, since the deadline passed while the look-ups were out.
+#[tokio::test(start_paused = true)]
+async fn a_take_over_whose_look_ups_outlast_the_lease_performs_nothing() {
+    let records = keys(8);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let gateway = Gateway::default();
+    let a = batch(&lease, &store).await;
+    a.holder()
+        .write_many(&*store, &records, &lifecycle.claim())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let b = batch(&lease, &store).await;
+    // The first look-up holds every call of B's for longer than B's TTL.
+    let slow = Worker::new(&gateway, Some((key(1), Duration::from_secs(31))));
+    let settled = b
+        .holder()
+        .pipeline(&*store, &lifecycle, &slow)
+        .concurrency(8)
+        .run(records.clone())
+        .await;
+    assert!(
+        matches!(settled.error, Some(Error::LeaseLost { .. })),
+        "{:?}",
+        settled.error
+    );
+    let calls = gateway.calls();
+    assert!(!calls.lookups.is_empty());
+    assert!(
+        calls.performs.is_empty(),
+        "performed after the deadline: {:?}",
+        calls.performs
+    );
+}
+
 /// A batch longer than its TTL under a [`fencing_core::LeaseRenewal`] of a clone of its
 /// guard: each extension moves the batch's deadline too, so the pipeline runs to the end.
 /// When the renewal gives up (the lease was taken away), the pipeline starts nothing more.

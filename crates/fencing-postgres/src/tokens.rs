@@ -331,6 +331,19 @@ impl TokenSource for PgTokenSource {
             .await
     }
 
+    /// Asked only when the pool has a connection idle or room to open one: with neither, the
+    /// caller's transaction may hold the one it would wait for.
+    async fn current_at_once(
+        &self,
+        resource: &ResourceName,
+    ) -> Option<Result<Option<FencingToken>>> {
+        let room = self.pool.size() < self.pool.options().get_max_connections();
+        if self.pool.num_idle() == 0 && !room {
+            return None;
+        }
+        Some(self.current(resource).await)
+    }
+
     async fn advance_to(
         &self,
         resource: &ResourceName,

@@ -30,6 +30,58 @@ async fn pool_of_one() -> PgPool {
         .unwrap()
 }
 
+/// A refusal in the caller's transaction is explained by the holder's source only if that
+/// source can answer at once: a `PgTokenSource` on the pool whose one connection the
+/// transaction holds leaves it a plain refusal rather than wait for that connection (for as
+/// long as the pool's acquire timeout, here a minute). With the connection free again, the
+/// same refusal is explained: the fence it meets is above every token issued.
+#[tokio::test]
+async fn a_refused_write_in_the_callers_transaction_waits_for_no_second_connection() {
+    let schema = Schema::new().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect(&fencing_test_support::services::postgres_url())
+        .await
+        .unwrap();
+    let tokens = fencing_postgres::PgTokenSource::new(
+        pool.clone(),
+        fencing_postgres::PgQualifiedName::new(&schema.name, "tokens").unwrap(),
+    );
+    tokens.create_if_missing().await.unwrap();
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let token = fencing_core::TokenSource::next(&tokens, &resource)
+        .await
+        .unwrap();
+    let store = PgStore::new(pool.clone(), schema.table.clone());
+    let above = fencing_core::FencingToken::new(token.get() + 10).unwrap();
+    store
+        .write(&key(1), above, &FencedWrite::claim())
+        .await
+        .unwrap();
+    let holder = Holder::new(&resource, token, &tokens);
+    let mut tx = pool.begin().await.unwrap();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        store.write_in(&mut tx, &holder, &key(1), &FencedWrite::claim()),
+    )
+    .await
+    .expect("answered without waiting for the pool's one connection")
+    .unwrap_err();
+    assert!(matches!(refused, Error::Fenced { .. }), "{refused:?}");
+    drop(tx);
+    let explained = holder
+        .write(&store, &key(1), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(explained, Error::TokenRegression { .. }),
+        "{explained:?}"
+    );
+    pool.close().await;
+    schema.drop_schema().await;
+}
+
 async fn pending(store: &PgStore, keys: &[RecordKey]) {
     let lifecycle = Lifecycle::default();
     let create = FencedWrite::claim().set_state(lifecycle.pending().clone());

@@ -2,6 +2,7 @@
 //! scripts, shared by the lease and the token source.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use fencing_core::adapter::RequestEffect;
 use fencing_core::{ResourceName, Result};
@@ -17,7 +18,11 @@ pub(crate) struct RedisClient<C> {
     conn: C,
     keys: RedisKeys,
     scripts: Arc<Scripts>,
+    request_timeout: Duration,
 }
+
+/// How long one request to Redis waits for its answer unless told otherwise.
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisClient<C> {
     pub(crate) fn new(conn: C) -> Self {
@@ -25,11 +30,23 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisClient<C> {
             conn,
             keys: RedisKeys::default(),
             scripts: Arc::new(Scripts::new()),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 
     pub(crate) fn with_keys(self, keys: RedisKeys) -> Self {
         RedisClient { keys, ..self }
+    }
+
+    pub(crate) fn with_request_timeout(self, request_timeout: Duration) -> Self {
+        RedisClient {
+            request_timeout,
+            ..self
+        }
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
     }
 
     pub(crate) fn keys(&self) -> &RedisKeys {
@@ -41,7 +58,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisClient<C> {
     }
 
     /// Runs `script` on `keys` with `args` for `resource`; failures are classified by
-    /// `effect`.
+    /// `effect`. A request unanswered within the request timeout is given up on (a write's
+    /// outcome is then unknown): a connection whose own response timeout is off would
+    /// otherwise hold it for as long as the link is black-holed.
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
         script: &Script,
@@ -58,9 +77,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisClient<C> {
             invocation.arg(*arg);
         }
         let mut conn = self.conn.clone();
-        invocation
-            .invoke_async(&mut conn)
+        let answer = tokio::time::timeout(self.request_timeout, invocation.invoke_async(&mut conn))
             .await
-            .map_err(|e| RedisFailure::from(e).into_error(resource, effect))
+            .map_err(|_| RedisFailure::TimedOut(self.request_timeout))
+            .map_err(|e| e.into_error(resource, effect))?;
+        answer.map_err(|e| RedisFailure::from(e).into_error(resource, effect))
     }
 }

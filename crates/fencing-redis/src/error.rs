@@ -20,6 +20,8 @@ pub(crate) enum RedisFailure {
     Driver(RedisError),
     /// A reply the scripts cannot produce.
     Unexpected(String),
+    /// No answer within the request timeout: the request may still arrive and apply.
+    TimedOut(std::time::Duration),
 }
 
 impl From<RedisError> for RedisFailure {
@@ -34,6 +36,10 @@ impl RedisFailure {
         let err = match self {
             RedisFailure::Unexpected(what) => {
                 return Error::failed_request(STORE, effect, false, what.into());
+            }
+            RedisFailure::TimedOut(waited) => {
+                let why = format!("no answer within the request timeout of {waited:?}");
+                return Error::failed_request(STORE, effect, true, why.into());
             }
             RedisFailure::Driver(err) => err,
         };

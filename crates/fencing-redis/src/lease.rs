@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock};
 use fencing_core::{
-    EpochSource, FenceFloor, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
-    TokenSource, Ttl,
+    EpochSource, FenceFloor, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName,
+    Result, TokenSource, Ttl,
 };
 use redis::Script;
 use redis::aio::ConnectionLike;
@@ -60,6 +60,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
     pub fn with_keys(mut self, keys: RedisKeys) -> Self {
         self.tokens = Arc::new(Arc::unwrap_or_clone(self.tokens).with_keys(keys));
         self
+    }
+
+    /// The same leases, giving up on a request to Redis after `limit`
+    /// ([`RedisTokenSource::with_request_timeout`]): an acquisition, extension or release
+    /// through a black-holed link ends with [`fencing_core::Error::Ambiguous`] instead of
+    /// waiting for as long as the link is down.
+    pub fn with_request_timeout(mut self, limit: Duration) -> Result<Self, InvalidInput> {
+        let tokens = Arc::unwrap_or_clone(self.tokens).with_request_timeout(limit)?;
+        self.tokens = Arc::new(tokens);
+        Ok(self)
     }
 
     /// The same leases, starting a missing counter above the stores' `floors` (see

@@ -3,12 +3,13 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::adapter::{RequestEffect, epoch};
 use fencing_core::{
-    CounterHistory, EpochSource, FenceFloor, FencingToken, OwnerId, ResourceName, Result,
-    TokenSource, Ttl,
+    CounterHistory, EpochSource, FenceFloor, FencingToken, InputKind, InvalidInput, OwnerId,
+    ResourceName, Result, TokenSource, Ttl,
 };
 use redis::aio::ConnectionLike;
 
@@ -96,6 +97,30 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
     pub fn with_keys(mut self, keys: RedisKeys) -> Self {
         self.client = self.client.with_keys(keys);
         self
+    }
+
+    /// How long one request waits for its answer unless told otherwise.
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = crate::client::DEFAULT_REQUEST_TIMEOUT;
+
+    /// The same source, giving up on a request to Redis after `limit` (at least 1 ms): a write
+    /// then reports [`fencing_core::Error::Ambiguous`] (it may still arrive and apply), a read
+    /// [`fencing_core::Error::Backend`]. The connection's own response timeout applies too,
+    /// whichever is shorter. The epoch source's requests are bounded by that source (a
+    /// `PgEpochSource` by its pool's).
+    pub fn with_request_timeout(mut self, limit: Duration) -> Result<Self, InvalidInput> {
+        if limit < Duration::from_millis(1) {
+            return Err(InvalidInput::new(
+                InputKind::Retry,
+                format!("a request timeout of {limit:?} is shorter than 1 ms"),
+            ));
+        }
+        self.client = self.client.with_request_timeout(limit);
+        Ok(self)
+    }
+
+    /// How long one request to Redis waits for its answer.
+    pub fn request_timeout(&self) -> Duration {
+        self.client.request_timeout()
     }
 
     /// The same source, starting a missing counter above the highest fence `floors` report

@@ -292,6 +292,40 @@ async fn a_counter_holding_garbage_is_refused_and_nothing_is_left_half_written()
     assert!(matches!(&err, Error::InvalidInput(e) if e.kind() == InputKind::ResourceName));
 }
 
+/// A Redis that stops answering (SIGSTOP: the link stays open, nothing comes back), reached
+/// through a connection whose own response timeout is off: the lease's request timeout ends
+/// the acquisition as ambiguous instead of letting it wait for as long as the server is
+/// stopped. A timeout under 1 ms is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_through_a_silent_link_ends_at_the_request_timeout() {
+    let server = RedisServer::start(&[]);
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let refused = RedisLease::new(conn.clone(), epochs())
+        .with_request_timeout(Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(refused.kind(), InputKind::Retry);
+    let lease = RedisLease::new(conn, epochs())
+        .with_request_timeout(Duration::from_millis(500))
+        .unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    let answered = ResourceName::new(unique_name("answered")).unwrap();
+    assert!(lease.try_acquire(&answered, ttl).await.unwrap().is_some());
+    server.pause();
+    let silent = ResourceName::new(unique_name("silent")).unwrap();
+    let answer =
+        tokio::time::timeout(Duration::from_secs(30), lease.try_acquire(&silent, ttl)).await;
+    server.resume();
+    let err = answer
+        .expect("ended by the lease's own request timeout")
+        .unwrap_err();
+    assert!(matches!(err, Error::Ambiguous { .. }), "{err:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worked_example_with_the_lease_on_redis_and_a_real_pause() {
     let server = RedisServer::start(&[]);

@@ -41,6 +41,18 @@ pub trait TokenSource: Send + Sync + Debug {
         resource: &ResourceName,
         floor: FencingToken,
     ) -> Result<FencingToken>;
+
+    /// [`Self::current`] if it can be asked without waiting for something the caller may be
+    /// holding, `None` if not. A refusal of a write in the caller's own transaction is
+    /// explained through this: a source on the pool that transaction took its connection from
+    /// must not wait for that very connection. The default asks [`Self::current`], right for
+    /// a source that shares nothing with its callers' transactions.
+    async fn current_at_once(
+        &self,
+        resource: &ResourceName,
+    ) -> Option<Result<Option<FencingToken>>> {
+        Some(self.current(resource).await)
+    }
 }
 
 macro_rules! forward_token_source {
@@ -59,6 +71,12 @@ macro_rules! forward_token_source {
                 floor: FencingToken,
             ) -> Result<FencingToken> {
                 (**self).advance_to(resource, floor).await
+            }
+            async fn current_at_once(
+                &self,
+                resource: &ResourceName,
+            ) -> Option<Result<Option<FencingToken>>> {
+                (**self).current_at_once(resource).await
             }
         }
     )*};

@@ -257,7 +257,8 @@ impl<'a> Holder<'a> {
     /// The effect of a record this holder claimed: looked up first if the claim found it in
     /// flight (an earlier claim's effect may have happened), performed if not found. Returns
     /// the receipt and whether it was found rather than performed. Nothing starts once the
-    /// fence's guard has ended locally.
+    /// fence's guard has ended locally, asked again right before the effect: a slow look-up
+    /// may outlast the lease.
     pub(crate) async fn perform_claimed<E: SideEffect + ?Sized>(
         &self,
         store: &str,
@@ -278,6 +279,7 @@ impl<'a> Holder<'a> {
             if let Some(receipt) = found {
                 return Ok((receipt, true));
             }
+            self.may_start_effects()?;
         }
         let performed = effect.perform(key, &claimed.record).await;
         telemetry::effect_performed(key, performed.as_ref().map(drop));

@@ -290,7 +290,10 @@ impl<'a> Holder<'a> {
                 outcomes[i] = Some(outcome);
             }
             let (places, errs): (Vec<usize>, Vec<Error>) = refused.into_iter().unzip();
-            for (i, err) in places.into_iter().zip(self.explain_all(errs).await) {
+            for (i, err) in places
+                .into_iter()
+                .zip(self.explain_all(errs, Patience::Wait).await)
+            {
                 let outcome = Err(err);
                 self.observe(store.name(), &[&keys[i]], write.check(), started, &outcome);
                 outcomes[i] = Some(outcome);
@@ -387,7 +390,11 @@ impl<'a> Holder<'a> {
     ///
     /// The extra read of the source happens only here, on the rejection path.
     pub(crate) async fn explain_and_repair(&self, err: Error) -> Error {
-        let mut explained = self.explain_all(vec![err]).await;
+        self.explain_one(err, Patience::Wait).await
+    }
+
+    async fn explain_one(&self, err: Error, patience: Patience) -> Error {
+        let mut explained = self.explain_all(vec![err], patience).await;
         explained.pop().expect("one error in, one out")
     }
 
@@ -398,7 +405,7 @@ impl<'a> Holder<'a> {
     /// holder's. A holder made from a guard also remembers the repairs of every write under
     /// that guard, so refusals answered side by side (a pipeline's own writes) are judged
     /// alike whatever order their explanations run in.
-    async fn explain_all(&self, errs: Vec<Error>) -> Vec<Error> {
+    async fn explain_all(&self, errs: Vec<Error>, patience: Patience) -> Vec<Error> {
         let found_fences = errs.iter().filter_map(|err| match err {
             Error::Fenced { found, .. } => found.token(),
             _ => None,
@@ -406,8 +413,12 @@ impl<'a> Holder<'a> {
         let Some(highest_found) = found_fences.max() else {
             return errs;
         };
-        let Ok(highest_issued) = self.source.current(self.resource).await else {
-            // The source cannot say: every refusal stays a plain refusal.
+        let asked = match patience {
+            Patience::Wait => Some(self.source.current(self.resource).await),
+            Patience::AtOnce => self.source.current_at_once(self.resource).await,
+        };
+        let Some(Ok(highest_issued)) = asked else {
+            // The source cannot say (now): every refusal stays a plain refusal.
             return errs;
         };
         let repaired = self.guard.and_then(LeaseGuard::repaired_to);
@@ -442,6 +453,16 @@ impl<'a> Holder<'a> {
             })
             .collect()
     }
+}
+
+/// How long a refusal's explanation may wait for the token source.
+#[derive(Clone, Copy)]
+enum Patience {
+    /// As long as the source takes.
+    Wait,
+    /// Only for what it can say without waiting for something the caller may hold (a write
+    /// in the caller's transaction: the connection it holds).
+    AtOnce,
 }
 
 /// A broken adapter's answer to a write of `sent` records with `answered` outcomes: which
@@ -500,7 +521,10 @@ pub trait HolderExt {
 
     /// [`Self::run_write`] for a write that cannot be sent again: one made in the caller's
     /// transaction, which is gone with a lost answer. An ambiguous outcome is returned as it
-    /// is; a refusal is explained and the outcome reported as [`Self::run_write`] does.
+    /// is; the outcome is reported as [`Self::run_write`] does. A refusal is explained only as
+    /// far as the source can say at once ([`TokenSource::current_at_once`]): the caller's
+    /// transaction may hold the connection the source would wait for, and then the refusal
+    /// stays [`Error::Fenced`].
     async fn run_write_once<T: RecordOutcomes>(
         &self,
         store: &str,
@@ -565,7 +589,7 @@ impl HolderExt for Holder<'_> {
         let holder = self.admit(store)?;
         let started = Instant::now();
         let result = match holder.answered(store, attempt).await {
-            Err(err) => Err(holder.explain_and_repair(err).await),
+            Err(err) => Err(holder.explain_one(err, Patience::AtOnce).await),
             done => done,
         };
         holder.observe(store, records, check, started, &result);

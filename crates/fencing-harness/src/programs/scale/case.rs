@@ -489,8 +489,7 @@ impl Running<'_> {
         clients: &Clients,
         refunds: u64,
     ) -> Result<FaultStage, String> {
-        let ttl = Duration::from_millis(self.args.ttl_ms);
-        let next = match stage {
+        Ok(match stage {
             FaultStage::StrikeAtQuarter if sent(clients, self.names).await? * 4 >= refunds => {
                 match self.ask_to_pause(None) {
                     true => FaultStage::Pausing {
@@ -500,73 +499,87 @@ impl Running<'_> {
                     false => FaultStage::StrikeAtQuarter,
                 }
             }
-            FaultStage::Pausing {
-                mut stalled,
-                asked_at,
-            } => {
-                if stalled.is_none() {
-                    stalled = self.newly_paused(None);
-                    if let Some(first) = &stalled {
-                        self.record_fault(&format!(
-                            "w{} paused after {} (token {}): it stays stopped",
-                            first.worker, first.refund, first.token
-                        ));
-                    }
-                }
-                let spared = stalled.as_ref().map(|p| p.worker);
-                match (stalled, self.newly_paused(spared)) {
-                    (Some(stalled), Some(second)) => {
-                        self.kill_and_replace(&second)?;
-                        // Its messages come back after a visibility timeout; a worker then
-                        // needs a moment to be free for one.
-                        FaultStage::Stalled {
-                            stalled,
-                            at_latest: Instant::now() + 4 * ttl + Duration::from_secs(30),
-                        }
-                    }
-                    (Some(stalled), None) if !self.any_live_but(stalled.worker) => {
-                        self.resume(stalled.worker, "no other worker left to kill");
-                        return Err(format!(
-                            "every worker but w{} ended before a second one paused",
-                            stalled.worker
-                        ));
-                    }
-                    // An asked worker may have had no refund left to make: ask again.
-                    (stalled, _) if asked_at.elapsed() > Duration::from_millis(500) => {
-                        self.ask_to_pause(stalled.as_ref().map(|p| p.worker));
-                        FaultStage::Pausing {
-                            stalled,
-                            asked_at: Instant::now(),
-                        }
-                    }
-                    (stalled, _) => FaultStage::Pausing { stalled, asked_at },
-                }
-            }
+            FaultStage::Pausing { stalled, asked_at } => self.pausing(stalled, asked_at)?,
             FaultStage::Stalled { stalled, at_latest } => {
-                self.resume_unwanted(Some(stalled.worker));
-                let fence = fence_of(clients, self.names, &stalled.refund).await?;
-                if fence <= stalled.token && Instant::now() < at_latest {
-                    return Ok(FaultStage::Stalled { stalled, at_latest });
-                }
-                self.resume(
-                    stalled.worker,
-                    &format!("{} holds fence {fence}", stalled.refund),
-                );
-                if fence <= stalled.token {
-                    return Err(format!(
-                        "no worker claimed {} while w{} was stopped",
-                        stalled.refund, stalled.worker
-                    ));
-                }
-                FaultStage::Done
+                self.stalled(stalled, at_latest, clients).await?
             }
             FaultStage::Done => {
                 self.resume_unwanted(None);
                 FaultStage::Done
             }
             waiting => waiting,
-        };
-        Ok(next)
+        })
+    }
+
+    /// The first worker to pause stays stopped; the second is killed and replaced.
+    fn pausing(
+        &mut self,
+        mut stalled: Option<Paused>,
+        asked_at: Instant,
+    ) -> Result<FaultStage, String> {
+        if stalled.is_none() {
+            stalled = self.newly_paused(None);
+            if let Some(first) = &stalled {
+                self.record_fault(&format!(
+                    "w{} paused after {} (token {}): it stays stopped",
+                    first.worker, first.refund, first.token
+                ));
+            }
+        }
+        let spared = stalled.as_ref().map(|p| p.worker);
+        Ok(match (stalled, self.newly_paused(spared)) {
+            (Some(stalled), Some(second)) => {
+                self.kill_and_replace(&second)?;
+                // Its messages come back after a visibility timeout; a worker then needs a
+                // moment to be free for one.
+                let ttl = Duration::from_millis(self.args.ttl_ms);
+                FaultStage::Stalled {
+                    stalled,
+                    at_latest: Instant::now() + 4 * ttl + Duration::from_secs(30),
+                }
+            }
+            (Some(stalled), None) if !self.any_live_but(stalled.worker) => {
+                self.resume(stalled.worker, "no other worker left to kill");
+                return Err(format!(
+                    "every worker but w{} ended before a second one paused",
+                    stalled.worker
+                ));
+            }
+            // An asked worker may have had no refund left to make: ask again.
+            (stalled, _) if asked_at.elapsed() > Duration::from_millis(500) => {
+                self.ask_to_pause(stalled.as_ref().map(|p| p.worker));
+                FaultStage::Pausing {
+                    stalled,
+                    asked_at: Instant::now(),
+                }
+            }
+            (stalled, _) => FaultStage::Pausing { stalled, asked_at },
+        })
+    }
+
+    /// Resumes the stopped worker once another holder has claimed the refund it paused after.
+    async fn stalled(
+        &mut self,
+        stalled: Paused,
+        at_latest: Instant,
+        clients: &Clients,
+    ) -> Result<FaultStage, String> {
+        self.resume_unwanted(Some(stalled.worker));
+        let fence = fence_of(clients, self.names, &stalled.refund).await?;
+        if fence <= stalled.token && Instant::now() < at_latest {
+            return Ok(FaultStage::Stalled { stalled, at_latest });
+        }
+        self.resume(
+            stalled.worker,
+            &format!("{} holds fence {fence}", stalled.refund),
+        );
+        if fence <= stalled.token {
+            return Err(format!(
+                "no worker claimed {} while w{} was stopped",
+                stalled.refund, stalled.worker
+            ));
+        }
+        Ok(FaultStage::Done)
     }
 
     /// Asks (SIGUSR1) every live worker other than `spared` that holds a merchant to pause
