@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
-use fencing_core::adapter::RequestEffect;
-use fencing_core::{
-    Error, FencingToken, InputKind, InvalidInput, ResourceName, Result, TokenSource,
-};
+use fencing_core::adapter::{RequestEffect, check_request_timeout};
+use fencing_core::{Error, FencingToken, InvalidInput, ResourceName, Result, TokenSource};
 
 use crate::error::{EtcdFailure, never_sent};
 use crate::keys::EtcdKeys;
@@ -157,12 +155,7 @@ impl EtcdTokenSource {
     /// (`ConnectOptions::with_timeout`) applies too, whichever is shorter; without one, a
     /// cluster that lost its quorum would hold a request for as long as the quorum is gone.
     pub fn with_request_timeout(self, limit: Duration) -> Result<Self, InvalidInput> {
-        if limit < Duration::from_millis(1) {
-            return Err(InvalidInput::new(
-                InputKind::Retry,
-                format!("a request timeout of {limit:?} is shorter than 1 ms"),
-            ));
-        }
+        check_request_timeout(limit)?;
         Ok(EtcdTokenSource {
             request_timeout: limit,
             ..self

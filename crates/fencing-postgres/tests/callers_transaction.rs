@@ -30,11 +30,11 @@ async fn pool_of_one() -> PgPool {
         .unwrap()
 }
 
-/// A refusal in the caller's transaction is explained by the holder's source only if that
-/// source can answer at once: a `PgTokenSource` on the pool whose one connection the
-/// transaction holds leaves it a plain refusal rather than wait for that connection (for as
-/// long as the pool's acquire timeout, here a minute). With the connection free again, the
-/// same refusal is explained: the fence it meets is above every token issued.
+/// A refusal in the caller's transaction (`write_in`, `write_together_in`) is explained by the
+/// holder's source only if that source can answer at once: a `PgTokenSource` on the pool whose
+/// one connection the transaction holds leaves it a plain refusal rather than wait for that
+/// connection (for as long as the pool's acquire timeout, here a minute). With the connection
+/// free again, the same refusal is explained: the fence it meets is above every token issued.
 #[tokio::test]
 async fn a_refused_write_in_the_callers_transaction_waits_for_no_second_connection() {
     let schema = Schema::new().await;
@@ -67,6 +67,14 @@ async fn a_refused_write_in_the_callers_transaction_waits_for_no_second_connecti
     )
     .await
     .expect("answered without waiting for the pool's one connection")
+    .unwrap_err();
+    assert!(matches!(refused, Error::Fenced { .. }), "{refused:?}");
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        store.write_together_in(&mut tx, &holder, &[key(1)], FencedWrite::claim()),
+    )
+    .await
+    .expect("a group answered without waiting for the pool's one connection")
     .unwrap_err();
     assert!(matches!(refused, Error::Fenced { .. }), "{refused:?}");
     drop(tx);

@@ -79,8 +79,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisClient<C> {
         let mut conn = self.conn.clone();
         let answer = tokio::time::timeout(self.request_timeout, invocation.invoke_async(&mut conn))
             .await
-            .map_err(|_| RedisFailure::TimedOut(self.request_timeout))
-            .map_err(|e| e.into_error(resource, effect))?;
+            .map_err(|_| {
+                RedisFailure::TimedOut(self.request_timeout).into_error(resource, effect)
+            })?;
         answer.map_err(|e| RedisFailure::from(e).into_error(resource, effect))
     }
 }

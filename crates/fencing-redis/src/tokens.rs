@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{RequestEffect, epoch};
+use fencing_core::adapter::{RequestEffect, check_request_timeout, epoch};
 use fencing_core::{
-    CounterHistory, EpochSource, FenceFloor, FencingToken, InputKind, InvalidInput, OwnerId,
-    ResourceName, Result, TokenSource, Ttl,
+    CounterHistory, EpochSource, FenceFloor, FencingToken, InvalidInput, OwnerId, ResourceName,
+    Result, TokenSource, Ttl,
 };
 use redis::aio::ConnectionLike;
 
@@ -108,12 +108,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
     /// whichever is shorter. The epoch source's requests are bounded by that source (a
     /// `PgEpochSource` by its pool's).
     pub fn with_request_timeout(mut self, limit: Duration) -> Result<Self, InvalidInput> {
-        if limit < Duration::from_millis(1) {
-            return Err(InvalidInput::new(
-                InputKind::Retry,
-                format!("a request timeout of {limit:?} is shorter than 1 ms"),
-            ));
-        }
+        check_request_timeout(limit)?;
         self.client = self.client.with_request_timeout(limit);
         Ok(self)
     }

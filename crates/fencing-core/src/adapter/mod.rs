@@ -9,7 +9,7 @@
 //! * the input checks every name obeys inside a store
 //!   ([`is_refused_char`],
 //!   [`refused_char_ranges`],
-//!   [`check_store_name`]);
+//!   [`check_store_name`], [`check_request_timeout`]);
 //! * the rules a store applies that `Holder` does not ([`is_regression`];
 //!   `FencedWrite::decide` and `apply` are methods of the write);
 //! * the error rule ([`RequestEffect`] for
@@ -95,5 +95,7 @@ pub use crate::memory::MemoryVersionedStore;
 pub use crate::protocol::rules::is_regression;
 pub use crate::value::clock::{Clock, TokioClock};
 pub use crate::value::error::RequestEffect;
-pub use crate::value::input::{check_store_name, is_refused_char, refused_char_ranges};
+pub use crate::value::input::{
+    check_request_timeout, check_store_name, is_refused_char, refused_char_ranges,
+};
 pub use async_trait::async_trait;

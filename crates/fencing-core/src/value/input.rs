@@ -128,6 +128,18 @@ pub fn check_store_name(name: &str) -> Result<(), InvalidInput> {
     Ok(())
 }
 
+/// Checks the request timeout an adapter's lease or token source is given: at least 1 ms
+/// (a shorter one would give up on every request before it could be answered).
+pub fn check_request_timeout(limit: std::time::Duration) -> Result<(), InvalidInput> {
+    if limit < std::time::Duration::from_millis(1) {
+        return Err(InvalidInput::new(
+            InputKind::Retry,
+            format!("a request timeout of {limit:?} is shorter than 1 ms"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
