@@ -53,6 +53,17 @@ impl PgFailure {
             ));
         }
         if let sqlx::Error::Database(db) = &err
+            && db.code().as_deref() == Some("42P10")
+        {
+            // Only a write's one-row guard names an ON CONFLICT arbiter (OneRowGuard::Arbiter).
+            return definite(format!(
+                "{}: the key column's unique index, there when the store read the table, is \
+                 gone, so nothing was written: a store's key column must be unique (CREATE \
+                 UNIQUE INDEX ON the table (its key column))",
+                db.message()
+            ));
+        }
+        if let sqlx::Error::Database(db) = &err
             && db.code().as_deref() == Some("23502")
         {
             return definite(format!(

@@ -12,19 +12,26 @@ use crate::columns::PgWrite;
 use crate::error::PgFailure;
 use crate::ident::PgIdent;
 use crate::key::PgKeyType;
-use crate::statements::{ExtraColumn, Statements};
+use crate::statements::{ExtraColumn, OneRowGuard, Statements};
 use crate::table::PgTable;
 
 /// `$1`: the table as `"schema"."name"`; `$2` and `$4`: its schema and name as given; `$3`:
 /// the key column. Whether the table exists, the tables whose names differ from it in case
 /// only (a table created with quotes, or named here without the case it was created with), its columns
 /// with their type OIDs and SQL types, and whether a unique index (or primary key) of exactly
-/// the key column, valid, without predicate or expression, covers it; and the server's
-/// release (`server_version_num`), which decides the statements.
+/// the key column, valid, without predicate or expression, covers it; the server's release
+/// (`server_version_num`), which decides the statements; and whether a write may name that
+/// index as the arbiter of an insert that inserts nothing ([`OneRowGuard::Arbiter`]): the
+/// index is not deferrable, the session may insert into the table, and no statement-level
+/// `INSERT` trigger or `INSERT` rule would see such an insert.
 pub(crate) const INSPECT: &str = "WITH cols AS (SELECT a.attname::text AS name, \
      a.atttypid::int8 AS oid, format_type(a.atttypid, a.atttypmod) AS sql_type, a.attnum \
      FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
-     AND NOT a.attisdropped) \
+     AND NOT a.attisdropped), \
+     key_indexes AS (SELECT i.indimmediate AS immediate FROM pg_index i \
+     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+     WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid \
+     AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $3) \
      SELECT to_regclass($1) IS NOT NULL, \
      ARRAY(SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE lower(n.nspname) = lower($2) \
@@ -32,11 +39,14 @@ pub(crate) const INSPECT: &str = "WITH cols AS (SELECT a.attname::text AS name, 
      ORDER BY 1), \
      ARRAY(SELECT name FROM cols ORDER BY attnum), ARRAY(SELECT oid FROM cols ORDER BY attnum), \
      ARRAY(SELECT sql_type FROM cols ORDER BY attnum), \
-     EXISTS (SELECT 1 FROM pg_index i \
-     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
-     WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid \
-     AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $3), \
-     current_setting('server_version_num')::int4";
+     EXISTS (SELECT 1 FROM key_indexes), \
+     current_setting('server_version_num')::int4, \
+     EXISTS (SELECT 1 FROM key_indexes WHERE immediate) \
+     AND COALESCE(has_table_privilege(to_regclass($1), 'INSERT'), FALSE) \
+     AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) \
+     AND NOT tgisinternal AND tgtype & 1 = 0 AND tgtype & 4 <> 0) \
+     AND NOT EXISTS (SELECT 1 FROM pg_rewrite WHERE ev_class = to_regclass($1) \
+     AND ev_type = '3')";
 
 const TEXT_OIDS: [i64; 2] = [25, 1043];
 const BIGINT_OID: i64 = 20;
@@ -69,6 +79,7 @@ struct Inspected {
     sql_types: Vec<String>,
     key_unique: bool,
     server_version: i32,
+    arbiter_usable: bool,
 }
 
 impl Inspected {
@@ -81,6 +92,7 @@ impl Inspected {
             sql_types: row.try_get(4)?,
             key_unique: row.try_get(5)?,
             server_version: row.try_get(6)?,
+            arbiter_usable: row.try_get(7)?,
         })
     }
 }
@@ -131,6 +143,7 @@ impl Schema {
             sql_types,
             key_unique,
             server_version,
+            arbiter_usable,
         } = Inspected::from_row(row).map_err(|e| Unfit::Schema(e.into()))?;
         let name = table.name();
         if !exists {
@@ -192,9 +205,14 @@ impl Schema {
         if !key_unique {
             return Err(key_not_unique(table));
         }
+        let guard = if arbiter_usable {
+            OneRowGuard::Arbiter
+        } else {
+            OneRowGuard::CountRows
+        };
         Ok(Schema {
             key_type,
-            statements: Statements::new(table, key_type, server_version),
+            statements: Statements::new(table, key_type, server_version, guard),
             column_types: names.into_iter().zip(sql_types).collect(),
             table: table.clone(),
         })

@@ -28,13 +28,28 @@ pub(crate) struct Statements {
     claim_group: String,
     holder_only_group: String,
     insert: String,
-    /// On a server that returns old values: what a record holds, in the layout of
-    /// [`Sql::write_one`]'s answer, to explain a write its statement did not apply.
+    /// Where [`Sql::write_one`] answers only for a write it applied: what a record holds, in
+    /// the layout of that answer, to explain a write the statement did not apply.
     explain_one: Option<String>,
 }
 
 /// The first release whose `RETURNING` can name the row as it was before an `UPDATE`.
 pub(crate) const RETURNS_OLD_FROM: i32 = 180_000;
+
+/// How one record's write is kept from changing several rows when the key column's unique
+/// index, there when the schema was read, is dropped later and duplicates come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OneRowGuard {
+    /// The statement names the unique index as the arbiter of an `INSERT … ON CONFLICT` that
+    /// inserts nothing: the server plans the statement again once the index is dropped, and
+    /// then refuses it (SQLSTATE 42P10) before anything runs, so a statement that runs does so
+    /// with the key unique. It costs an executor node, not a second probe of the index.
+    Arbiter,
+    /// The statement counts the key's rows and applies only where there is one: for a table
+    /// where that insert could not go unnoticed or would be refused (a statement-level
+    /// `INSERT` trigger or rule, no `INSERT` privilege, a deferrable unique index).
+    CountRows,
+}
 
 /// The names and key type every statement is built from.
 #[derive(Debug)]
@@ -47,11 +62,17 @@ struct Sql {
     key_type: PgKeyType,
     /// The server's `RETURNING` names old values (PostgreSQL 18 and later).
     returns_old: bool,
+    guard: OneRowGuard,
 }
 
 impl Statements {
     /// The statements for `table` on a server of `server_version` (`server_version_num`).
-    pub(crate) fn new(table: &PgTable, key_type: PgKeyType, server_version: i32) -> Self {
+    pub(crate) fn new(
+        table: &PgTable,
+        key_type: PgKeyType,
+        server_version: i32,
+        guard: OneRowGuard,
+    ) -> Self {
         let sql = Sql {
             table: table.name().clone(),
             key: table.key_column().clone(),
@@ -60,6 +81,7 @@ impl Statements {
             payload: table.payload_column().cloned(),
             key_type,
             returns_old: server_version >= RETURNS_OLD_FROM,
+            guard,
         };
         Statements {
             read: sql.read(),
@@ -69,7 +91,7 @@ impl Statements {
             claim_group: sql.write_group(FenceCheck::Claim),
             holder_only_group: sql.write_group(FenceCheck::HolderOnly),
             insert: sql.insert(&[]),
-            explain_one: sql.returns_old.then(|| sql.explain_one()),
+            explain_one: sql.answers_only_applied().then(|| sql.explain_one()),
             sql,
         }
     }
@@ -156,9 +178,28 @@ impl Sql {
             .collect()
     }
 
+    /// `column` of the table being updated, qualified: a statement that joins the table to a
+    /// sub-select of its own must not leave a name to resolve.
+    fn target(&self, column: &PgIdent) -> String {
+        format!("{}.{column}", self.table)
+    }
+
     fn update(&self, check: FenceCheck, keys: &str, extras: &[ExtraColumn<'_>]) -> String {
-        let (table, key, fence, state) = (&self.table, &self.key, &self.fence, &self.state);
-        let fence_value = self.fence_value();
+        let (head, conditions) = self.update_parts(check, keys, extras);
+        format!("{head} WHERE {conditions}")
+    }
+
+    /// The fenced `UPDATE` of the rows whose key is `keys` (`= $1::text`, `IN (…)`), as its
+    /// `UPDATE … SET …` and its `WHERE` conditions.
+    fn update_parts(
+        &self,
+        check: FenceCheck,
+        keys: &str,
+        extras: &[ExtraColumn<'_>],
+    ) -> (String, String) {
+        let (table, fence) = (&self.table, &self.fence);
+        let (key, state) = (self.target(&self.key), self.target(&self.state));
+        let fence_value = format!("COALESCE({}, 0)", self.target(fence));
         let (set_fence, fence_ok) = match check {
             FenceCheck::Claim => (format!("{fence} = $2, "), format!("{fence_value} <= $2")),
             FenceCheck::HolderOnly => (String::new(), format!("{fence_value} = $2")),
@@ -166,7 +207,7 @@ impl Sql {
         let payload_set = self
             .payload
             .as_ref()
-            .map(|p| format!(", {p} = COALESCE($5, {p})"))
+            .map(|p| format!(", {p} = COALESCE($5, {})", self.target(p)))
             .unwrap_or_default();
         let extra_set: String = extras
             .iter()
@@ -181,40 +222,86 @@ impl Sql {
             max_state = State::MAX_BYTES,
             refused = refused_chars_class(),
         );
-        format!(
-            "UPDATE {table} SET {set_fence}{state} = COALESCE($3, {state}){payload_set}{extra_set} \
-             WHERE {key} {keys} AND {fence_ok} AND ($4::text[] IS NULL OR {state} = ANY($4::text[])) \
-             AND {row_readable}"
+        (
+            format!(
+                "UPDATE {table} SET {set_fence}{state_column} = COALESCE($3, {state})\
+                 {payload_set}{extra_set}",
+                state_column = self.state,
+            ),
+            format!(
+                "{key} {keys} AND {fence_ok} AND ($4::text[] IS NULL OR {state} = ANY($4::text[])) \
+                 AND {row_readable}"
+            ),
         )
     }
 
+    /// Whether [`Self::write_one`] answers only for a write it applied, leaving a refusal to
+    /// [`Self::explain_one`].
+    fn answers_only_applied(&self) -> bool {
+        self.returns_old || self.guard == OneRowGuard::Arbiter
+    }
+
     /// One record, answered as one row: the old fence and state, whether the update applied,
-    /// the new state and payload, and how many rows have the key. The update applies only
-    /// when exactly one row has the key, so a key column whose unique index was dropped can
-    /// never let one write change several rows.
+    /// the new state and payload, and how many rows have the key. The update never changes
+    /// several rows, whatever became of the key's unique index ([`OneRowGuard`]).
     ///
     /// Where `RETURNING` names old values, one plain `UPDATE` that answers only when it
-    /// applied ([`Self::explain_one`] then says why not). Before that release, the row is
-    /// locked and remembered by a sub-select first, so a refusal names the fence it met
-    /// without a second round trip.
+    /// applied ([`Self::explain_one`] then says why not). Before that release, with the
+    /// [`OneRowGuard::Arbiter`], the `UPDATE` joins the row as the statement's snapshot saw
+    /// it and applies only to that version (`xmin`): a row changed meanwhile by a transaction
+    /// the write waited for is left alone, and the store, seeing no answer, asks again with a
+    /// new snapshot, so old values are never a version older than the one replaced. With
+    /// [`OneRowGuard::CountRows`], the row is locked and remembered by a sub-select first,
+    /// so a refusal names the fence it met without a second round trip.
     fn write_one(&self, check: FenceCheck, extras: &[ExtraColumn<'_>]) -> String {
         let (table, key, fence, state) = (&self.table, &self.key, &self.fence, &self.state);
         let key_param = format!("= $1::{}", self.key_type.sql());
-        let update = self.update(check, &key_param, extras);
-        let payload_read = self.payload_read();
+        let (head, conditions) = self.update_parts(check, &key_param, extras);
+        let new_payload = |row: &str| {
+            self.payload
+                .as_ref()
+                .map_or("NULL::bytea".to_owned(), |p| format!("{row}.{p}"))
+        };
+        let (arbiter, count_rows) = match self.guard {
+            OneRowGuard::Arbiter => (
+                format!(
+                    "WITH fencing_unique AS (INSERT INTO {table} ({key}) SELECT $1::{key_type} \
+                     WHERE FALSE ON CONFLICT ({key}) DO NOTHING) ",
+                    key_type = self.key_type.sql(),
+                ),
+                String::new(),
+            ),
+            OneRowGuard::CountRows => (
+                String::new(),
+                format!(" AND (SELECT count(*) FROM {table} WHERE {key} {key_param}) = 1"),
+            ),
+        };
         if self.returns_old {
             // Named, so a table or column called `old` or `new` cannot be mistaken for them.
-            let new_payload = self
-                .payload
-                .as_ref()
-                .map_or(payload_read.clone(), |p| format!("fencing_new.{p}"));
             return format!(
-                "{update} AND (SELECT count(*) FROM {table} WHERE {key} {key_param}) = 1 \
+                "{arbiter}{head} WHERE {conditions}{count_rows} \
                  RETURNING WITH (OLD AS fencing_old, NEW AS fencing_new) \
                  COALESCE(fencing_old.{fence}, 0), fencing_old.{state}, TRUE, \
-                 fencing_new.{state}, {new_payload}, 1::int8"
+                 fencing_new.{state}, {new_payload}, 1::int8",
+                new_payload = new_payload("fencing_new"),
             );
         }
+        if self.guard == OneRowGuard::Arbiter {
+            return format!(
+                "{arbiter}{head} FROM (SELECT ctid AS fencing_ctid, xmin AS fencing_xmin, \
+                 {fence_value} AS fencing_fence, {state} AS fencing_state FROM {table} \
+                 WHERE {key} {key_param}) AS fencing_old \
+                 WHERE {table}.ctid = fencing_old.fencing_ctid \
+                 AND {table}.xmin = fencing_old.fencing_xmin AND {conditions} \
+                 RETURNING fencing_old.fencing_fence, fencing_old.fencing_state, TRUE, \
+                 {new_state}, {new_payload}, 1::int8",
+                fence_value = self.fence_value(),
+                new_state = self.target(state),
+                new_payload = new_payload(&table.to_string()),
+            );
+        }
+        let update = format!("{head} WHERE {conditions}");
+        let payload_read = self.payload_read();
         format!(
             "WITH old AS (SELECT {fence_value} AS fence, {state} AS state FROM {table} \
              WHERE {key} {key_param} FOR UPDATE), \
@@ -352,26 +439,50 @@ fn refused_chars_class() -> String {
 mod tests {
     use super::*;
 
-    fn statements(server_version: i32) -> Statements {
+    fn statements(server_version: i32, guard: OneRowGuard) -> Statements {
         let table = PgTable::new("public", "refunds").unwrap();
-        Statements::new(&table, PgKeyType::Text, server_version)
+        Statements::new(&table, PgKeyType::Text, server_version, guard)
     }
 
     #[test]
-    fn from_postgresql_18_one_write_is_one_plain_update_and_a_refusal_is_explained_apart() {
+    fn one_write_locks_nothing_first_and_leaves_a_refusal_to_be_explained_apart() {
         for check in [FenceCheck::Claim, FenceCheck::HolderOnly] {
-            let on_18 = statements(RETURNS_OLD_FROM);
-            let sql = on_18.write_one(check, &[]);
-            assert!(sql.starts_with("UPDATE "), "{sql}");
-            assert!(sql.contains("RETURNING WITH (OLD AS fencing_old"), "{sql}");
-            assert!(!sql.contains("FOR UPDATE"), "{sql}");
-            assert!(on_18.explain_one().is_some());
+            for (release, guard) in [
+                (RETURNS_OLD_FROM, OneRowGuard::Arbiter),
+                (RETURNS_OLD_FROM, OneRowGuard::CountRows),
+                (RETURNS_OLD_FROM - 1, OneRowGuard::Arbiter),
+            ] {
+                let statements = statements(release, guard);
+                let sql = statements.write_one(check, &[]);
+                assert!(!sql.contains("FOR UPDATE"), "{sql}");
+                assert_eq!(
+                    sql.contains("RETURNING WITH (OLD AS fencing_old"),
+                    release >= RETURNS_OLD_FROM,
+                    "{sql}"
+                );
+                assert_eq!(
+                    sql.contains("ON CONFLICT (\"id\") DO NOTHING"),
+                    guard == OneRowGuard::Arbiter,
+                    "{sql}"
+                );
+                assert_eq!(
+                    sql.contains("SELECT count(*)"),
+                    guard == OneRowGuard::CountRows,
+                    "{sql}"
+                );
+                assert!(statements.explain_one().is_some());
+            }
+        }
+    }
 
-            let on_17 = statements(RETURNS_OLD_FROM - 1);
-            let sql = on_17.write_one(check, &[]);
+    #[test]
+    fn before_postgresql_18_a_counted_write_locks_its_row_and_explains_itself() {
+        for check in [FenceCheck::Claim, FenceCheck::HolderOnly] {
+            let statements = statements(RETURNS_OLD_FROM - 1, OneRowGuard::CountRows);
+            let sql = statements.write_one(check, &[]);
             assert!(sql.starts_with("WITH old AS (SELECT"), "{sql}");
             assert!(sql.contains("FOR UPDATE"), "{sql}");
-            assert!(on_17.explain_one().is_none());
+            assert!(statements.explain_one().is_none());
         }
     }
 }

@@ -474,6 +474,122 @@ async fn a_key_column_that_is_not_unique_is_refused_before_anything_is_written()
     schema.drop_schema().await;
 }
 
+async fn inserts_seen(schema: &Schema, seen: &str) -> i64 {
+    sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {seen}")))
+        .fetch_one(&schema.pool)
+        .await
+        .unwrap()
+}
+
+/// A write names the key's unique index through an insert that inserts nothing, unless that
+/// insert would be seen or refused: then it counts the key's rows instead. Either way a write
+/// sets off nothing of the team's, and one whose index is gone changes no row.
+#[tokio::test]
+async fn a_table_that_would_see_or_refuse_an_empty_insert_is_guarded_by_counting_rows() {
+    let schema = Schema::new().await;
+    let seen = format!("\"{}\".inserts_seen", schema.name);
+    let role = format!("{}_updater", schema.name);
+    let table = |name: &str| format!("\"{}\".{name}", schema.name);
+    schema
+        .execute(format!(
+            "CREATE TABLE {seen} (what TEXT); \
+             CREATE FUNCTION \"{s}\".note_insert() RETURNS trigger LANGUAGE plpgsql AS \
+             $$BEGIN INSERT INTO {seen} VALUES (TG_TABLE_NAME); RETURN NULL; END$$; \
+             CREATE TABLE {audited} (id TEXT PRIMARY KEY, fence BIGINT, state TEXT); \
+             CREATE TRIGGER audit AFTER INSERT ON {audited} \
+             FOR EACH STATEMENT EXECUTE FUNCTION \"{s}\".note_insert(); \
+             CREATE TABLE {ruled} (id TEXT PRIMARY KEY, fence BIGINT, state TEXT); \
+             CREATE RULE audit AS ON INSERT TO {ruled} DO ALSO INSERT INTO {seen} VALUES ('ruled'); \
+             CREATE TABLE {deferred} (id TEXT, fence BIGINT, state TEXT, \
+             CONSTRAINT deferred_id UNIQUE (id) DEFERRABLE INITIALLY IMMEDIATE); \
+             CREATE TABLE {granted} (id TEXT PRIMARY KEY, fence BIGINT, state TEXT); \
+             CREATE ROLE \"{role}\" NOLOGIN; GRANT USAGE ON SCHEMA \"{s}\" TO \"{role}\"; \
+             GRANT SELECT, UPDATE ON {granted} TO \"{role}\"",
+            s = schema.name,
+            audited = table("audited"),
+            ruled = table("ruled"),
+            deferred = table("deferred"),
+            granted = table("granted"),
+        ))
+        .await;
+    let updater = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .after_connect({
+            let role = role.clone();
+            move |conn, _| {
+                let set_role = format!("SET ROLE \"{role}\"");
+                Box::pin(async move {
+                    sqlx::raw_sql(AssertSqlSafe(set_role)).execute(conn).await?;
+                    Ok(())
+                })
+            }
+        })
+        .connect(&fencing_test_support::services::postgres_url())
+        .await
+        .unwrap();
+    let claim = FencedWrite::claim().set_state(State::new("sending").unwrap());
+    for (name, pool, drop_unique) in [
+        ("audited", &schema.pool, "DROP CONSTRAINT audited_pkey"),
+        ("ruled", &schema.pool, "DROP CONSTRAINT ruled_pkey"),
+        ("deferred", &schema.pool, "DROP CONSTRAINT deferred_id"),
+        ("granted", &updater, "DROP CONSTRAINT granted_pkey"),
+    ] {
+        // The test's own inserts set off the trigger and the rule; the store's writes must not.
+        schema
+            .execute(format!(
+                "INSERT INTO {} VALUES ('r_0815', 0, 'pending'); DELETE FROM {seen}",
+                table(name)
+            ))
+            .await;
+        let store = PgStore::new(pool.clone(), PgTable::new(&schema.name, name).unwrap());
+        let written = store
+            .write(&key("r_0815"), token(33), &claim)
+            .await
+            .unwrap();
+        assert_eq!(
+            written.previous_state,
+            Some(State::new("pending").unwrap()),
+            "{name}"
+        );
+        assert_eq!(
+            inserts_seen(&schema, &seen).await,
+            0,
+            "{name}: the team's insert trigger or rule set off"
+        );
+        schema
+            .execute(format!(
+                "ALTER TABLE {t} {drop_unique}; INSERT INTO {t} VALUES ('r_0815', 0, 'pending')",
+                t = table(name)
+            ))
+            .await;
+        let err = store
+            .write(&key("r_0815"), token(34), &claim)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("must be unique"),
+            "{name}: {err:?}"
+        );
+        let rows: Vec<(i64, String)> = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT fence, state FROM {} ORDER BY fence",
+            table(name)
+        )))
+        .fetch_all(&schema.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            rows,
+            [(0, "pending".to_owned()), (33, "sending".to_owned())],
+            "{name}: nothing written over duplicates"
+        );
+    }
+    updater.close().await;
+    schema
+        .execute(format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""))
+        .await;
+    schema.drop_schema().await;
+}
+
 #[tokio::test]
 async fn a_corrupt_row_is_refused_inside_the_statement_and_left_as_it_was() {
     let schema = Schema::new().await;
@@ -607,8 +723,8 @@ async fn a_claim_waiting_on_a_row_being_changed_reports_what_the_change_left() {
         let (refund, claim) = (refund.clone(), lifecycle.claim());
         async move { store.write(&refund, token(34), &claim).await }
     });
-    // Long enough for the takeover's statement to take its snapshot and wait on the row.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The takeover's statement has taken its snapshot once it waits on the row.
+    until_a_statement_waits_on_a_lock(&schema).await;
     assert!(!takeover.is_finished(), "the takeover waits for the row");
     earlier_holder.commit().await.unwrap();
 
@@ -618,4 +734,27 @@ async fn a_claim_waiting_on_a_row_being_changed_reports_what_the_change_left() {
     let record = store.read(&refund).await.unwrap().unwrap();
     assert_eq!(record.fence, Some(token(34)));
     schema.drop_schema().await;
+}
+
+/// Returns once a statement naming `schema` waits on a lock (a gate, not a guess at how long
+/// the statement takes to get there).
+async fn until_a_statement_waits_on_a_lock(schema: &Schema) {
+    for _ in 0..1_000 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND position($1 IN query) > 0",
+        )
+        .bind(&schema.name)
+        .fetch_one(&schema.pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!(
+        "no statement on {} waited on a lock within 10 s",
+        schema.name
+    );
 }
