@@ -419,6 +419,47 @@ async fn a_scope_releases_on_error_and_refuses_a_bad_store_set_before_acquiring(
     );
 }
 
+/// A batch knows its stores by identity, not by name alone: a clone of one of them (the
+/// same records) is that store, and a store made apart under the same name is not.
+#[tokio::test(start_paused = true)]
+async fn a_store_made_apart_under_a_batch_stores_name_is_refused_and_a_clone_admitted() {
+    let setup = Setup::new();
+    let batch = setup.batch().await;
+    let namesake = MemoryStore::new("refunds");
+    let err = batch
+        .holder()
+        .write(&namesake, &key("r_001"), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    match &err {
+        Error::InvalidInput(e) => {
+            assert_eq!(e.kind(), InputKind::StoreSet);
+            assert!(e.detail().contains("only of the same name"), "{err}");
+        }
+        other => panic!("expected a store outside the batch, got {other:?}"),
+    }
+    assert!(namesake.records().is_empty(), "nothing sent to it");
+    let err = batch
+        .holder()
+        .write_many(&namesake, &[key("r_002")], &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(ref e) if e.kind() == InputKind::StoreSet));
+    assert_eq!(batch.aborted_by(), None, "bad input is not a refusal");
+
+    let clone = setup.refunds.clone();
+    batch
+        .holder()
+        .write(&clone, &key("r_001"), &FencedWrite::claim())
+        .await
+        .unwrap();
+    assert_eq!(
+        setup.refunds.records().len(),
+        1,
+        "the clone wrote the batch's records"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_write_through_the_batchs_fence_is_the_batchs() {
     let setup = Setup::new();
@@ -723,7 +764,7 @@ async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abor
     let err = a
         .holder()
         .run_write(
-            "ledger",
+            &setup.ledger,
             &[&key("m_4471")],
             fencing::FenceCheck::Claim,
             async || {
@@ -751,7 +792,7 @@ async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abor
     let err = c
         .holder()
         .run_write(
-            "ledger",
+            &setup.ledger,
             &[&key("m_4471")],
             fencing::FenceCheck::Claim,
             async || Err::<(), _>(refusals.pop().expect("sent once")),

@@ -9,8 +9,9 @@ use fencing_core::{Lease, RateBound, ResourceName, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
 use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
 use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgTokenSource};
-use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource};
-use redis::aio::MultiplexedConnection;
+use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource, SentinelConnection};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 
@@ -27,6 +28,21 @@ pub(crate) struct Settings {
     /// Redis to talk to.
     #[arg(long, env = "REDIS_URL", global = true, hide_env_values = true)]
     redis_url: Option<String>,
+    /// Redis behind Sentinel: the sentinels' URLs, comma-separated (redis://HOST:PORT), in
+    /// place of --redis-url (which is then not used); the primary is the server they monitor
+    /// as --redis-service.
+    #[arg(
+        long,
+        env = "REDIS_SENTINELS",
+        global = true,
+        hide_env_values = true,
+        value_delimiter = ',',
+        requires = "redis_service"
+    )]
+    redis_sentinels: Vec<String>,
+    /// The name the sentinels of --redis-sentinels monitor the primary under.
+    #[arg(long, env = "REDIS_SERVICE", global = true, hide_env_values = true)]
+    redis_service: Option<String>,
     /// The AWS endpoint (an emulator, a VPC endpoint); the public one for the region if unset.
     #[arg(long, env = "AWS_ENDPOINT_URL", global = true, hide_env_values = true)]
     aws_endpoint: Option<String>,
@@ -138,7 +154,12 @@ impl Settings {
         })
     }
 
-    pub(crate) async fn redis(&self) -> Result<MultiplexedConnection, Failure> {
+    pub(crate) async fn redis(&self) -> Result<RedisConnection, Failure> {
+        if let Some(service) = self.redis_service.as_deref()
+            && !self.redis_sentinels.is_empty()
+        {
+            return self.redis_primary(service).await;
+        }
         let url = self.redis_url.as_deref().ok_or_else(|| {
             Failure::usage("no Redis to talk to: set REDIS_URL or pass --redis-url")
         })?;
@@ -152,6 +173,7 @@ impl Settings {
         client
             .get_multiplexed_async_connection()
             .await
+            .map(RedisConnection::Direct)
             .map_err(|e| {
                 Failure::service(format!(
                     "cannot reach Redis at {tried} ({e}): check REDIS_URL and that the server \
@@ -159,6 +181,29 @@ impl Settings {
                      authorities, or the file SSL_CERT_FILE names)"
                 ))
             })
+    }
+
+    /// The primary the sentinels monitor as `service`, asked for (and pinged) now, so that a
+    /// deployment out of reach is said before anything else.
+    async fn redis_primary(&self, service: &str) -> Result<RedisConnection, Failure> {
+        let sentinels = self.redis_sentinels.join(",");
+        let mut conn =
+            SentinelConnection::to_service(&self.redis_sentinels, service).map_err(|e| {
+                Failure::usage(format!(
+                    "REDIS_SENTINELS (or --redis-sentinels) is not a list of Redis URLs ({e}): \
+                     write it as redis://HOST:PORT,redis://HOST:PORT"
+                ))
+            })?;
+        conn.req_packed_command(&redis::cmd("PING"))
+            .await
+            .map_err(|e| {
+                Failure::service(format!(
+                    "cannot reach the primary the sentinels at {sentinels} monitor as \
+                     {service:?} ({e}): check REDIS_SENTINELS, REDIS_SERVICE and that the \
+                     sentinels and the primary are up"
+                ))
+            })?;
+        Ok(RedisConnection::Sentinel(conn))
     }
 
     /// A client of every etcd member named, whose requests give up after five seconds and
@@ -345,7 +390,7 @@ impl Settings {
         )?)
     }
 
-    async fn redis_tokens(&self) -> Result<RedisTokenSource<MultiplexedConnection>, Failure> {
+    async fn redis_tokens(&self) -> Result<RedisTokenSource<RedisConnection>, Failure> {
         let conn = self.redis().await?;
         Ok(match &self.redis_epochs {
             Some(table) => RedisTokenSource::new(conn, Arc::new(self.epochs(table).await?)),
@@ -409,5 +454,41 @@ impl Settings {
                 Box::new(EtcdTokenSource::new(self.etcd().await?).with_keys(self.etcd_keys()?))
             }
         })
+    }
+}
+
+/// The command's connection to Redis: straight to a server (--redis-url), or to the primary
+/// the sentinels name (--redis-sentinels), found again if it moves while the command runs.
+#[derive(Clone, Debug)]
+pub(crate) enum RedisConnection {
+    Direct(MultiplexedConnection),
+    Sentinel(SentinelConnection),
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConnection::Direct(conn) => conn.req_packed_command(cmd),
+            RedisConnection::Sentinel(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConnection::Direct(conn) => conn.req_packed_commands(pipeline, offset, count),
+            RedisConnection::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConnection::Direct(conn) => conn.get_db(),
+            RedisConnection::Sentinel(conn) => conn.get_db(),
+        }
     }
 }

@@ -134,7 +134,7 @@ fn parse_token(text: &str) -> Result<FencingToken, String> {
 /// Where a lease or a counter lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Backend {
-    /// Redis (REDIS_URL).
+    /// Redis (REDIS_URL, or REDIS_SENTINELS and REDIS_SERVICE).
     Redis,
     /// PostgreSQL (DATABASE_URL).
     Postgres,

@@ -6,7 +6,7 @@ use assert_cmd::Command;
 use fencing_core::{FencedStore, FencedWrite, FencingToken, Lease, RecordKey, ResourceName, Ttl};
 use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::RedisLease;
-use fencing_test_support::services;
+use fencing_test_support::services::{self, RedisSentinels, RedisServer};
 use fencing_testkit::unique_name;
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -1079,6 +1079,58 @@ async fn redis_over_tls_is_reached_with_a_trusted_certificate_only() {
     assert!(out.contains("raised from none issued to 7"), "{out}");
     let out = run(&mut command(), 3);
     assert!(out.contains("SSL_CERT_FILE"), "{out}");
+}
+
+/// Redis behind Sentinel: the command asks the sentinels for the primary (the server
+/// `REDIS_URL` names is not used), and says what to check when they cannot be reached.
+#[tokio::test]
+async fn redis_behind_sentinel_is_reached_through_its_sentinels() {
+    let primary = RedisServer::start(&[]);
+    let sentinels = RedisSentinels::start(primary.port(), 1, 1, "cli-primary");
+    let resource = unique_name("settle:m_4471");
+    let through_sentinels = |sentinel_urls: &str| {
+        let mut command = fencing();
+        command
+            .env("REDIS_SENTINELS", sentinel_urls)
+            .env("REDIS_SERVICE", sentinels.service());
+        command
+    };
+    let out = run(
+        through_sentinels(&sentinels.urls().join(",")).args([
+            "token", "advance", &resource, "--tokens", "redis", "--to", "7",
+        ]),
+        0,
+    );
+    assert!(out.contains("raised from none issued to 7"), "{out}");
+    let current_at = |url: String| {
+        let out = run(
+            fencing()
+                .env("REDIS_URL", url)
+                .args(["token", "current", &resource, "--tokens", "redis", "--json"]),
+            0,
+        );
+        json(&out)["current"].clone()
+    };
+    assert_eq!(current_at(primary.url()), 7, "raised on the primary");
+    assert_eq!(
+        current_at(services::redis_url()),
+        Value::Null,
+        "not where REDIS_URL is"
+    );
+
+    let out = run(
+        through_sentinels("redis://127.0.0.1:1/")
+            .args(["token", "current", &resource, "--tokens", "redis"]),
+        3,
+    );
+    assert!(out.contains("REDIS_SENTINELS"), "{out}");
+    let out = run(
+        fencing()
+            .env("REDIS_SENTINELS", sentinels.urls().join(","))
+            .args(["token", "current", &resource, "--tokens", "redis"]),
+        2,
+    );
+    assert!(out.contains("redis-service"), "{out}");
 }
 
 /// `token current` says where a counter stands against the server answering: bound to its

@@ -393,7 +393,7 @@ async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
     for (losses, ends_ambiguous) in [(2, false), (3, true)] {
         let attempts = AtomicU32::new(0);
         let result = holder
-            .run_write("refunds", &[&key], FenceCheck::Claim, async || {
+            .run_write(&store, &[&key], FenceCheck::Claim, async || {
                 if attempts.fetch_add(1, Ordering::SeqCst) < losses {
                     Err(store.lost())
                 } else {
@@ -406,7 +406,7 @@ async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
     }
     let attempts = AtomicU32::new(0);
     let result = holder
-        .run_write("refunds", &[&key], FenceCheck::Claim, async || {
+        .run_write(&store, &[&key], FenceCheck::Claim, async || {
             attempts.fetch_add(1, Ordering::SeqCst);
             Err::<(), _>(store.refused())
         })
@@ -487,7 +487,7 @@ async fn with_no_retries_left_an_unanswered_attempt_is_ambiguous_and_says_why() 
     assert_eq!(store.requests(), 2);
     let attempts = AtomicU32::new(0);
     let err = holder
-        .run_write("refunds", &[&keys()[0]], FenceCheck::Claim, async || {
+        .run_write(&store, &[&keys()[0]], FenceCheck::Claim, async || {
             attempts.fetch_add(1, Ordering::SeqCst);
             std::future::pending::<Result<()>>().await
         })
@@ -496,7 +496,7 @@ async fn with_no_retries_left_an_unanswered_attempt_is_ambiguous_and_says_why() 
     assert!(unanswered(&err), "{err:?}");
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
     let err = holder
-        .run_write_once("refunds", &[&keys()[0]], FenceCheck::Claim, async {
+        .run_write_once(&store, &[&keys()[0]], FenceCheck::Claim, async {
             std::future::pending::<Result<()>>().await
         })
         .await

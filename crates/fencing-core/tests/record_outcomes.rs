@@ -5,8 +5,8 @@
 
 use fencing_core::adapter::{HolderExt, RecordOutcomes};
 use fencing_core::{
-    Error, FenceCheck, FencingToken, Holder, MemoryTokenSource, RecordKey, ResourceName, State,
-    TokenSource,
+    Error, FenceCheck, FencingToken, Holder, MemoryStore, MemoryTokenSource, RecordKey,
+    ResourceName, State, TokenSource,
 };
 use fencing_testkit::events::{capture, line};
 
@@ -49,7 +49,7 @@ fn each_record_of_an_adapters_write_is_reported_with_its_own_outcome() {
         };
         holder
             .run_write(
-                "refunds",
+                &MemoryStore::new("refunds"),
                 &[&applied, &refused],
                 FenceCheck::Claim,
                 async || Ok(OneRefused(vec![mismatch()])),

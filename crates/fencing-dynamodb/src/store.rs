@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
-use fencing_core::adapter::{HolderExt, RequestEffect, check_store_name};
+use fencing_core::adapter::{HolderExt, RequestEffect, StoreIdentity, check_store_name};
 use fencing_core::{
     Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput,
     Record, RecordKey, Result, Written,
@@ -43,6 +43,7 @@ pub struct DynamoStore {
     client: Client,
     table: DynamoTable,
     name: String,
+    identity: StoreIdentity,
 }
 
 impl DynamoStore {
@@ -54,6 +55,7 @@ impl DynamoStore {
             client: without_retries(&client),
             table,
             name,
+            identity: StoreIdentity::new(),
         }
     }
 
@@ -119,7 +121,7 @@ impl DynamoStore {
             false => FenceCheck::HolderOnly,
         };
         holder
-            .run_write(&self.name, &records, check, async || {
+            .run_write(self, &records, check, async || {
                 for _ in 0..PIN_ROUNDS {
                     match self.transact_once(token, writes, &pins).await? {
                         Transacted::Applied => return Ok(()),
@@ -319,6 +321,10 @@ fn request_token(
 impl FencedStore for DynamoStore {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn identity(&self) -> StoreIdentity {
+        self.identity.clone()
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {

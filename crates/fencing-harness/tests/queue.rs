@@ -20,8 +20,11 @@ async fn fresh_queue() -> JobQueue {
 
 #[tokio::test]
 async fn a_message_not_extended_comes_back_and_a_deleted_one_does_not() {
+    // Hidden for 3 s: the two looks at it "in flight" fall inside that however slow the
+    // machine, and the wait past it is what a stalled worker's would be.
+    const HIDDEN_SECS: i32 = 3;
     let queue = fresh_queue().await;
-    let first = queue.receive(1).await.unwrap().expect("the job");
+    let first = queue.receive(HIDDEN_SECS).await.unwrap().expect("the job");
     assert_eq!(first.receives, 1);
     assert_eq!(
         queue.receive(1).await.unwrap(),
@@ -37,7 +40,7 @@ async fn a_message_not_extended_comes_back_and_a_deleted_one_does_not() {
     );
 
     // The worker that received it stalls: nothing extends it.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_secs(HIDDEN_SECS as u64) + Duration::from_millis(500)).await;
     let again = queue.receive(1).await.unwrap().expect("redelivered");
     assert_eq!(again.id, first.id);
     assert_eq!(again.receives, 2);
@@ -57,12 +60,16 @@ async fn a_message_not_extended_comes_back_and_a_deleted_one_does_not() {
 
 #[tokio::test]
 async fn a_message_kept_invisible_is_not_redelivered_while_its_worker_lives() {
+    // Hidden for 3 s at a time, extended every 300 ms: a keeper must stall for 2.7 s (a busy
+    // machine, the emulator slow to answer) before the message shows, so "still hidden"
+    // does not depend on how quick the machine is.
+    const HIDDEN_SECS: i32 = 3;
     let queue = fresh_queue().await;
-    let message = queue.receive(1).await.unwrap().expect("the job");
+    let message = queue.receive(HIDDEN_SECS).await.unwrap().expect("the job");
     let keeper = queue::VisibilityKeeper::start(
         queue.clone(),
         message.clone(),
-        1,
+        HIDDEN_SECS,
         Duration::from_millis(300),
     );
     for _ in 0..6 {
@@ -74,7 +81,8 @@ async fn a_message_kept_invisible_is_not_redelivered_while_its_worker_lives() {
         );
     }
     drop(keeper);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Past the last extension, and one the emulator may still have been answering.
+    tokio::time::sleep(Duration::from_secs(HIDDEN_SECS as u64 + 1)).await;
     let again = queue
         .receive(1)
         .await

@@ -104,7 +104,7 @@ impl FencedObjectStore {
     pub async fn delete(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Record> {
         let attempt = self.cas.delete(key, holder.token());
         holder
-            .run_write_once(self.cas.name(), &[key], FenceCheck::HolderOnly, attempt)
+            .run_write_once(self, &[key], FenceCheck::HolderOnly, attempt)
             .await
     }
 }

@@ -205,14 +205,9 @@ impl Schema {
         if !key_unique {
             return Err(key_not_unique(table));
         }
-        let guard = if arbiter_usable {
-            OneRowGuard::Arbiter
-        } else {
-            OneRowGuard::CountRows
-        };
         Ok(Schema {
             key_type,
-            statements: Statements::new(table, key_type, server_version, guard),
+            statements: Statements::new(table, key_type, server_version, guard(arbiter_usable)),
             column_types: names.into_iter().zip(sql_types).collect(),
             table: table.clone(),
         })
@@ -253,6 +248,15 @@ impl Schema {
                 }
             })
             .collect()
+    }
+}
+
+/// The one-row guard a table takes: the arbiter where a write may name it.
+fn guard(arbiter_usable: bool) -> OneRowGuard {
+    if arbiter_usable {
+        OneRowGuard::Arbiter
+    } else {
+        OneRowGuard::CountRows
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::adapter::{
-    HolderExt, RecordOutcomes, RequestEffect, check_distinct, check_store_name,
+    HolderExt, RecordOutcomes, RequestEffect, StoreIdentity, check_distinct, check_store_name,
 };
 use fencing_core::{
     Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput,
@@ -45,6 +45,7 @@ pub struct PgStore {
     name: Arc<str>,
     schema: Arc<OnceCell<Schema>>,
     session: Session,
+    identity: StoreIdentity,
 }
 
 /// What [`PgStore::write_together`] did.
@@ -85,6 +86,7 @@ impl PgStore {
             name,
             schema: Arc::default(),
             session: Session::default(),
+            identity: StoreIdentity::new(),
         }
     }
 
@@ -313,7 +315,7 @@ impl PgStore {
         let write = write.into();
         let attempt = self.write_via(Via::Caller(conn), key, holder.token(), &write);
         holder
-            .run_write_once(&self.name, &[key], write.write().check(), attempt)
+            .run_write_once(self, &[key], write.write().check(), attempt)
             .await
     }
 
@@ -351,7 +353,7 @@ impl PgStore {
         let records: Vec<&RecordKey> = keys.iter().collect();
         let attempt = self.write_together_unobserved(via, holder.token(), keys, write);
         holder
-            .run_write_once(&self.name, &records, write.write().check(), attempt)
+            .run_write_once(self, &records, write.write().check(), attempt)
             .await
     }
 
@@ -610,6 +612,10 @@ impl Via<'_> {
 impl FencedStore for PgStore {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn identity(&self) -> StoreIdentity {
+        self.identity.clone()
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {

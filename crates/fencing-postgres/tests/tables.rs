@@ -4,9 +4,12 @@
 mod common;
 
 use common::Schema;
+use std::sync::Arc;
+
 use fencing_core::{
-    Error, FenceCheck, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, Holder,
-    InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
+    Error, FenceCheck, FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, FoundFence,
+    Holder, InputKind, Lease, Lifecycle, MemoryLease, MemoryTokenSource, RecordKey, ResourceName,
+    State, TokenSource, Ttl,
 };
 use fencing_postgres::{
     PgFenceFloor, PgIdent, PgStore, PgTable, push_fence_condition, rows_affected_to_result,
@@ -142,6 +145,54 @@ async fn fenced_writes_join_the_callers_transaction() {
         store.read(&k).await.unwrap().unwrap().fence,
         Some(token(33))
     );
+    schema.drop_schema().await;
+}
+
+/// A batch over a `PgStore` admits its clones, which share its pool and table, and refuses a
+/// store made apart on the same table, in the caller's transaction as through `Holder::write`.
+#[tokio::test]
+async fn a_batch_admits_a_clone_of_its_store_and_refuses_one_made_apart() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let k = key("r_815");
+    pending_rows(&store, std::slice::from_ref(&k)).await;
+    let lease = Arc::new(MemoryLease::new());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let ttl = Ttl::from_secs(30).unwrap();
+    let guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    let stores: [Arc<dyn FencedStore>; 1] = [Arc::new(store.clone())];
+    let batch = FencedBatch::new(lease, guard, stores).unwrap();
+    let lifecycle = Lifecycle::default();
+
+    let apart = schema.store();
+    let mut tx = schema.pool.begin().await.unwrap();
+    let err = apart
+        .write_in(&mut tx, &batch.holder(), &k, &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(e) if e.kind() == InputKind::StoreSet),
+        "{err:?}"
+    );
+    let err = batch
+        .holder()
+        .write(&apart, &k, &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(e) if e.kind() == InputKind::StoreSet),
+        "{err:?}"
+    );
+    store
+        .write_in(&mut tx, &batch.holder(), &k, &lifecycle.claim())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        store.read(&k).await.unwrap().unwrap().fence,
+        Some(batch.token())
+    );
+    batch.finish().await.unwrap();
     schema.drop_schema().await;
 }
 

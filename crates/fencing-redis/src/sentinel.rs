@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::SentinelClient;
+use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::Mutex;
 
@@ -50,6 +50,22 @@ impl SentinelConnection {
             primary: Arc::new(Mutex::new(None)),
             db,
         }
+    }
+
+    /// A connection to the primary that `sentinels` (their URLs, `redis://HOST:PORT`) monitor
+    /// as `service`, on database 0: [`Self::new`] of a client built for that. Nothing is sent
+    /// until the first request.
+    pub fn to_service(sentinels: &[String], service: &str) -> RedisResult<Self> {
+        // A `String`, which both forms of `build` take (its argument's type depends on the
+        // redis crate's TLS features).
+        let service: String = service.into();
+        let client = SentinelClient::build(
+            sentinels.to_vec(),
+            service,
+            None,
+            SentinelServerType::Master,
+        )?;
+        Ok(SentinelConnection::new(client, 0))
     }
 
     /// The connection to the primary, asking the sentinels for it if there is none.

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
@@ -195,6 +196,17 @@ pub trait FencedStore: Send + Sync + Debug {
     /// The store's name in errors and batches, e.g. `postgres:public.refund`.
     fn name(&self) -> &str;
 
+    /// Which store this is, for a [`FencedBatch`](crate::FencedBatch) to tell the stores it
+    /// was built with from another of the same name: equal for clones of one store (they
+    /// reach the same records through the same client), different for two stores made apart.
+    ///
+    /// The default is this value's address: it tells every two stores apart, and every two
+    /// clones too. A store whose clones share their state (a pool, a table, a map behind an
+    /// `Arc`) makes a [`StoreIdentity::new`] when it is built and returns it from every clone.
+    fn identity(&self) -> StoreIdentity {
+        StoreIdentity::at(self)
+    }
+
     /// Reads one record.
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>>;
 
@@ -226,6 +238,38 @@ pub trait FencedStore: Send + Sync + Debug {
     ) -> Result<Vec<Result<Written>>> {
         check_distinct(keys)?;
         Ok(join_all(keys.iter().map(|key| self.write(key, token, write))).await)
+    }
+}
+
+/// Which store a [`FencedStore`] is ([`FencedStore::identity`]): a batch admits a write only
+/// to a store whose identity and name are those of one it was built with.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StoreIdentity(Identity);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Identity {
+    Made(u64),
+    At(usize),
+}
+
+impl StoreIdentity {
+    /// An identity equal to no other made in this process: a store makes one when it is
+    /// built, and its clones keep it.
+    pub fn new() -> Self {
+        static MADE: AtomicU64 = AtomicU64::new(0);
+        StoreIdentity(Identity::Made(MADE.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// The identity of the value at `store`'s address, while it lives there.
+    pub fn at<S: ?Sized>(store: &S) -> Self {
+        StoreIdentity(Identity::At(std::ptr::from_ref(store).cast::<()>() as usize))
+    }
+}
+
+impl Default for StoreIdentity {
+    /// [`StoreIdentity::new`].
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -266,6 +310,9 @@ macro_rules! forward_store {
         impl<S: FencedStore + ?Sized> FencedStore for $target {
             fn name(&self) -> &str {
                 (**self).name()
+            }
+            fn identity(&self) -> StoreIdentity {
+                (**self).identity()
             }
             async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
                 (**self).read(key).await

@@ -71,10 +71,7 @@ impl FencedBatch {
             Ok(()) => Ok(FencedBatch {
                 lease,
                 guard: Some(guard),
-                latch: Latch::new(
-                    stores.iter().map(|s| s.name().to_owned()).collect(),
-                    MismatchPolicy::default(),
-                ),
+                latch: Latch::new(stores.iter().map(|s| &**s), MismatchPolicy::default()),
             }),
             Err(err) => {
                 release_in_background(lease, guard);
@@ -159,7 +156,8 @@ impl FencedBatch {
     ///
     /// Every write through it is the batch's: it is refused unsent once the batch has
     /// aborted ([`Error::BatchAborted`]) or when its store is not one of the batch's
-    /// ([`Error::InvalidInput`]), and its first rejection aborts the batch, except a missing
+    /// ([`Error::InvalidInput`]: a store of the same name made apart is not, a clone is;
+    /// [`FencedStore::identity`]), and its first rejection aborts the batch, except a missing
     /// record or an unexpected state under [`MismatchPolicy::Skip`], which is still returned
     /// as its error and recorded in [`Self::skipped`].
     pub fn holder(&self) -> Holder<'_> {

@@ -155,7 +155,7 @@ impl<'a> Holder<'a> {
         S: FencedStore + ?Sized,
         E: SideEffect + ?Sized,
     {
-        let holder = self.admit(store.name())?;
+        let holder = self.admit(store)?;
         let confirm = async |_: &E::Receipt| {
             // A confirm whose answer was lost and whose retry finds the record done is
             // recognised as this holder's own by `Holder::write`.
@@ -191,7 +191,7 @@ impl<'a> Holder<'a> {
         E: SideEffect + ?Sized,
         C: AsyncFnOnce(&E::Receipt) -> Result<()>,
     {
-        let holder = self.admit(store.name())?;
+        let holder = self.admit(store)?;
         let outcome = async {
             let claimed_now;
             let claimed = match claim {

@@ -3,7 +3,7 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::contract::store::RecordOutcomes;
+use crate::contract::store::{FencedStore, RecordOutcomes, StoreIdentity};
 use crate::telemetry;
 use crate::value::error::{Error, Result};
 use crate::value::input::{InputKind, InvalidInput};
@@ -28,7 +28,8 @@ pub enum MismatchPolicy {
 /// A batch's stores and what its writes met, shared by every fence the batch hands out.
 #[derive(Debug)]
 pub(crate) struct Latch {
-    stores: Vec<String>,
+    /// The batch's stores: their names and identities.
+    stores: Vec<(String, StoreIdentity)>,
     policy: MismatchPolicy,
     /// The rejection that aborted the batch.
     aborted: Mutex<Option<Error>>,
@@ -36,8 +37,15 @@ pub(crate) struct Latch {
 }
 
 impl Latch {
-    /// A latch over the stores named `stores`, not aborted, nothing skipped.
-    pub(crate) fn new(stores: Vec<String>, policy: MismatchPolicy) -> Self {
+    /// A latch over `stores`, not aborted, nothing skipped.
+    pub(crate) fn new<'s>(
+        stores: impl IntoIterator<Item = &'s dyn FencedStore>,
+        policy: MismatchPolicy,
+    ) -> Self {
+        let stores = stores
+            .into_iter()
+            .map(|store| (store.name().to_owned(), store.identity()))
+            .collect();
         Latch {
             stores,
             policy,
@@ -50,20 +58,29 @@ impl Latch {
         self.policy = policy;
     }
 
-    /// Why nothing may be sent to `store`: the batch aborted ([`Error::BatchAborted`]), or
-    /// `store` is not one of the batch's ([`Error::InvalidInput`]).
-    pub(crate) fn admit(&self, store: &str) -> Result<()> {
+    /// Why nothing may be sent to the store named `name` of `identity`: the batch aborted
+    /// ([`Error::BatchAborted`]), or the store is not one of the batch's
+    /// ([`Error::InvalidInput`]), which a store of the same name made apart is not.
+    pub(crate) fn admit(&self, name: &str, identity: &StoreIdentity) -> Result<()> {
         if let Some(abort) = self.abort() {
             return Err(abort);
         }
-        if self.stores.iter().any(|s| s == store) {
+        if self
+            .stores
+            .iter()
+            .any(|(n, id)| n == name && id == identity)
+        {
             return Ok(());
         }
-        Err(InvalidInput::new(
-            InputKind::StoreSet,
-            format!("no store named {store:?} in this batch"),
-        )
-        .into())
+        let detail = if self.stores.iter().any(|(n, _)| n == name) {
+            format!(
+                "store {name:?} is not the one this batch was built with, only of the same name \
+                 (a store made apart, not a clone of the batch's): write through the batch's own"
+            )
+        } else {
+            format!("no store named {name:?} in this batch")
+        };
+        Err(InvalidInput::new(InputKind::StoreSet, detail).into())
     }
 
     /// [`Error::BatchAborted`] with the rejection that aborted the batch, if one did.

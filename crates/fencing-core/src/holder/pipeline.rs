@@ -166,7 +166,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         lifecycle: &'b Lifecycle,
         effect: &'b E,
     ) -> Self {
-        let admitted = noting.admit(store.name());
+        let admitted = noting.admit(store);
         Pipeline {
             holder: admitted.as_ref().map_or(noting, |holder| *holder),
             noting,

@@ -88,9 +88,9 @@ impl<'a> Holder<'a> {
     /// The holder to send a write to `store` with, or why it must not be sent: a batch's holder
     /// refuses every write once the batch has aborted, and a write to a store outside the
     /// batch. The holder returned notes nothing; what it met is noted once, by [`Self::noted`].
-    pub(crate) fn admit(&self, store: &str) -> Result<Holder<'a>> {
+    pub(crate) fn admit<S: FencedStore + ?Sized>(&self, store: &S) -> Result<Holder<'a>> {
         if let Some(latch) = self.latch {
-            latch.admit(store)?;
+            latch.admit(store.name(), &store.identity())?;
         }
         Ok(Holder {
             latch: None,
@@ -224,7 +224,7 @@ impl<'a> Holder<'a> {
         keys: &[RecordKey],
         write: &FencedWrite,
     ) -> Result<Vec<Result<Written>>> {
-        let holder = self.admit(store.name())?;
+        let holder = self.admit(store)?;
         let outcomes = holder.write_many_unnoted(store, keys, write).await;
         if let Some(latch) = self.latch {
             let errors: Vec<&Error> = match &outcomes {
@@ -511,9 +511,9 @@ pub trait HolderExt {
     /// errors. Sending it again must be safe by itself (a claim accepts its own token; a
     /// transaction carries a request token): unlike [`Holder::write`], a refused retry is not
     /// read back to be recognised as an earlier success.
-    async fn run_write<T: RecordOutcomes>(
+    async fn run_write<S: FencedStore + ?Sized, T: RecordOutcomes>(
         &self,
-        store: &str,
+        store: &S,
         records: &[&RecordKey],
         check: FenceCheck,
         attempt: impl AsyncFnMut() -> Result<T>,
@@ -525,9 +525,9 @@ pub trait HolderExt {
     /// far as the source can say at once ([`TokenSource::current_at_once`]): the caller's
     /// transaction may hold the connection the source would wait for, and then the refusal
     /// stays [`Error::Fenced`].
-    async fn run_write_once<T: RecordOutcomes>(
+    async fn run_write_once<S: FencedStore + ?Sized, T: RecordOutcomes>(
         &self,
-        store: &str,
+        store: &S,
         records: &[&RecordKey],
         check: FenceCheck,
         attempt: impl Future<Output = Result<T>>,
@@ -546,21 +546,22 @@ impl HolderExt for Holder<'_> {
         S: FencedStore + ?Sized,
         F: Future<Output = Result<Written>>,
     {
-        let holder = self.admit(store.name())?;
+        let holder = self.admit(store)?;
         let started = Instant::now();
         let result = holder.write_unobserved(store, key, write, send).await;
         holder.observe(store.name(), &[key], write.check(), started, &result);
         self.noted(result)
     }
 
-    async fn run_write<T: RecordOutcomes>(
+    async fn run_write<S: FencedStore + ?Sized, T: RecordOutcomes>(
         &self,
-        store: &str,
+        store: &S,
         records: &[&RecordKey],
         check: FenceCheck,
         mut attempt: impl AsyncFnMut() -> Result<T>,
     ) -> Result<T> {
         let holder = self.admit(store)?;
+        let store = store.name();
         let started = Instant::now();
         let mut retries = 0;
         let result = loop {
@@ -579,14 +580,15 @@ impl HolderExt for Holder<'_> {
         self.noted(result)
     }
 
-    async fn run_write_once<T: RecordOutcomes>(
+    async fn run_write_once<S: FencedStore + ?Sized, T: RecordOutcomes>(
         &self,
-        store: &str,
+        store: &S,
         records: &[&RecordKey],
         check: FenceCheck,
         attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let holder = self.admit(store)?;
+        let store = store.name();
         let started = Instant::now();
         let result = match holder.answered(store, attempt).await {
             Err(err) => Err(holder.explain_one(err, Patience::AtOnce).await),

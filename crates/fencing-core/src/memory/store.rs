@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::lock;
-use crate::contract::store::{FencedStore, FencedWrite, Record, Written};
+use crate::contract::store::{FencedStore, FencedWrite, Record, StoreIdentity, Written};
 use crate::contract::token_source::FenceFloor;
 use crate::value::error::Result;
 use crate::value::name::{RecordKey, ResourceName, State};
@@ -16,6 +16,7 @@ use crate::value::token::FencingToken;
 pub struct MemoryStore {
     name: String,
     records: Arc<Mutex<BTreeMap<RecordKey, Record>>>,
+    identity: StoreIdentity,
 }
 
 impl MemoryStore {
@@ -24,6 +25,7 @@ impl MemoryStore {
         MemoryStore {
             name: name.into(),
             records: Arc::default(),
+            identity: StoreIdentity::new(),
         }
     }
 
@@ -49,6 +51,10 @@ impl MemoryStore {
 impl FencedStore for MemoryStore {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn identity(&self) -> StoreIdentity {
+        self.identity.clone()
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {

@@ -34,7 +34,6 @@ use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
 use fencing_redis::SentinelConnection;
 use fencing_simulation::SubstitutedLease;
-use redis::sentinel::{SentinelClient, SentinelServerType};
 
 /// Which worker of which run a worker process is, the lease it takes and the servers it
 /// reaches: the arguments both worker programs share.
@@ -410,19 +409,9 @@ fn sentinel_connection(
     sentinels: &[String],
     service: Option<&str>,
 ) -> Result<SentinelConnection, String> {
-    // A `String`, which both forms of `build` take (its argument's type depends on the
-    // redis crate's TLS features).
-    let service: String = service
-        .ok_or("the Redis lease behind Sentinel needs --redis-service")?
-        .into();
-    let client = SentinelClient::build(
-        sentinels.to_vec(),
-        service,
-        None,
-        SentinelServerType::Master,
-    )
-    .map_err(|e| format!("sentinels {}: {e}", sentinels.join(",")))?;
-    Ok(SentinelConnection::new(client, 0))
+    let service = service.ok_or("the Redis lease behind Sentinel needs --redis-service")?;
+    SentinelConnection::to_service(sentinels, service)
+        .map_err(|e| format!("sentinels {}: {e}", sentinels.join(",")))
 }
 
 /// A client of every member, whose requests give up after two seconds rather than wait for a
