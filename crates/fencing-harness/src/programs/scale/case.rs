@@ -1,7 +1,6 @@
 //! One case of the settlement at scale: its stores made, its processes run (and faulted),
 //! its audit and its measures.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -146,30 +145,6 @@ pub(crate) struct WorkerLog {
     pub(crate) killed: bool,
     /// Its exit, as a word.
     pub(crate) exit: String,
-}
-
-impl WorkerLog {
-    /// Merchants it acquired and has neither settled nor stopped on: what it holds now.
-    fn holding(&self) -> Vec<String> {
-        let mut held: HashMap<&str, i64> = HashMap::new();
-        for (merchant, _) in &self.acquired {
-            *held.entry(merchant).or_default() += 1;
-        }
-        let stopped_on = self.stopped.iter().filter_map(|line| {
-            let merchant = line.split_whitespace().nth(1)?;
-            Some(merchant.trim_end_matches(':'))
-        });
-        for merchant in self.settled.iter().map(String::as_str).chain(stopped_on) {
-            *held.entry(merchant).or_default() -= 1;
-        }
-        let mut holding: Vec<String> = held
-            .into_iter()
-            .filter(|&(_, n)| n > 0)
-            .map(|(m, _)| m.to_owned())
-            .collect();
-        holding.sort();
-        holding
-    }
 }
 
 /// What one case came to.
@@ -419,20 +394,18 @@ struct Running<'a> {
     started: Instant,
 }
 
-/// The faults of a case, in order: at a quarter of the refunds, ask a worker that holds a
-/// merchant to pause right after its next gateway refund (SIGUSR1), then another: the first
-/// to pause stays stopped past its TTL, the second is killed (and replaced). The stopped one
-/// is resumed once another holder has claimed the refund it paused after, so its confirm of
-/// that refund is certain to be refused: the faults' effects come from where they strike, not
-/// from when.
+/// The faults of a case, in order: the first two workers each stop themselves right after
+/// their gateway refund of a quarter of a merchant's (`--pause-after-refunds`), with the rest
+/// of a merchant still ahead of them, and the other workers start only once both hold a
+/// merchant. The first to pause stays stopped past its TTL, the second is killed (and
+/// replaced). The stopped one is resumed once another holder has claimed the refund it paused
+/// after, so its confirm of that refund is certain to be refused: the faults' effects come
+/// from where they strike, not from when, however quick the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum FaultStage {
-    StrikeAtQuarter,
     /// Waiting for a worker to pause: the first becomes `stalled`, the second is killed.
     Pausing {
         stalled: Option<Paused>,
-        /// When the last worker was asked: another is asked if none paused within a while.
-        asked_at: Instant,
     },
     Stalled {
         stalled: Paused,
@@ -453,19 +426,20 @@ struct Paused {
 impl Running<'_> {
     /// Starts the workers, injects the case's faults, and waits for every worker to end.
     async fn run_to_end(&mut self, clients: &Clients) -> Result<(), String> {
-        for i in 0..self.case.workers {
-            self.spawn(format!("w{i}"))?;
-        }
         let refunds = self.case.work.refunds();
         let deadline = Instant::now() + Duration::from_secs(120 + refunds / 200);
         let mut stage = if self.case.faults {
-            FaultStage::StrikeAtQuarter
+            self.start_faulted_workers(deadline).await?;
+            FaultStage::Pausing { stalled: None }
         } else {
             FaultStage::Done
         };
+        for i in self.workers.len()..usize::from(self.case.workers) {
+            self.spawn(format!("w{i}"), None)?;
+        }
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            stage = self.fault(stage, clients, refunds).await?;
+            stage = self.fault(stage, clients).await?;
             if self.all_exited() {
                 return match stage {
                     FaultStage::Done => Ok(()),
@@ -483,40 +457,42 @@ impl Running<'_> {
         }
     }
 
-    async fn fault(
-        &mut self,
-        stage: FaultStage,
-        clients: &Clients,
-        refunds: u64,
-    ) -> Result<FaultStage, String> {
-        Ok(match stage {
-            FaultStage::StrikeAtQuarter if sent(clients, self.names).await? * 4 >= refunds => {
-                match self.ask_to_pause(None) {
-                    true => FaultStage::Pausing {
-                        stalled: None,
-                        asked_at: Instant::now(),
-                    },
-                    false => FaultStage::StrikeAtQuarter,
-                }
+    /// Starts the two workers the faults strike, each to stop itself after a quarter of a
+    /// merchant's refunds, and returns once both hold a merchant: started with the others,
+    /// one could find the queue emptied before it took any.
+    async fn start_faulted_workers(&mut self, deadline: Instant) -> Result<(), String> {
+        // Right after a refund, its confirm at least is ahead; a quarter in, most of a merchant.
+        let quarter = (u64::from(self.case.work.refunds_each) / 4).max(1);
+        for i in 0..2 {
+            self.spawn(format!("w{i}"), Some(quarter))?;
+        }
+        loop {
+            let holding = |worker: &WorkerProcess| {
+                let log = worker.log.lock().expect("never poisoned");
+                !log.acquired.is_empty()
+            };
+            if self.workers.iter().all(holding) {
+                return Ok(());
             }
-            FaultStage::Pausing { stalled, asked_at } => self.pausing(stalled, asked_at)?,
+            if self.all_exited() || Instant::now() > deadline {
+                return Err("the faulted workers never both took a merchant".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn fault(&mut self, stage: FaultStage, clients: &Clients) -> Result<FaultStage, String> {
+        Ok(match stage {
+            FaultStage::Pausing { stalled } => self.pausing(stalled)?,
             FaultStage::Stalled { stalled, at_latest } => {
                 self.stalled(stalled, at_latest, clients).await?
             }
-            FaultStage::Done => {
-                self.resume_unwanted(None);
-                FaultStage::Done
-            }
-            waiting => waiting,
+            FaultStage::Done => FaultStage::Done,
         })
     }
 
     /// The first worker to pause stays stopped; the second is killed and replaced.
-    fn pausing(
-        &mut self,
-        mut stalled: Option<Paused>,
-        asked_at: Instant,
-    ) -> Result<FaultStage, String> {
+    fn pausing(&mut self, mut stalled: Option<Paused>) -> Result<FaultStage, String> {
         if stalled.is_none() {
             stalled = self.newly_paused(None);
             if let Some(first) = &stalled {
@@ -545,15 +521,7 @@ impl Running<'_> {
                     stalled.worker
                 ));
             }
-            // An asked worker may have had no refund left to make: ask again.
-            (stalled, _) if asked_at.elapsed() > Duration::from_millis(500) => {
-                self.ask_to_pause(stalled.as_ref().map(|p| p.worker));
-                FaultStage::Pausing {
-                    stalled,
-                    asked_at: Instant::now(),
-                }
-            }
-            (stalled, _) => FaultStage::Pausing { stalled, asked_at },
+            (stalled, _) => FaultStage::Pausing { stalled },
         })
     }
 
@@ -564,7 +532,6 @@ impl Running<'_> {
         at_latest: Instant,
         clients: &Clients,
     ) -> Result<FaultStage, String> {
-        self.resume_unwanted(Some(stalled.worker));
         let fence = fence_of(clients, self.names, &stalled.refund).await?;
         if fence <= stalled.token && Instant::now() < at_latest {
             return Ok(FaultStage::Stalled { stalled, at_latest });
@@ -582,18 +549,6 @@ impl Running<'_> {
         Ok(FaultStage::Done)
     }
 
-    /// Asks (SIGUSR1) every live worker other than `spared` that holds a merchant to pause
-    /// after its next refund, all at once: a run of a few seconds leaves no time to ask one
-    /// after another. False if none holds one.
-    fn ask_to_pause(&mut self, spared: Option<usize>) -> bool {
-        let holders = self.holders(spared);
-        for (worker, holding) in &holders {
-            fencing_harness::signal("USR1", self.workers[*worker].pid);
-            self.record_fault(&format!("asked w{worker}, holding {holding:?}, to pause"));
-        }
-        !holders.is_empty()
-    }
-
     /// Kills `paused` and starts a worker in its place.
     fn kill_and_replace(&mut self, paused: &Paused) -> Result<(), String> {
         fencing_harness::signal("KILL", self.workers[paused.worker].pid);
@@ -607,7 +562,7 @@ impl Running<'_> {
             "killed w{} paused after {}; {replacement} started",
             paused.worker, paused.refund
         ));
-        self.spawn(replacement)
+        self.spawn(replacement, None)
     }
 
     /// Whether a worker other than `spared` is still running.
@@ -632,14 +587,6 @@ impl Running<'_> {
             })
     }
 
-    /// Resumes a worker other than `spared` that paused once it was no longer wanted (asked,
-    /// it found its next refund only after another had paused).
-    fn resume_unwanted(&mut self, spared: Option<usize>) {
-        while let Some(extra) = self.newly_paused(spared) {
-            self.resume(extra.worker, "not needed");
-        }
-    }
-
     fn resume(&mut self, worker: usize, why: &str) {
         fencing_harness::signal("CONT", self.workers[worker].pid);
         let mut log = self.workers[worker].log.lock().expect("never poisoned");
@@ -660,21 +607,6 @@ impl Running<'_> {
         }
     }
 
-    /// Every live worker other than `spared`, not paused, that holds a merchant, and what it
-    /// holds.
-    fn holders(&mut self, spared: Option<usize>) -> Vec<(usize, Vec<String>)> {
-        let workers = self.workers.iter_mut().enumerate();
-        workers
-            .filter_map(|(i, worker)| {
-                let live = Some(i) != spared && matches!(worker.child.try_wait(), Ok(None));
-                let log = worker.log.lock().expect("never poisoned");
-                let holding = log.holding();
-                let busy = !log.killed && log.paused.is_none() && !holding.is_empty();
-                (live && busy).then_some((i, holding))
-            })
-            .collect()
-    }
-
     fn all_exited(&mut self) -> bool {
         self.workers
             .iter_mut()
@@ -688,7 +620,8 @@ impl Running<'_> {
             })
     }
 
-    fn spawn(&mut self, name: String) -> Result<(), String> {
+    /// Starts the worker `name`, to stop itself after `pause_after_refunds` if given.
+    fn spawn(&mut self, name: String, pause_after_refunds: Option<u64>) -> Result<(), String> {
         let (args, services) = (self.args, self.services);
         let stderr = std::fs::File::create(self.logs.join(format!("{name}.stderr")))
             .map_err(|e| format!("cannot open {name}'s log: {e}"))?;
@@ -712,6 +645,9 @@ impl Running<'_> {
             .args(["--concurrency", &args.concurrency.to_string()]);
         if let Some(etcd) = &services.etcd {
             command.args(["--etcd-endpoints", &etcd.endpoints().join(",")]);
+        }
+        if let Some(refunds) = pause_after_refunds {
+            command.args(["--pause-after-refunds", &refunds.to_string()]);
         }
         let mut child = command
             .stdin(Stdio::null())
@@ -781,18 +717,6 @@ fn tokens_twice(workers: &[WorkerLog]) -> u64 {
     let mut seen = std::collections::HashSet::new();
     let acquired = workers.iter().flat_map(|w| w.acquired.iter());
     acquired.filter(|pair| !seen.insert(*pair)).count() as u64
-}
-
-/// How many refunds are sent so far.
-async fn sent(clients: &Clients, names: &RunNames) -> Result<u64, String> {
-    let count: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT count(*) FROM \"{}\".refunds WHERE state = 'sent'",
-        names.schema()
-    )))
-    .fetch_one(&clients.pool)
-    .await
-    .map_err(|e| format!("cannot count the refunds sent: {e}"))?;
-    Ok(count.try_into().unwrap_or(0))
 }
 
 /// The fence refund `id` holds now.

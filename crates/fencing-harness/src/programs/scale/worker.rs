@@ -12,16 +12,17 @@
 //! peak_rss_kib <n>` (its own CPU time and high-water resident memory), which the scale
 //! command reads.
 //!
-//! SIGUSR1 asks it to stop itself (SIGSTOP) right after the gateway's next refund, before
-//! that refund's confirm: it says `paused <merchant> after <refund> token <t>` first. The
-//! scale command's faults strike there, so their effects are certain: a worker killed there
-//! leaves a refund its successor must look up, one resumed once its successor has claimed
-//! that refund is refused on its confirm.
+//! With `--pause-after-refunds N` it stops itself (SIGSTOP) right after the gateway's N-th
+//! refund, before that refund's confirm: it says `paused <merchant> after <refund> token <t>`
+//! first. The scale command's faults strike there, so their effects are certain: a worker
+//! killed there leaves a refund its successor must look up, one resumed once its successor
+//! has claimed that refund is refused on its confirm. N below a merchant's refunds leaves
+//! the worker work ahead of it whatever the machine's speed.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fencing_core::{
@@ -54,6 +55,10 @@ pub(crate) struct Args {
     /// Refunds listed, and given to the pipeline, at a time.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     page: u32,
+    /// Stop this process (SIGSTOP) right after the gateway's N-th refund of this worker,
+    /// before its confirm.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pause_after_refunds: Option<u64>,
 }
 
 /// Exit code when a store or the lease is not fit to run on: nothing was written.
@@ -62,16 +67,7 @@ const UNFIT: u8 = 2;
 /// Settles merchants until the queue is empty.
 pub(crate) async fn main(args: Args) -> ExitCode {
     fencing_harness::exit_with_parent();
-    // Listening before anything is acquired: the scale command asks only a worker that said
-    // it holds a merchant, and SIGUSR1 unheard would end the process.
-    let pause_asked = match listen_for_pause() {
-        Ok(asked) => asked,
-        Err(why) => {
-            eprintln!("fencing-harness scale-worker: {why}; nothing was written");
-            return ExitCode::from(UNFIT);
-        }
-    };
-    let worker = match Worker::connect(&args, pause_asked).await {
+    let worker = match Worker::connect(&args).await {
         Ok(worker) => Arc::new(worker),
         Err(why) => {
             eprintln!("fencing-harness scale-worker: {why}; nothing was written");
@@ -96,21 +92,6 @@ pub(crate) async fn main(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A flag SIGUSR1 sets: pause after the next gateway refund.
-fn listen_for_pause() -> Result<Arc<AtomicBool>, String> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut usr1 = signal(SignalKind::user_defined1())
-        .map_err(|err| format!("cannot listen for SIGUSR1: {err}"))?;
-    let asked = Arc::new(AtomicBool::new(false));
-    let flag = asked.clone();
-    tokio::spawn(async move {
-        while usr1.recv().await.is_some() {
-            flag.store(true, Ordering::SeqCst);
-        }
-    });
-    Ok(asked)
-}
-
 /// What a worker settles with.
 struct Worker {
     name: String,
@@ -124,8 +105,10 @@ struct Worker {
     gateway: String,
     concurrency: usize,
     page: i64,
-    /// Set by SIGUSR1: stop this process after the next gateway refund.
-    pause_asked: Arc<AtomicBool>,
+    /// The gateway refund after which this process stops itself, if any.
+    pause_after_refunds: Option<u64>,
+    /// Gateway refunds made so far.
+    refunds_made: AtomicU64,
 }
 
 /// One page of a merchant's unsent refunds: their keys and amounts.
@@ -135,7 +118,7 @@ struct Page {
 }
 
 impl Worker {
-    async fn connect(args: &Args, pause_asked: Arc<AtomicBool>) -> Result<Worker, String> {
+    async fn connect(args: &Args) -> Result<Worker, String> {
         let names = RunNames::new(&args.of.run);
         let application_name = format!("scale_{}_{}", names.id(), args.of.name);
         // Each merchant's pipeline has a claim and a confirm group under way at most.
@@ -184,7 +167,8 @@ impl Worker {
             gateway: args.of.gateway.clone(),
             concurrency: args.concurrency.into(),
             page: args.page.into(),
-            pause_asked,
+            pause_after_refunds: args.pause_after_refunds,
+            refunds_made: AtomicU64::new(0),
         })
     }
 
@@ -266,7 +250,8 @@ impl Worker {
     ) -> Result<(), String> {
         let lifecycle = Lifecycle::default();
         let after_perform = |key: &RecordKey| {
-            if self.pause_asked.swap(false, Ordering::SeqCst) {
+            let made = self.refunds_made.fetch_add(1, Ordering::SeqCst) + 1;
+            if Some(made) == self.pause_after_refunds {
                 println!("paused {merchant} after {key} token {token}");
                 fencing_harness::signal("STOP", std::process::id());
             }
