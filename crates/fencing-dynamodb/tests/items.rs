@@ -445,3 +445,44 @@ async fn a_store_named_by_its_user_goes_by_that_name_in_refusals() {
         "{err:?}"
     );
 }
+
+/// A batch over a `DynamoStore` admits its clones (one client, one table) and refuses a store
+/// made apart on the same table, through `Holder::write` as through `transact`.
+#[tokio::test]
+async fn a_batch_admits_a_clone_of_its_store_and_refuses_one_made_apart() {
+    let store = common::store().await;
+    let k = key("r_815");
+    make_pending(&store, &k).await;
+    let lease = std::sync::Arc::new(fencing_core::MemoryLease::new());
+    let resource = ResourceName::new("settle:m_4471").unwrap();
+    let guard = lease
+        .try_acquire(&resource, Ttl::from_secs(30).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let stores: [std::sync::Arc<dyn FencedStore>; 1] = [std::sync::Arc::new(store.clone())];
+    let batch = fencing_core::FencedBatch::new(lease, guard, stores).unwrap();
+    let claim = Lifecycle::default().claim();
+
+    let apart = DynamoStore::new(store.client().clone(), store.table().clone());
+    let refused =
+        |err: &Error| matches!(err, Error::InvalidInput(e) if e.kind() == InputKind::StoreSet);
+    let err = batch.holder().write(&apart, &k, &claim).await.unwrap_err();
+    assert!(refused(&err), "{err:?}");
+    let err = apart
+        .transact(&batch.holder(), &[(k.clone(), claim.clone())])
+        .await
+        .unwrap_err();
+    assert!(refused(&err), "{err:?}");
+    assert_eq!(
+        store.read(&k).await.unwrap().unwrap().fence,
+        Some(FencingToken::MIN)
+    );
+
+    batch.holder().write(&store, &k, &claim).await.unwrap();
+    assert_eq!(
+        store.read(&k).await.unwrap().unwrap().fence,
+        Some(batch.token())
+    );
+    batch.finish().await.unwrap();
+}
