@@ -188,11 +188,14 @@ async fn a_write_on_a_terminated_connection_is_ambiguous_and_its_retry_idempoten
 async fn the_worked_example_with_refunds_in_postgres() {
     let schema = Schema::new().await;
     let mut config = SettlementConfig::worked_example(Fencing::On, GatewayMode::Idempotent);
-    // Real time, shortened: A's lease lasts 6 s and A stalls 8 s at r_815; B retries from
+    // Real time, shortened: A's lease lasts 20 s, several times what A's first 814 refunds
+    // take (1.8 s on a quiet 2-core machine, 5.2 s with a busy loop on each core), and A
+    // stalls at r_815 until B has claimed it, so A always wakes to a take-over; B retries from
     // 0.5 s every 200 ms, so it takes over as soon as A's lease ends.
-    config.ttl = fencing_core::Ttl::from_secs(6).unwrap();
+    config.ttl = fencing_core::Ttl::from_secs(20).unwrap();
     config.gateway_latency = Duration::ZERO;
-    config.workers[0].pauses[0].length = Duration::from_secs(8);
+    config.workers[0].pauses[0].length = Duration::ZERO;
+    config.workers[0].pauses[0].until_taken_over = true;
     config.workers[1].starts_at = Duration::from_millis(500);
     config.workers[1].retry =
         fencing_core::RetryPolicy::new(200, Duration::from_millis(200), Duration::from_millis(200))

@@ -332,11 +332,13 @@ async fn the_worked_example_with_the_lease_on_redis_and_a_real_pause() {
     let server = RedisServer::start(&[]);
     let lease = RedisLease::new(manager(&server).await, epochs());
     let mut config = SettlementConfig::worked_example(Fencing::On, GatewayMode::Idempotent);
-    // Real time, shortened: A's lease lasts 2 s and A sleeps 3 s at r_815; B retries from
-    // 0.3 s every 100 ms, so it takes over as soon as A's lease ends in Redis.
+    // Real time, shortened: A's lease lasts 2 s and A sleeps at r_815 for 3 s and until B has
+    // claimed it (however slow the machine, A wakes to a take-over); B retries from 0.3 s
+    // every 100 ms, so it takes over as soon as A's lease ends in Redis.
     config.ttl = Ttl::from_secs(2).unwrap();
     config.gateway_latency = Duration::ZERO;
     config.workers[0].pauses[0].length = Duration::from_secs(3);
+    config.workers[0].pauses[0].until_taken_over = true;
     config.workers[1].starts_at = Duration::from_millis(300);
     config.workers[1].retry =
         RetryPolicy::new(200, Duration::from_millis(100), Duration::from_millis(100)).unwrap();

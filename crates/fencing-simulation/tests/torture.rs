@@ -44,6 +44,7 @@ fn schedule(seed: u64, fencing: Fencing, mode: Mode) -> SettlementConfig {
                     .map(|_| Pause {
                         before_call_for: refund_key(rng.random_range(1..=REFUNDS)),
                         length: Duration::from_millis(rng.random_range(100..=3000)),
+                        until_taken_over: false,
                     })
                     .collect()
             };

@@ -3,6 +3,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use fencing_core::{FenceCheck, FencingToken, RecordKey};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::gateway::CallResult;
@@ -143,6 +144,8 @@ struct Book {
 pub(crate) struct Journal {
     start: Instant,
     book: Mutex<Book>,
+    /// Woken on every accepted claim.
+    claims: Notify,
 }
 
 impl Journal {
@@ -154,6 +157,7 @@ impl Journal {
                 epochs: 0,
                 claimers: HashMap::new(),
             }),
+            claims: Notify::new(),
         }
     }
 
@@ -191,6 +195,21 @@ impl Journal {
             .unwrap()
             .claimers
             .insert(key.clone(), by.clone());
+        self.claims.notify_waiters();
+    }
+
+    /// Returns once a worker other than `worker` is the record's claimer.
+    pub(crate) async fn until_claimed_by_another(&self, key: &RecordKey, worker: &str) {
+        loop {
+            let claimed = self.claims.notified();
+            tokio::pin!(claimed);
+            // Registered before the look, so that a claim between the two still wakes it.
+            claimed.as_mut().enable();
+            if self.claimer(key).is_some_and(|c| c.worker != worker) {
+                return;
+            }
+            claimed.await;
+        }
     }
 
     pub(crate) fn into_events(self) -> Vec<Event> {

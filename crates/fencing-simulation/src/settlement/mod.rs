@@ -35,6 +35,11 @@ pub struct Pause {
     pub before_call_for: RecordKey,
     /// How long the worker stalls.
     pub length: Duration,
+    /// After `length`, the worker stays stalled until another worker's claim of the refund
+    /// has been accepted: a take-over made certain however slow the machine, for a run in
+    /// real time whose assertion needs one (a stale write refused). A run in which nobody
+    /// else claims the refund then never ends.
+    pub until_taken_over: bool,
 }
 
 /// One worker: when it is handed the job, how it retries the lease, where it stalls.
@@ -107,6 +112,7 @@ impl SettlementConfig {
                     pauses: vec![Pause {
                         before_call_for: refund_key(815),
                         length: 8 * second,
+                        until_taken_over: false,
                     }],
                     redeliveries: 0,
                 },

@@ -340,6 +340,12 @@ impl SideEffect for Worker {
                 length,
             });
             tokio::time::sleep(length).await;
+            if pause.until_taken_over {
+                self.shared
+                    .journal
+                    .until_claimed_by_another(key, &self.name)
+                    .await;
+            }
             self.record(What::Resumed { key: key.clone() });
         }
         let cents = std::str::from_utf8(&record.payload)?.parse()?;

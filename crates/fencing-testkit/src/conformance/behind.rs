@@ -146,18 +146,19 @@ pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
 ) {
     let (kept, fresh) = (resource("lease-behind"), resource("lease-missing"));
     let (mut issued_kept, mut issued_fresh) = (BTreeSet::new(), BTreeSet::new());
-    let acquire = async |r: &ResourceName| acquire_through_failures(lease, r, caps.short_ttl).await;
+    // A's leases are short (B may have to wait one out); those released are held until then.
+    let acquire = async |r: &ResourceName, ttl| acquire_through_failures(lease, r, ttl).await;
     let take_and_release = async |r: &ResourceName, issued: &mut BTreeSet<FencingToken>, when| {
-        let guard = acquire(r).await;
+        let guard = acquire(r, caps.held_ttl()).await;
         once(issued, guard.token(), when);
         lease.release(guard).await.unwrap();
     };
     take_and_release(&kept, &mut issued_kept, "before the copy").await;
     deployment.keep_a_copy().await;
     take_and_release(&kept, &mut issued_kept, "lost with the copy").await;
-    let a_kept = acquire(&kept).await;
+    let a_kept = acquire(&kept, caps.short_ttl).await;
     once(&mut issued_kept, a_kept.token(), "A's, lost with the copy");
-    let a_fresh = acquire(&fresh).await;
+    let a_fresh = acquire(&fresh, caps.short_ttl).await;
     once(
         &mut issued_fresh,
         a_fresh.token(),
@@ -170,7 +171,7 @@ pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
         (&fresh, a_fresh, &mut issued_fresh),
     ] {
         let highest = *issued.last().expect("tokens issued");
-        let b = acquire(r).await;
+        let b = acquire(r, caps.held_ttl()).await;
         assert!(
             b.token() > highest,
             "{r}: B's token {} from the copy is not above {highest}, issued before: {issued:?}",

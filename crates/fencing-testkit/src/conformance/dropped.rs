@@ -4,7 +4,7 @@
 
 use fencing_core::{
     Error, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, Record, RecordKey, Result,
-    RetryPolicy, Ttl, Written, acquire,
+    RetryPolicy, Written, acquire,
 };
 use tokio::sync::Mutex;
 
@@ -14,12 +14,6 @@ use crate::cancellation::{Sweep, drop_at_every_yield};
 /// The token every write of these sweeps presents.
 fn holder() -> FencingToken {
     FencingToken::new(7).expect("a valid token")
-}
-
-/// A TTL long enough that a sweep's run never outlives it, for sweeps that do not wait for
-/// expiry.
-fn long_ttl(caps: Capabilities) -> Ttl {
-    Ttl::new(caps.short_ttl.duration() * 10).expect("a valid TTL")
 }
 
 /// Writes a sweep's figures to the test's output (`--nocapture` shows them). How often a run
@@ -133,7 +127,11 @@ pub async fn a_dropped_acquire_holds_no_longer_than_its_ttl<L: Lease + ?Sized>(
         async |r, output| {
             if let Some(ended) = output {
                 let guard = ended.unwrap().expect("a free resource is acquired");
-                lease.release(guard).await.unwrap();
+                // Only tidying: a short lease may have ended by now on a busy machine.
+                match lease.release(guard).await {
+                    Ok(()) | Err(Error::LeaseLost { .. }) => {}
+                    Err(other) => panic!("releasing the acquired lease: {other:?}"),
+                }
                 return;
             }
             if let Some(orphan) = lease.status(r).await.unwrap() {
@@ -163,11 +161,11 @@ pub async fn a_dropped_extend_keeps_the_holder<L: Lease + ?Sized>(lease: &L, cap
     let sweep = drop_at_every_yield(
         async || {
             let r = resource("dropped-extend");
-            Mutex::new(must_acquire(lease, &r, long_ttl(caps)).await)
+            Mutex::new(must_acquire(lease, &r, caps.held_ttl()).await)
         },
         async |guard| {
             let mut guard = guard.lock().await;
-            lease.extend(&mut guard, long_ttl(caps)).await
+            lease.extend(&mut guard, caps.held_ttl()).await
         },
         async |guard, output| {
             if let Some(ended) = output {
@@ -179,7 +177,7 @@ pub async fn a_dropped_extend_keeps_the_holder<L: Lease + ?Sized>(lease: &L, cap
                 .await
                 .unwrap();
             assert!(rival.is_none(), "{rival:?} beside {guard:?}");
-            lease.extend(&mut guard, long_ttl(caps)).await.unwrap();
+            lease.extend(&mut guard, caps.held_ttl()).await.unwrap();
             lease.release(guard.clone()).await.unwrap();
         },
     )
@@ -197,7 +195,7 @@ pub async fn a_dropped_release_leaves_it_releasable<L: Lease + ?Sized>(
     let sweep = drop_at_every_yield(
         async || {
             let r = resource("dropped-release");
-            must_acquire(lease, &r, long_ttl(caps)).await
+            must_acquire(lease, &r, caps.held_ttl()).await
         },
         async |guard| lease.release(guard.clone()).await,
         async |guard, output| {
@@ -211,7 +209,7 @@ pub async fn a_dropped_release_leaves_it_releasable<L: Lease + ?Sized>(
             let next = acquire(
                 lease,
                 guard.resource(),
-                caps.short_ttl,
+                caps.held_ttl(),
                 &RetryPolicy::once(),
             )
             .await

@@ -205,7 +205,7 @@ pub async fn token_regression_is_detected<L, S>(
     let k = caps.key("fenced-row");
     let mut highest = None;
     for _ in 0..5 {
-        let guard = must_acquire(lease, &r, caps.short_ttl).await;
+        let guard = must_acquire(lease, &r, caps.held_ttl()).await;
         guard
             .holder()
             .write(store, &k, &FencedWrite::claim())
@@ -243,7 +243,7 @@ pub async fn token_regression_is_detected<L, S>(
 
     // The refusal raised the source past the fence it found: the next holder makes progress
     // without an operator.
-    let next = must_acquire(lease, &r, caps.short_ttl).await;
+    let next = must_acquire(lease, &r, caps.held_ttl()).await;
     assert!(
         Some(next.token()) > highest,
         "after a detected regression the source must be above {highest:?}, issued {}",
@@ -262,7 +262,7 @@ pub async fn token_regression_is_detected<L, S>(
         floor_found > highest,
         "the floor now holds the repaired fence"
     );
-    let repaired = must_acquire(lease, &r, caps.short_ttl).await;
+    let repaired = must_acquire(lease, &r, caps.held_ttl()).await;
     assert!(Some(repaired.token()) > floor_found);
     repaired
         .holder()
@@ -341,7 +341,7 @@ pub async fn no_token_is_reissued_after_counter_loss<L, S>(
         .unwrap_err();
     assert!(err.is_rejection(), "A's stale confirm: {err:?}");
     tokio::time::sleep(caps.past_expiry()).await;
-    let d = must_acquire(lease, &r, caps.short_ttl).await;
+    let d = must_acquire(lease, &r, caps.held_ttl()).await;
     assert!(
         d.token() > c.token(),
         "token {} issued after a stale refusal is not above {}, held by a holder that had not \

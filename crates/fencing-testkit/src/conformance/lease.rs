@@ -14,15 +14,15 @@ use super::{Capabilities, OneAtATime, hostile_names, must_acquire, resource};
 pub async fn status_names_the_live_holder_only<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
     let r = resource("lease-status");
     assert_eq!(lease.status(&r).await.unwrap(), None, "never held");
-    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    let guard = must_acquire(lease, &r, caps.held_ttl()).await;
     let status = lease.status(&r).await.unwrap().expect("held");
     assert_eq!(status.owner, guard.owner().as_str());
     assert_eq!(status.token, Some(guard.token()));
     assert!(
-        status.time_left <= caps.short_ttl.duration() && !status.time_left.is_zero(),
+        status.time_left <= caps.held_ttl().duration() && !status.time_left.is_zero(),
         "time left {:?} of a {:?} lease",
         status.time_left,
-        caps.short_ttl.duration()
+        caps.held_ttl().duration()
     );
     lease.release(guard).await.unwrap();
     assert_eq!(lease.status(&r).await.unwrap(), None, "released");
@@ -41,7 +41,7 @@ async fn assert_held<L: Lease + ?Sized>(lease: &L, r: &ResourceName, ttl: Ttl, w
 /// While a lease is live, nobody else acquires it.
 pub async fn lease_is_exclusive<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
     let r = resource("lease-exclusive");
-    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    let guard = must_acquire(lease, &r, caps.held_ttl()).await;
     assert_eq!(guard.resource(), &r);
     assert_held(lease, &r, caps.short_ttl, "a live lease is exclusive").await;
     assert_held(lease, &r, Ttl::MAX, "whatever TTL the second asks for").await;
@@ -65,10 +65,13 @@ async fn race_for_one_lease<L: Lease + 'static>(lease: Arc<L>, caps: Capabilitie
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..16 {
         let (lease, r) = (lease.clone(), r.clone());
-        tasks.spawn(async move { lease.try_acquire(&r, caps.short_ttl).await.unwrap() });
+        tasks.spawn(async move { lease.try_acquire(&r, caps.held_ttl()).await.unwrap() });
     }
     let winners: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
     assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    for winner in winners {
+        lease.release(winner).await.unwrap();
+    }
 }
 
 /// After the TTL passes, another owner acquires with a higher token.
@@ -79,7 +82,7 @@ pub async fn expiry_allows_takeover_with_higher_token<L: Lease + ?Sized>(
     let r = resource("lease-expiry");
     let first = must_acquire(lease, &r, caps.short_ttl).await;
     tokio::time::sleep(caps.past_expiry()).await;
-    let second = must_acquire(lease, &r, caps.short_ttl).await;
+    let second = must_acquire(lease, &r, caps.held_ttl()).await;
     assert!(second.token() > first.token());
     assert_ne!(second.owner(), first.owner());
     lease.release(second).await.unwrap();
@@ -91,7 +94,7 @@ pub async fn non_owner_cannot_extend_or_release<L: Lease + ?Sized>(lease: &L, ca
     let r = resource("lease-owner");
     let mut stale = must_acquire(lease, &r, caps.short_ttl).await;
     tokio::time::sleep(caps.past_expiry()).await;
-    let holder = must_acquire(lease, &r, caps.short_ttl).await;
+    let holder = must_acquire(lease, &r, caps.held_ttl()).await;
 
     let err = lease.extend(&mut stale, caps.short_ttl).await.unwrap_err();
     assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
@@ -125,14 +128,15 @@ pub async fn extend_keeps_the_lease_past_its_first_ttl<L: Lease + ?Sized>(
     caps: Capabilities,
 ) {
     let r = resource("lease-extend");
-    let mut guard = must_acquire(lease, &r, caps.short_ttl).await;
+    // The first TTL leaves the extension, sent at once, time to land on a busy machine; the
+    // extended one outlasts the rest of the test.
+    let first = Ttl::new(caps.short_ttl.duration() * 3).unwrap();
+    let mut guard = must_acquire(lease, &r, first).await;
     let first_deadline = guard.local_deadline();
-    tokio::time::sleep(caps.short_ttl.duration() / 2).await;
-    let longer = Ttl::new(caps.short_ttl.duration() * 4).unwrap();
-    lease.extend(&mut guard, longer).await.unwrap();
+    lease.extend(&mut guard, caps.held_ttl()).await.unwrap();
     assert!(guard.local_deadline() > first_deadline);
-    assert_eq!(guard.ttl(), longer);
-    tokio::time::sleep(caps.past_expiry()).await;
+    assert_eq!(guard.ttl(), caps.held_ttl());
+    tokio::time::sleep(first.duration() + caps.expiry_slack).await;
     assert_held(
         lease,
         &r,
@@ -146,10 +150,10 @@ pub async fn extend_keeps_the_lease_past_its_first_ttl<L: Lease + ?Sized>(
 /// A released resource can be acquired at once, with a higher token.
 pub async fn release_frees_the_resource<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
     let r = resource("lease-release");
-    let first = must_acquire(lease, &r, caps.short_ttl).await;
+    let first = must_acquire(lease, &r, caps.held_ttl()).await;
     let first_token = first.token();
     lease.release(first).await.unwrap();
-    let second = must_acquire(lease, &r, caps.short_ttl).await;
+    let second = must_acquire(lease, &r, caps.held_ttl()).await;
     assert!(second.token() > first_token);
     lease.release(second).await.unwrap();
 }
@@ -159,7 +163,7 @@ pub async fn tokens_rise_across_acquisitions<L: Lease + ?Sized>(lease: &L, caps:
     let r = resource("lease-tokens");
     let mut last: Option<FencingToken> = None;
     for _ in 0..10 {
-        let guard = must_acquire(lease, &r, caps.short_ttl).await;
+        let guard = must_acquire(lease, &r, caps.held_ttl()).await;
         assert!(Some(guard.token()) > last);
         last = Some(guard.token());
         assert_eq!(lease.token_source().current(&r).await.unwrap(), last);
@@ -167,7 +171,7 @@ pub async fn tokens_rise_across_acquisitions<L: Lease + ?Sized>(lease: &L, caps:
     }
     let floor = FencingToken::new(last.unwrap().get() + 1000).unwrap();
     lease.token_source().advance_to(&r, floor).await.unwrap();
-    let guard = must_acquire(lease, &r, caps.short_ttl).await;
+    let guard = must_acquire(lease, &r, caps.held_ttl()).await;
     assert!(guard.token() > floor, "advance_to must reach the lease");
     lease.release(guard).await.unwrap();
 }
@@ -176,24 +180,27 @@ pub async fn tokens_rise_across_acquisitions<L: Lease + ?Sized>(lease: &L, caps:
 pub async fn local_deadline_is_conservative<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
     let r = resource("lease-deadline");
     let before = TokioClock.now();
-    let guard = must_acquire(lease, &r, caps.short_ttl).await;
-    assert!(guard.local_deadline() <= before + caps.short_ttl.duration());
-    assert!(guard.time_left(before) > caps.short_ttl.duration() / 2);
+    let guard = must_acquire(lease, &r, caps.held_ttl()).await;
+    assert!(guard.local_deadline() <= before + caps.held_ttl().duration());
+    assert!(guard.time_left(before) > caps.held_ttl().duration() / 2);
     lease.release(guard).await.unwrap();
 }
 
 /// `acquire` with a retry policy waits out a holder that stopped renewing.
 pub async fn acquire_retries_until_expiry<L: Lease + ?Sized>(lease: &L, caps: Capabilities) {
     let r = resource("lease-retry");
-    let holder = must_acquire(lease, &r, caps.short_ttl).await;
-    let once = acquire(lease, &r, caps.short_ttl, &RetryPolicy::once()).await;
+    // Long enough to be live at the second acquisition on a busy machine, short enough to
+    // wait out.
+    let stopped = Ttl::new(caps.short_ttl.duration() * 3).unwrap();
+    let holder = must_acquire(lease, &r, stopped).await;
+    let once = acquire(lease, &r, caps.held_ttl(), &RetryPolicy::once()).await;
     assert!(
         matches!(once, Err(Error::LeaseBusy { attempts: 1, .. })),
         "{once:?}"
     );
-    let step = caps.past_expiry() / 4;
+    let step = (stopped.duration() + caps.expiry_slack) / 4;
     let patient = RetryPolicy::new(20, step, step).unwrap();
-    let guard = acquire(lease, &r, caps.short_ttl, &patient).await.unwrap();
+    let guard = acquire(lease, &r, caps.held_ttl(), &patient).await.unwrap();
     assert!(guard.token() > holder.token());
     lease.release(guard).await.unwrap();
 }
@@ -212,7 +219,7 @@ pub async fn hostile_resource_names_are_distinct<L: Lease + ?Sized>(lease: &L, c
             );
             continue;
         }
-        guards.push(must_acquire(lease, &r, caps.short_ttl).await);
+        guards.push(must_acquire(lease, &r, caps.held_ttl()).await);
         assert_held(
             lease,
             &r,

@@ -142,6 +142,12 @@ impl Capabilities {
         RecordKey::new((self.record_key)(text)).expect("valid record key")
     }
 
+    /// The TTL of a lease a test needs held until it releases it: no test outlives it,
+    /// however busy the machine. `short_ttl` is for the leases a test waits out.
+    pub fn held_ttl(&self) -> Ttl {
+        Ttl::new(self.short_ttl.duration() * 200).expect("a valid TTL")
+    }
+
     /// How long to wait for a lease taken with `short_ttl` to be expired everywhere.
     pub fn past_expiry(&self) -> Duration {
         self.short_ttl.duration() + self.expiry_slack
