@@ -80,7 +80,12 @@ async fn draw(pool: &PgPool, name: &str, drawn: &mut Drawn) -> [FencingToken; 3]
         .unwrap()
         .expect("free");
     let leased = guard.token();
-    lease(pool).release(guard).await.unwrap();
+    // Short, so that a release the standby misses ends on its own after the promotion; on a
+    // busy machine it may have ended before the release, which is then refused as lost.
+    match lease(pool).release(guard).await {
+        Ok(()) | Err(fencing_core::Error::LeaseLost { .. }) => {}
+        Err(other) => panic!("releasing {r:?}: {other:?}"),
+    }
     let opening = fencing_testkit::unique_name("loss");
     let epoch = epochs(pool).open(&r, &opening).await.unwrap();
     let issued = [token, leased, epoch];

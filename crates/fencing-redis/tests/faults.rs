@@ -184,7 +184,8 @@ async fn a_counter_lowered_by_hand_on_the_same_server_is_not_detected() {
     let mut conn = multiplexed(&server).await;
     let lease = RedisLease::new(conn.clone(), epochs());
     let resource = ResourceName::new("settle:m_4471").unwrap();
-    let ttl = Ttl::from_millis(100).unwrap();
+    // Released at once, and never waited out: long enough to outlast a busy machine.
+    let ttl = Ttl::from_secs(60).unwrap();
     let counter = RedisKeys::default().token_key(&resource).unwrap();
     let first = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     let snapshot: String = redis::cmd("GET")
@@ -220,7 +221,8 @@ async fn a_holder_whose_connection_died_is_taken_over_after_its_ttl() {
         .await
         .unwrap();
     let resource = ResourceName::new("settle:m_4471").unwrap();
-    let ttl = Ttl::from_millis(300).unwrap();
+    // A's lease must outlast the kill and B's first try on a busy machine; B's is released.
+    let ttl = Ttl::from_secs(2).unwrap();
     let a = RedisLease::new(doomed.clone(), epochs())
         .try_acquire(&resource, ttl)
         .await
@@ -242,8 +244,12 @@ async fn a_holder_whose_connection_died_is_taken_over_after_its_ttl() {
         b_lease.try_acquire(&resource, ttl).await.unwrap().is_none(),
         "not before the TTL"
     );
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    let b = b_lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
+    tokio::time::sleep(ttl.duration() + Duration::from_millis(150)).await;
+    let b = b_lease
+        .try_acquire(&resource, Ttl::from_secs(60).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(b.token() > a.token());
     b_lease.release(b).await.unwrap();
 }
@@ -384,7 +390,8 @@ async fn an_empty_script_cache_is_refilled_by_the_next_call() {
     let mut conn = multiplexed(&server).await;
     let lease = RedisLease::new(conn.clone(), epochs());
     let resource = ResourceName::new("settle:m_4471").unwrap();
-    let ttl = Ttl::from_millis(100).unwrap();
+    // Released at once, and never waited out: long enough to outlast a busy machine.
+    let ttl = Ttl::from_secs(60).unwrap();
     let first = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     let first_token = first.token();
     lease.release(first).await.unwrap();
@@ -403,11 +410,12 @@ async fn renewal_keeps_a_redis_lease_alive_and_reports_when_it_is_lost() {
     let server = RedisServer::start(&[]);
     let lease = Arc::new(RedisLease::new(manager(&server).await, epochs()));
     let resource = ResourceName::new("settle:m_4471").unwrap();
-    let ttl = Ttl::from_millis(300).unwrap();
+    // Renewed ten times per TTL, so that a renewal delayed on a busy machine still lands.
+    let ttl = Ttl::from_secs(1).unwrap();
     let guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
     let renewal =
         fencing_core::LeaseRenewal::start(lease.clone(), guard, Duration::from_millis(100));
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(3 * ttl.duration()).await;
     assert!(
         lease.try_acquire(&resource, ttl).await.unwrap().is_none(),
         "renewed past 3 TTLs"
@@ -423,6 +431,10 @@ async fn renewal_keeps_a_redis_lease_alive_and_reports_when_it_is_lost() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The next extension, due within 100 ms, says so; waited for, not timed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !renewal.is_lost() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(renewal.is_lost());
 }
