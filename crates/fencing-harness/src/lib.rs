@@ -33,6 +33,13 @@ pub fn exit_with_parent() {
     });
 }
 
+/// Stops this process (SIGSTOP) by a system call of its own: no other task of the process
+/// runs past this point, as it would while a `kill` process is being started to send it.
+pub fn stop_this_process() {
+    use rustix::process::{Signal, getpid, kill_process};
+    let _ = kill_process(getpid(), Signal::STOP);
+}
+
 /// Sends signal `name` (`STOP`, `CONT`, `KILL`) to process `pid`; a process that is gone
 /// already is no error.
 pub fn signal(name: &str, pid: u32) {

@@ -253,7 +253,7 @@ impl Worker {
             let made = self.refunds_made.fetch_add(1, Ordering::SeqCst) + 1;
             if Some(made) == self.pause_after_refunds {
                 println!("paused {merchant} after {key} token {token}");
-                fencing_harness::signal("STOP", std::process::id());
+                fencing_harness::stop_this_process();
             }
         };
         let mut after = String::new();

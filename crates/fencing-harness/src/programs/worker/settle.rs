@@ -41,7 +41,7 @@ impl Settlement {
         println!("called {key}");
         if self.stop_after_call.as_deref() == Some(key.as_str()) {
             // The campaign kills it while stopped.
-            fencing_harness::signal("STOP", std::process::id());
+            fencing_harness::stop_this_process();
         }
     }
 
