@@ -766,7 +766,7 @@ async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abor
         .run_write(
             &setup.ledger,
             &[&key("m_4471")],
-            fencing::FenceCheck::Claim,
+            &fencing::FencedWrite::claim(),
             async || {
                 sent.store(true, std::sync::atomic::Ordering::SeqCst);
                 Ok(())
@@ -794,7 +794,7 @@ async fn an_adapters_own_write_and_a_grouped_write_through_the_batchs_fence_abor
         .run_write(
             &setup.ledger,
             &[&key("m_4471")],
-            fencing::FenceCheck::Claim,
+            &fencing::FencedWrite::claim(),
             async || Err::<(), _>(refusals.pop().expect("sent once")),
         )
         .await

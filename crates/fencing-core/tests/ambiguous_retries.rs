@@ -14,9 +14,8 @@ use std::time::Duration;
 
 use fencing_core::adapter::HolderExt;
 use fencing_core::{
-    Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, MemoryStore,
-    MemoryTokenSource, NoAnswer, Record, RecordKey, ResourceName, Result, State, TokenSource,
-    Written, async_trait,
+    Error, FencedStore, FencedWrite, FencingToken, Holder, MemoryStore, MemoryTokenSource,
+    NoAnswer, Record, RecordKey, ResourceName, Result, State, TokenSource, Written, async_trait,
 };
 
 /// What goes wrong with one `write_many` request.
@@ -393,7 +392,7 @@ async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
     for (losses, ends_ambiguous) in [(2, false), (3, true)] {
         let attempts = AtomicU32::new(0);
         let result = holder
-            .run_write(&store, &[&key], FenceCheck::Claim, async || {
+            .run_write(&store, &[&key], &FencedWrite::claim(), async || {
                 if attempts.fetch_add(1, Ordering::SeqCst) < losses {
                     Err(store.lost())
                 } else {
@@ -406,7 +405,7 @@ async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
     }
     let attempts = AtomicU32::new(0);
     let result = holder
-        .run_write(&store, &[&key], FenceCheck::Claim, async || {
+        .run_write(&store, &[&key], &FencedWrite::claim(), async || {
             attempts.fetch_add(1, Ordering::SeqCst);
             Err::<(), _>(store.refused())
         })
@@ -487,7 +486,7 @@ async fn with_no_retries_left_an_unanswered_attempt_is_ambiguous_and_says_why() 
     assert_eq!(store.requests(), 2);
     let attempts = AtomicU32::new(0);
     let err = holder
-        .run_write(&store, &[&keys()[0]], FenceCheck::Claim, async || {
+        .run_write(&store, &[&keys()[0]], &FencedWrite::claim(), async || {
             attempts.fetch_add(1, Ordering::SeqCst);
             std::future::pending::<Result<()>>().await
         })
@@ -496,7 +495,7 @@ async fn with_no_retries_left_an_unanswered_attempt_is_ambiguous_and_says_why() 
     assert!(unanswered(&err), "{err:?}");
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
     let err = holder
-        .run_write_once(&store, &[&keys()[0]], FenceCheck::Claim, async {
+        .run_write_once(&store, &[&keys()[0]], &FencedWrite::claim(), async {
             std::future::pending::<Result<()>>().await
         })
         .await

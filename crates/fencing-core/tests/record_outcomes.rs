@@ -5,7 +5,7 @@
 
 use fencing_core::adapter::{HolderExt, RecordOutcomes};
 use fencing_core::{
-    Error, FenceCheck, FencingToken, Holder, MemoryStore, MemoryTokenSource, RecordKey,
+    Error, FencedWrite, FencingToken, Holder, MemoryStore, MemoryTokenSource, RecordKey,
     ResourceName, State, TokenSource,
 };
 use fencing_testkit::events::{capture, line};
@@ -51,7 +51,7 @@ fn each_record_of_an_adapters_write_is_reported_with_its_own_outcome() {
             .run_write(
                 &MemoryStore::new("refunds"),
                 &[&applied, &refused],
-                FenceCheck::Claim,
+                &FencedWrite::claim(),
                 async || Ok(OneRefused(vec![mismatch()])),
             )
             .await

@@ -113,15 +113,15 @@ impl DynamoStore {
         // Checked once before the first request: a bad list is refused unsent.
         self.transaction_items(token, writes, &pins)?;
         let records: Vec<&RecordKey> = writes.iter().map(|(key, _)| key).collect();
-        let check = match writes
+        let standing_for_all = match writes
             .iter()
             .any(|(_, w)| w.write().check() == FenceCheck::Claim)
         {
-            true => FenceCheck::Claim,
-            false => FenceCheck::HolderOnly,
+            true => FencedWrite::claim(),
+            false => FencedWrite::holder_only(),
         };
         holder
-            .run_write(self, &records, check, async || {
+            .run_write(self, &records, &standing_for_all, async || {
                 for _ in 0..PIN_ROUNDS {
                     match self.transact_once(token, writes, &pins).await? {
                         Transacted::Applied => return Ok(()),

@@ -458,15 +458,7 @@ async fn a_batch_admits_a_clone_of_its_store_and_refuses_one_made_apart() {
     let store = common::store().await;
     let k = key("r_815");
     make_pending(&store, &k).await;
-    let lease = std::sync::Arc::new(fencing_core::MemoryLease::new());
-    let resource = ResourceName::new("settle:m_4471").unwrap();
-    let guard = lease
-        .try_acquire(&resource, Ttl::from_secs(30).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
-    let stores: [std::sync::Arc<dyn FencedStore>; 1] = [std::sync::Arc::new(store.clone())];
-    let batch = fencing_core::FencedBatch::new(lease, guard, stores).unwrap();
+    let batch = fencing_testkit::batch_over(std::sync::Arc::new(store.clone())).await;
     let claim = Lifecycle::default().claim();
 
     let apart = DynamoStore::new(store.client().clone(), store.table().clone());

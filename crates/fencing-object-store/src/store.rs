@@ -5,8 +5,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fencing_core::adapter::{CasStore, HolderExt, ObjectCodec, check_store_name};
 use fencing_core::{
-    FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey,
-    Result, Written,
+    FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey, Result,
+    Written,
 };
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -104,7 +104,7 @@ impl FencedObjectStore {
     pub async fn delete(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Record> {
         let attempt = self.cas.delete(key, holder.token());
         holder
-            .run_write_once(self, &[key], FenceCheck::HolderOnly, attempt)
+            .run_write_once(self, &[key], &FencedWrite::holder_only(), attempt)
             .await
     }
 }

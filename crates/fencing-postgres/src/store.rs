@@ -56,8 +56,15 @@ pub struct PgWrittenTogether {
     /// [`fencing_core::EffectStart::Claimed`] to run its effect without claiming it again.
     pub written: Vec<Written>,
     /// The keys left alone because the row is missing or outside the required states, each
-    /// with the rejection a single write would have had.
+    /// with the rejection a single write would have had. A row found where the write's work
+    /// is already done is not among them: it is in [`Self::already_done`].
     pub skipped: Vec<Error>,
+    /// The keys left alone because the row was found in the state where the write's work is
+    /// already done ([`FencedWrite::already_done_in`]; a [`fencing_core::Lifecycle`]'s claim
+    /// names its done state), in the order given. Not refusals: a batch goes on past them
+    /// whatever its mismatch policy, as [`Holder::run_effect`] reports such a record
+    /// [`fencing_core::EffectOutcome::AlreadyDone`].
+    pub already_done: Vec<RecordKey>,
 }
 
 impl RecordOutcomes for PgWrittenTogether {
@@ -315,7 +322,7 @@ impl PgStore {
         let write = write.into();
         let attempt = self.write_via(Via::Caller(conn), key, holder.token(), &write);
         holder
-            .run_write_once(self, &[key], write.write().check(), attempt)
+            .run_write_once(self, &[key], write.write(), attempt)
             .await
     }
 
@@ -353,7 +360,7 @@ impl PgStore {
         let records: Vec<&RecordKey> = keys.iter().collect();
         let attempt = self.write_together_unobserved(via, holder.token(), keys, write);
         holder
-            .run_write_once(self, &records, write.write().check(), attempt)
+            .run_write_once(self, &records, write.write(), attempt)
             .await
     }
 
@@ -376,7 +383,8 @@ impl PgStore {
                 .await
                 .map_err(|e| self.failed(e.into(), RequestEffect::ReadOnly))?;
             let current = self.lock_records(&mut tx, schema, keys).await?;
-            let (written, skipped) = self.decide_together(fenced, token, keys, &current)?;
+            let decided = self.decide_together(fenced, token, keys, &current)?;
+            let written = &decided.written;
             if !written.is_empty() {
                 let texts: Vec<&str> = written.iter().map(|w| w.record.key.as_str()).collect();
                 let changed = self
@@ -400,7 +408,7 @@ impl PgStore {
             tx.commit()
                 .await
                 .map_err(|e| self.failed(e.into(), RequestEffect::Writes))?;
-            Ok(PgWrittenTogether { written, skipped })
+            Ok(decided)
         })
         .await
     }
@@ -436,33 +444,37 @@ impl PgStore {
     }
 
     /// What `write` under `token` does to each of `keys`, given the locked `current` records:
-    /// the writes it makes, and the records it skips with why. A fence refusal refuses the
-    /// whole call.
+    /// the writes it makes, the records it skips with why, and those already done. A fence
+    /// refusal refuses the whole call.
     fn decide_together(
         &self,
         write: &FencedWrite,
         token: FencingToken,
         keys: &[RecordKey],
         current: &HashMap<String, Record>,
-    ) -> Result<(Vec<Written>, Vec<Error>)> {
-        let mut written = Vec::new();
-        let mut skipped = Vec::new();
+    ) -> Result<PgWrittenTogether> {
+        let mut decided = PgWrittenTogether {
+            written: Vec::new(),
+            skipped: Vec::new(),
+            already_done: Vec::new(),
+        };
         for key in keys {
             let record = current.get(key.as_str());
             match (write.decide(&self.name, key, token, record), record) {
-                (Ok(()), Some(record)) => written.push(Written::new(
+                (Ok(()), Some(record)) => decided.written.push(Written::new(
                     Some(record),
                     write.apply(key, token, Some(record)),
                 )),
-                (Ok(()), None) => skipped.push(Error::NotFound {
+                (Ok(()), None) => decided.skipped.push(Error::NotFound {
                     store: self.name.to_string(),
                     record: key.clone(),
                 }),
                 (Err(err @ Error::Fenced { .. }), _) => return Err(err),
-                (Err(err), _) => skipped.push(err),
+                (Err(err), _) if write.finds_done(&err) => decided.already_done.push(key.clone()),
+                (Err(err), _) => decided.skipped.push(err),
             }
         }
-        Ok((written, skipped))
+        Ok(decided)
     }
 
     /// [`Self::write_together_in`] on the store's pool. (This was `PgStore::write_many`

@@ -7,9 +7,8 @@ use common::Schema;
 use std::sync::Arc;
 
 use fencing_core::{
-    Error, FenceCheck, FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, FoundFence,
-    Holder, InputKind, Lease, Lifecycle, MemoryLease, MemoryTokenSource, RecordKey, ResourceName,
-    State, TokenSource, Ttl,
+    Error, FenceCheck, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, Holder,
+    InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
 };
 use fencing_postgres::{
     PgFenceFloor, PgIdent, PgStore, PgTable, push_fence_condition, rows_affected_to_result,
@@ -54,9 +53,13 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
     assert_eq!(done.written.len(), 19);
     let claimed: Vec<_> = keys.iter().filter(|k| **k != keys[3]).cloned().collect();
     assert_eq!(done.keys(), claimed, "the keys written, in the order given");
-    assert_eq!(done.skipped.len(), 2);
-    assert!(matches!(&done.skipped[0], Error::StateMismatch { record, .. } if *record == keys[3]));
-    assert!(matches!(&done.skipped[1], Error::NotFound { .. }));
+    assert_eq!(
+        done.already_done,
+        vec![keys[3].clone()],
+        "sent: already done"
+    );
+    assert_eq!(done.skipped.len(), 1);
+    assert!(matches!(&done.skipped[0], Error::NotFound { .. }));
     let row = store.read(&keys[0]).await.unwrap().unwrap();
     assert_eq!(
         (row.fence, row.state.as_ref()),
@@ -68,6 +71,89 @@ async fn batch_claim_takes_every_pending_row_and_skips_the_sent_ones() {
         .await
         .unwrap();
     assert_eq!(confirmed.keys(), done.keys());
+    schema.drop_schema().await;
+}
+
+/// A batch that claims its rows up front goes on, under the default (aborting) mismatch
+/// policy, past rows another holder already made done: the lifecycle's claim calls them
+/// already done, as `run_effect` does, in the grouped claim, a single write and the caller's
+/// transaction alike. A row in a state outside the lifecycle still aborts it.
+#[tokio::test]
+async fn a_claim_first_batch_goes_on_past_rows_already_done_and_aborts_on_a_mismatch() {
+    let schema = Schema::new().await;
+    let store = schema.store();
+    let lifecycle = Lifecycle::default();
+    let keys: Vec<_> = (1..=5).map(|n| key(&format!("p_{n:03}"))).collect();
+    pending_rows(&store, &keys).await;
+    let in_state = |state: &State| FencedWrite::claim().set_state(state.clone());
+    let paid = in_state(lifecycle.done());
+    for done in [&keys[1], &keys[3]] {
+        store.write(done, FencingToken::MIN, &paid).await.unwrap();
+    }
+    let batch = fencing_testkit::batch_over(Arc::new(store.clone())).await;
+
+    let claimed = store
+        .write_together(&batch.holder(), &keys, &lifecycle.claim())
+        .await
+        .unwrap();
+    assert_eq!(claimed.already_done, vec![keys[1].clone(), keys[3].clone()]);
+    assert!(claimed.skipped.is_empty(), "{:?}", claimed.skipped);
+    assert_eq!(
+        claimed.keys(),
+        vec![keys[0].clone(), keys[2].clone(), keys[4].clone()]
+    );
+    let err = batch
+        .holder()
+        .write(&store, &keys[1], &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::StateMismatch { found: Some(found), .. } if found == lifecycle.done()),
+        "{err:?}"
+    );
+    let mut tx = schema.pool.begin().await.unwrap();
+    let err = store
+        .write_in(&mut tx, &batch.holder(), &keys[3], &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::StateMismatch { .. }), "{err:?}");
+    tx.commit().await.unwrap();
+    assert_eq!(
+        batch.aborted_by(),
+        None,
+        "already done is no reason to abort"
+    );
+    assert!(batch.skipped().is_empty(), "nor a mismatch to skip");
+    let confirmed = store
+        .write_together(&batch.holder(), &claimed.keys(), &lifecycle.confirm())
+        .await
+        .unwrap();
+    assert_eq!(confirmed.keys(), claimed.keys());
+
+    let cancelled = key("p_006");
+    store
+        .write(
+            &cancelled,
+            FencingToken::MIN,
+            &in_state(&State::new("cancelled").unwrap()),
+        )
+        .await
+        .unwrap();
+    let claimed = store
+        .write_together(
+            &batch.holder(),
+            std::slice::from_ref(&cancelled),
+            &lifecycle.claim(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.skipped.len(), 1);
+    assert_eq!(
+        batch.aborted_by(),
+        Some((store.name().to_owned(), cancelled))
+    );
+    let err = batch.finish().await.unwrap_err();
+    assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
     schema.drop_schema().await;
 }
 
@@ -156,12 +242,7 @@ async fn a_batch_admits_a_clone_of_its_store_and_refuses_one_made_apart() {
     let store = schema.store();
     let k = key("r_815");
     pending_rows(&store, std::slice::from_ref(&k)).await;
-    let lease = Arc::new(MemoryLease::new());
-    let resource = ResourceName::new("settle:m_4471").unwrap();
-    let ttl = Ttl::from_secs(30).unwrap();
-    let guard = lease.try_acquire(&resource, ttl).await.unwrap().unwrap();
-    let stores: [Arc<dyn FencedStore>; 1] = [Arc::new(store.clone())];
-    let batch = FencedBatch::new(lease, guard, stores).unwrap();
+    let batch = fencing_testkit::batch_over(Arc::new(store.clone())).await;
     let lifecycle = Lifecycle::default();
 
     let apart = schema.store();

@@ -6,8 +6,8 @@ use fencing_core::adapter::{
     CasStore, HolderExt, ObjectCodec, check_conditional_writes, check_store_name,
 };
 use fencing_core::{
-    FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey,
-    Result, Written,
+    FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey, Result,
+    Written,
 };
 
 use crate::bucket::S3Bucket;
@@ -111,7 +111,7 @@ impl S3Store {
     pub async fn delete(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Record> {
         let attempt = self.cas.delete(key, holder.token());
         holder
-            .run_write_once(self, &[key], FenceCheck::HolderOnly, attempt)
+            .run_write_once(self, &[key], &FencedWrite::holder_only(), attempt)
             .await
     }
 

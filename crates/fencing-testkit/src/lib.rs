@@ -13,6 +13,13 @@
 //! * [`cancellation`]: a decorator that turns every call into two await points, and a driver
 //!   that drops an operation at each of them in turn.
 
+use std::sync::Arc;
+
+use fencing_core::{
+    FencedBatch, FencedStore, FencingToken, Lease, MemoryLease, MemoryTokenSource, ResourceName,
+    TokenSource, Ttl,
+};
+
 pub mod cancellation;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -31,8 +38,6 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
-use fencing_core::{FencingToken, MemoryTokenSource, ResourceName, TokenSource};
-
 /// A token source that has issued every token up to `n` for `settle:m_4471`, and that
 /// resource: what a [`fencing_core::Holder`] with token `n` (or below, for a stale holder)
 /// needs in a test that writes without a lease, so that a refusal by a fence up to `n` is a
@@ -46,4 +51,18 @@ pub async fn issued_up_to(n: u64) -> (MemoryTokenSource, ResourceName) {
         .await
         .expect("a memory counter advances");
     (source, resource)
+}
+
+/// A batch over `store` alone, under a fresh in-memory lease of `settle:m_4471` (30 s): what a
+/// test of a store's writes in a batch needs when the lease is not what it tests.
+pub async fn batch_over(store: Arc<dyn FencedStore>) -> FencedBatch {
+    let lease = Arc::new(MemoryLease::new());
+    let resource = ResourceName::new("settle:m_4471").expect("a valid name");
+    let ttl = Ttl::from_secs(30).expect("a valid TTL");
+    let guard = lease
+        .try_acquire(&resource, ttl)
+        .await
+        .expect("a memory lease answers")
+        .expect("a fresh lease is free");
+    FencedBatch::new(lease, guard, [store]).expect("one store is a valid store set")
 }

@@ -130,10 +130,11 @@ async fn main() -> std::result::Result<(), BoxError> {
     let ttl = Ttl::from_secs(options.ttl_secs)?;
     let run = worker::run(&pool, SCHEMA, lease, "m_4471", ttl, &gateway, &ledger).await?;
     println!(
-        "token {}: {} paid, {} recovered from an earlier run, {} left alone",
+        "token {}: {} paid, {} recovered from an earlier run, {} found paid already, {} left alone",
         run.token.map_or("-".to_owned(), |t| t.to_string()),
         run.paid,
         run.recovered,
+        run.already_paid,
         run.skipped
     );
     let (paid, entries): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(

@@ -251,6 +251,8 @@ pub(crate) struct Run {
     pub(crate) recovered: u32,
     /// Payouts it left alone (cancelled while the run went).
     pub(crate) skipped: u32,
+    /// Payouts its claim found paid already (by another run, between its read and its claim).
+    pub(crate) already_paid: u32,
 }
 
 /// The resource a merchant's payout runs hold the lease on.
@@ -308,6 +310,10 @@ pub(crate) async fn run(
     }
     let retry = RetryPolicy::new(20, Duration::from_millis(100), Duration::from_secs(1))?;
     let renewing = lease.clone();
+    // Skip: a payout cancelled meanwhile is not this run's to pay, and no sign of a newer run
+    // (the fence is checked before the state), so the others are still paid. Without it, the
+    // first cancelled payout would abort the whole run. A payout found paid already is not a
+    // mismatch under any policy: the lifecycle's claim names its done state.
     FencedBatch::scope(lease, &resource, ttl, stores)
         .retry(retry)
         .mismatch_policy(MismatchPolicy::Skip)
@@ -325,6 +331,7 @@ pub(crate) async fn run(
             let claimed = payouts
                 .write_together(&batch.holder(), &keys, &lifecycle.claim())
                 .await?;
+            run.already_paid = claimed.already_done.len() as u32;
             let call = PayoutCall {
                 gateway,
                 amounts: &amounts,
@@ -351,7 +358,7 @@ pub(crate) async fn run(
                 match outcome {
                     EffectOutcome::Performed(_) => run.paid += 1,
                     EffectOutcome::Recovered(_) => run.recovered += 1,
-                    EffectOutcome::AlreadyDone => run.skipped += 1,
+                    EffectOutcome::AlreadyDone => run.already_paid += 1,
                 }
             }
             // A payout cancelled meanwhile: left alone under the skip policy, and listed by the

@@ -57,6 +57,8 @@ pub struct FencedWrite {
     pub(crate) required_states: Option<Vec<State>>,
     pub(crate) new_state: Option<State>,
     pub(crate) new_payload: Option<Vec<u8>>,
+    /// The state in which this write's work is already done, if it has one.
+    done_state: Option<State>,
 }
 
 impl FencedWrite {
@@ -82,6 +84,7 @@ impl FencedWrite {
             required_states: None,
             new_state: None,
             new_payload: None,
+            done_state: None,
         }
     }
 
@@ -101,6 +104,31 @@ impl FencedWrite {
     pub fn set_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
         self.new_payload = Some(payload.into());
         self
+    }
+
+    /// Names the state in which this write's work is already done (a lifecycle's done state:
+    /// [`crate::Lifecycle::claim`] sets it). A record found there is still refused as
+    /// [`Error::StateMismatch`], but that refusal means "already done", not "unexpected":
+    /// a batch neither aborts nor skips on it, and a grouped write
+    /// (`PgStore::write_together`) reports the record as already done, apart from its
+    /// refusals, as [`crate::Holder::run_effect`] reports [`crate::EffectOutcome::AlreadyDone`].
+    pub fn already_done_in(mut self, state: State) -> Self {
+        self.done_state = Some(state);
+        self
+    }
+
+    /// The state in which this write's work is already done, if it names one
+    /// ([`Self::already_done_in`]).
+    pub fn done_state(&self) -> Option<&State> {
+        self.done_state.as_ref()
+    }
+
+    /// Whether `refusal` found the record in [`Self::done_state`]: the write's work is already
+    /// done, not refused for an unexpected state.
+    pub fn finds_done(&self, refusal: &Error) -> bool {
+        self.done_state
+            .as_ref()
+            .is_some_and(|done| refusal.found_state() == Some(done))
     }
 
     /// The kind of fence check.

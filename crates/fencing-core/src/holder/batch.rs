@@ -23,7 +23,8 @@ use crate::value::ttl::Ttl;
 /// others are. A fence refusal from any store aborts the batch: later writes are refused
 /// before anything is sent, with [`Error::BatchAborted`] naming the store that refused. A
 /// record that is missing or in an unexpected state aborts it too, unless the batch was built
-/// with [`MismatchPolicy::Skip`].
+/// with [`MismatchPolicy::Skip`]; a record found already done (in the state a write names with
+/// [`crate::FencedWrite::already_done_in`], as a [`crate::Lifecycle`]'s claim does) is neither.
 ///
 /// The lease is released by [`FencedBatch::finish`] (aborted or not; release is owner-only, so
 /// it never touches a newer holder's lease), and, for a batch dropped without finishing while
@@ -159,7 +160,9 @@ impl FencedBatch {
     /// ([`Error::InvalidInput`]: a store of the same name made apart is not, a clone is;
     /// [`FencedStore::identity`]), and its first rejection aborts the batch, except a missing
     /// record or an unexpected state under [`MismatchPolicy::Skip`], which is still returned
-    /// as its error and recorded in [`Self::skipped`].
+    /// as its error and recorded in [`Self::skipped`], and a record found already done
+    /// ([`crate::FencedWrite::already_done_in`]), returned as its error and neither aborting nor
+    /// skipped.
     pub fn holder(&self) -> Holder<'_> {
         self.guard().holder().latched(&self.latch)
     }
@@ -288,6 +291,65 @@ mod tests {
             matches!(err, Error::LeaseBusy { attempts: 1, .. }),
             "{err:?}"
         );
+    }
+
+    /// A record found where the write's work is already done ([`FencedWrite::already_done_in`],
+    /// set by a lifecycle's claim) neither aborts the batch nor is skipped, written alone or
+    /// among others; the same record claimed by a write that names no done state aborts it.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_goes_on_past_a_record_already_done() {
+        let refunds = Arc::new(MemoryStore::new("refunds"));
+        let lifecycle = crate::Lifecycle::default();
+        let (sent, pending) = (
+            RecordKey::new("r_1").unwrap(),
+            RecordKey::new("r_2").unwrap(),
+        );
+        let in_state = |state: &crate::State| FencedWrite::claim().set_state(state.clone());
+        refunds
+            .write(&sent, FencingToken::MIN, &in_state(lifecycle.done()))
+            .await
+            .unwrap();
+        refunds
+            .write(&pending, FencingToken::MIN, &in_state(lifecycle.pending()))
+            .await
+            .unwrap();
+        let lease = Arc::new(MemoryLease::new());
+        let ttl = Ttl::from_secs(60).unwrap();
+        let guard = lease.try_acquire(&resource(), ttl).await.unwrap().unwrap();
+        let stores: [Arc<dyn FencedStore>; 1] = [refunds.clone()];
+        let batch = FencedBatch::new(lease, guard, stores).unwrap();
+        let holder = batch.holder();
+
+        let err = holder
+            .write(&*refunds, &sent, &lifecycle.claim())
+            .await
+            .unwrap_err();
+        assert!(lifecycle.is_done(&err), "{err:?}");
+        let each = holder
+            .write_many(
+                &*refunds,
+                &[sent.clone(), pending.clone()],
+                &lifecycle.claim(),
+            )
+            .await
+            .unwrap();
+        assert!(each[0].as_ref().is_err_and(|err| lifecycle.is_done(err)));
+        assert!(each[1].is_ok(), "{:?}", each[1]);
+        assert_eq!(batch.aborted_by(), None);
+        assert!(batch.skipped().is_empty());
+
+        let claim_naming_no_done_state = FencedWrite::claim()
+            .when_state_in([lifecycle.pending().clone(), lifecycle.in_flight().clone()])
+            .set_state(lifecycle.in_flight().clone());
+        assert!(
+            holder
+                .write(&*refunds, &sent, &claim_naming_no_done_state)
+                .await
+                .is_err()
+        );
+        assert_eq!(batch.aborted_by(), Some(("refunds".to_owned(), sent)));
+        let err = batch.finish().await.unwrap_err();
+        assert!(matches!(err, Error::BatchAborted { .. }), "{err:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -79,11 +79,13 @@ impl Lifecycle {
         &self.done
     }
 
-    /// The claim: `pending` or `in_flight` (a takeover) to `in_flight`.
+    /// The claim: `pending` or `in_flight` (a takeover) to `in_flight`; a record found `done`
+    /// is already done ([`FencedWrite::already_done_in`]), not a mismatch.
     pub fn claim(&self) -> FencedWrite {
         FencedWrite::claim()
             .when_state_in([self.pending.clone(), self.in_flight.clone()])
             .set_state(self.in_flight.clone())
+            .already_done_in(self.done.clone())
     }
 
     /// The confirm: `in_flight` to `done`, only by the claimer.
@@ -94,7 +96,7 @@ impl Lifecycle {
     }
 
     pub(crate) fn is_done(&self, err: &Error) -> bool {
-        matches!(err, Error::StateMismatch { found: Some(found), .. } if *found == self.done)
+        err.found_state() == Some(&self.done)
     }
 }
 

@@ -15,7 +15,9 @@ use crate::value::token::FencingToken;
 ///
 /// Neither is a sign of a newer holder: the fence is checked before the state, so a record
 /// that a newer holder claimed is refused as [`Error::Fenced`] (or [`Error::TokenRegression`]),
-/// and those always abort the batch whatever the policy.
+/// and those always abort the batch whatever the policy. Nor is a record found where the
+/// write's work is already done ([`crate::FencedWrite::already_done_in`]): the policy does not
+/// apply to it, and the batch goes on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MismatchPolicy {
     /// Abort the batch, as for a fence refusal.
@@ -107,23 +109,21 @@ impl Latch {
     }
 
     /// Notes what a write under `token` came back with (its error, or the refusals among the
-    /// records it applied) and returns it as it is: a skipped record's error is still the
-    /// caller's to see.
+    /// records it applied), except the refusals that say a record's work is `already_done`,
+    /// and returns it as it is: a skipped record's error is still the caller's to see.
     pub(crate) fn note<T: RecordOutcomes>(
         &self,
         resource: &ResourceName,
         token: FencingToken,
         result: Result<T>,
+        already_done: impl Fn(&Error) -> bool,
     ) -> Result<T> {
-        match &result {
-            Err(err) => {
-                self.note_one(resource, token, err);
-            }
-            Ok(done) => {
-                for refusal in done.refusals() {
-                    self.note_one(resource, token, refusal);
-                }
-            }
+        let refusals = match &result {
+            Err(err) => std::slice::from_ref(err),
+            Ok(done) => done.refusals(),
+        };
+        for refusal in refusals.iter().filter(|err| !already_done(err)) {
+            self.note_one(resource, token, refusal);
         }
         result
     }

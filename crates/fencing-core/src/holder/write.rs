@@ -101,8 +101,22 @@ impl<'a> Holder<'a> {
     /// `result` noted by this holder's batch, if it has one: a rejection aborts the batch, a
     /// mismatch is skipped or aborts it as its policy says.
     pub(crate) fn noted<T: RecordOutcomes>(&self, result: Result<T>) -> Result<T> {
+        self.noted_unless_done(result, |_| false)
+    }
+
+    /// [`Self::noted`] of what `write` came back with: a refusal that finds a record's work
+    /// already done ([`FencedWrite::finds_done`]) is not the batch's to abort on or skip.
+    fn noted_write<T: RecordOutcomes>(&self, write: &FencedWrite, result: Result<T>) -> Result<T> {
+        self.noted_unless_done(result, |err| write.finds_done(err))
+    }
+
+    fn noted_unless_done<T: RecordOutcomes>(
+        &self,
+        result: Result<T>,
+        already_done: impl Fn(&Error) -> bool,
+    ) -> Result<T> {
         match self.latch {
-            Some(latch) => latch.note(self.resource, self.token, result),
+            Some(latch) => latch.note(self.resource, self.token, result, already_done),
             None => result,
         }
     }
@@ -231,7 +245,7 @@ impl<'a> Holder<'a> {
                 Ok(each) => each.iter().filter_map(|o| o.as_ref().err()).collect(),
                 Err(err) => vec![err],
             };
-            for err in errors {
+            for err in errors.into_iter().filter(|err| !write.finds_done(err)) {
                 latch.note_one(self.resource, self.token, err);
             }
         }
@@ -505,9 +519,12 @@ pub trait HolderExt {
     /// * a refusal is explained: a counter that went backwards is a
     ///   [`Error::TokenRegression`] (and the source raised past it), not a newer holder;
     /// * the outcome is reported for each of `records`: a `tracing` event, and the `metrics`
-    ///   counters and latency when that feature is on.
+    ///   counters and latency when that feature is on;
+    /// * a batch's holder notes its refusals, except those finding a record where `write`'s
+    ///   work is already done ([`FencedWrite::already_done_in`]).
     ///
-    /// `attempt` sends the write once with [`Holder::token`] and maps its answer to the core's
+    /// `write` is what `attempt` writes (for a request of several writes, the one standing for
+    /// all: a claim if any of them claims). `attempt` sends the write once with [`Holder::token`] and maps its answer to the core's
     /// errors. Sending it again must be safe by itself (a claim accepts its own token; a
     /// transaction carries a request token): unlike [`Holder::write`], a refused retry is not
     /// read back to be recognised as an earlier success.
@@ -515,7 +532,7 @@ pub trait HolderExt {
         &self,
         store: &S,
         records: &[&RecordKey],
-        check: FenceCheck,
+        write: &FencedWrite,
         attempt: impl AsyncFnMut() -> Result<T>,
     ) -> Result<T>;
 
@@ -529,7 +546,7 @@ pub trait HolderExt {
         &self,
         store: &S,
         records: &[&RecordKey],
-        check: FenceCheck,
+        write: &FencedWrite,
         attempt: impl Future<Output = Result<T>>,
     ) -> Result<T>;
 }
@@ -550,14 +567,14 @@ impl HolderExt for Holder<'_> {
         let started = Instant::now();
         let result = holder.write_unobserved(store, key, write, send).await;
         holder.observe(store.name(), &[key], write.check(), started, &result);
-        self.noted(result)
+        self.noted_write(write, result)
     }
 
     async fn run_write<S: FencedStore + ?Sized, T: RecordOutcomes>(
         &self,
         store: &S,
         records: &[&RecordKey],
-        check: FenceCheck,
+        write: &FencedWrite,
         mut attempt: impl AsyncFnMut() -> Result<T>,
     ) -> Result<T> {
         let holder = self.admit(store)?;
@@ -576,15 +593,15 @@ impl HolderExt for Holder<'_> {
                 done => break done,
             }
         };
-        holder.observe(store, records, check, started, &result);
-        self.noted(result)
+        holder.observe(store, records, write.check(), started, &result);
+        self.noted_write(write, result)
     }
 
     async fn run_write_once<S: FencedStore + ?Sized, T: RecordOutcomes>(
         &self,
         store: &S,
         records: &[&RecordKey],
-        check: FenceCheck,
+        write: &FencedWrite,
         attempt: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let holder = self.admit(store)?;
@@ -594,7 +611,7 @@ impl HolderExt for Holder<'_> {
             Err(err) => Err(holder.explain_one(err, Patience::AtOnce).await),
             done => done,
         };
-        holder.observe(store, records, check, started, &result);
-        self.noted(result)
+        holder.observe(store, records, write.check(), started, &result);
+        self.noted_write(write, result)
     }
 }

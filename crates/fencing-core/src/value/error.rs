@@ -197,6 +197,15 @@ impl Error {
         }
     }
 
+    /// The state a [`Error::StateMismatch`] found the record in; `None` for every other
+    /// error and for a record without a state.
+    pub(crate) fn found_state(&self) -> Option<&State> {
+        match self {
+            Error::StateMismatch { found, .. } => found.as_ref(),
+            _ => None,
+        }
+    }
+
     /// A copy of a rejection ([`Error::is_rejection`]), which carries only values; `None`
     /// for every other error.
     pub(crate) fn rejection_copy(&self) -> Option<Error> {
