@@ -179,6 +179,16 @@ impl Counted {
         (of.len(), of.iter().copied().max().unwrap_or(0))
     }
 
+    /// The records in flight (claimed, not confirmed), in no order.
+    fn in_flight(&self) -> Vec<RecordKey> {
+        let sending = Lifecycle::default().in_flight().clone();
+        self.states()
+            .into_iter()
+            .filter(|(_, (_, state))| state.as_ref() == Some(&sending))
+            .map(|(key, _)| key)
+            .collect()
+    }
+
     fn states(&self) -> HashMap<RecordKey, (Option<FencingToken>, Option<State>)> {
         self.inner
             .records()
@@ -356,12 +366,7 @@ async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent
         })
     };
     tokio::time::sleep(Duration::from_secs(31)).await;
-    let in_flight_at_takeover: Vec<RecordKey> = store
-        .states()
-        .into_iter()
-        .filter(|(_, (_, s))| s.as_ref() == Some(lifecycle.in_flight()))
-        .map(|(k, _)| k)
-        .collect();
+    let in_flight_at_takeover = store.in_flight();
     assert!(
         in_flight_at_takeover.len() <= 32,
         "A's window bounds what it left in flight"
@@ -429,6 +434,101 @@ async fn a_paused_pipeline_is_stopped_by_its_first_refusal_and_no_refund_is_sent
             b_token
         };
         assert_eq!(fence, Some(expected), "{record:?}");
+    }
+}
+
+/// What a take-over found after A, with `concurrency` calls side by side and `window`
+/// records claimed ahead, paused past its TTL at its refund of r_0100: the records A left in
+/// flight, the ones B looked up, and the refunds asked for twice (A's calls parked by its
+/// pause go out on waking, after B's look-up and send).
+struct TakeOver {
+    left_in_flight: Vec<RecordKey>,
+    looked_up: Vec<RecordKey>,
+    asked_twice: Vec<RecordKey>,
+}
+
+async fn take_over_after_a_pause(concurrency: usize, window: usize) -> TakeOver {
+    let records = keys(400);
+    let store = Counted::new(&records);
+    let lease = Arc::new(MemoryLease::new());
+    let lifecycle = Lifecycle::default();
+    let gateway = Gateway::with_latency(Duration::from_millis(5));
+    let a = batch(&lease, &store).await;
+    let a_worker = Worker::new(&gateway, Some((key(100), Duration::from_secs(40))));
+    let a_run = async {
+        let settled = a
+            .holder()
+            .pipeline(&*store, &lifecycle, &a_worker)
+            .concurrency(concurrency)
+            .group_size(8)
+            .window(window)
+            .run(records.clone())
+            .await;
+        let _ = a.finish().await;
+        settled
+    };
+    let b_run = async {
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let left_in_flight = store.in_flight();
+        let b = batch(&lease, &store).await;
+        let b_worker = Worker::new(&gateway, None);
+        let settled = b
+            .holder()
+            .pipeline(&*store, &lifecycle, &b_worker)
+            .run(records.clone())
+            .await;
+        b.finish().await.unwrap();
+        (left_in_flight, settled)
+    };
+    let (_, (left_in_flight, b_settled)) = tokio::join!(a_run, b_run);
+    assert_eq!(b_settled.into_result().unwrap().len(), 400);
+    let calls = gateway.calls();
+    assert_eq!(calls.sent.len(), 400, "one refund per key");
+    TakeOver {
+        left_in_flight,
+        looked_up: calls.lookups.clone(),
+        asked_twice: calls
+            .performs
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(key, _)| key.clone())
+            .collect(),
+    }
+}
+
+/// A pipelined take-over's extra calls have two bounds, the stalled holder's window (look-ups)
+/// and its concurrency (second calls), and the window is the knob: with a window of the
+/// concurrency, the look-ups fall to the calls that were under way.
+#[tokio::test(start_paused = true)]
+async fn a_take_over_looks_up_no_more_than_the_window_and_calls_twice_no_more_than_were_under_way()
+{
+    for (concurrency, window) in [(8, 64), (8, 8)] {
+        let found = take_over_after_a_pause(concurrency, window).await;
+        eprintln!(
+            "concurrency {concurrency}, window {window}: {} left in flight and looked up, {} \
+             asked for twice",
+            found.left_in_flight.len(),
+            found.asked_twice.len()
+        );
+        let mut looked_up = found.looked_up.clone();
+        looked_up.sort();
+        let mut left = found.left_in_flight.clone();
+        left.sort();
+        assert_eq!(looked_up, left, "B looks up exactly what A left in flight");
+        assert!(left.len() <= window, "{} > window {window}", left.len());
+        assert!(
+            found.asked_twice.len() <= concurrency,
+            "{} asked twice",
+            found.asked_twice.len()
+        );
+        assert!(found.asked_twice.iter().all(|key| left.contains(key)));
+        if window > concurrency {
+            assert!(
+                left.len() > concurrency,
+                "claimed ahead: {} left in flight",
+                left.len()
+            );
+        }
     }
 }
 
@@ -622,12 +722,7 @@ async fn the_window_is_twice_the_concurrency_unless_set() {
         _ = pipeline => panic!("the effects take an hour"),
         () = tokio::time::sleep(Duration::from_secs(60)) => {}
     }
-    let claimed = store
-        .states()
-        .values()
-        .filter(|(_, state)| state.as_ref() == Some(lifecycle.in_flight()))
-        .count();
-    assert_eq!(claimed, 80);
+    assert_eq!(store.in_flight().len(), 80);
     assert_eq!(gateway.calls().in_flight, 40);
 }
 

@@ -36,6 +36,17 @@ use crate::value::ttl::Ttl;
 ///   sent, still fenced; nothing is retried. A record already done is reported
 ///   [`EffectOutcome::AlreadyDone`] with nothing sent.
 ///
+/// **What a take-over of a stalled pipeline costs** the next holder: a look-up for each record
+/// this holder had claimed and not confirmed (at most [`Self::window`]; a serial job is the
+/// window of 1), and a second call to the effect for each call this holder had started that
+/// reached the outside world after the next holder's look-up (at most [`Self::concurrency`]:
+/// an effect started finishes and ends in a fenced confirm, which the newer claim refuses;
+/// its idempotency key makes the second call harmless). Neither can fall to the serial
+/// figure with effects side by side: a record claimed ahead cannot be told from one whose
+/// call went out without a write per call, so the look-ups are the window's price, and
+/// `.window(n)` with `n` the concurrency brings them down to the calls under way, at the cost
+/// of claims no longer running ahead of the effects.
+///
 /// A record claimed and never confirmed (a stop, a crash, a dropped future) stays in flight
 /// under this holder's fence, exactly as in the serial protocol: the next holder's claim finds
 /// it in flight and looks its effect up before performing it.
