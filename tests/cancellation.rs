@@ -83,7 +83,7 @@ impl<S: FencedStore> World<S> {
         }
     }
 
-    fn holder(&self, token: u64) -> Holder<'_> {
+    fn holder(&self, token: u64) -> Holder {
         Holder::new(&self.resource, token_of(token), &self.source)
     }
 

@@ -34,7 +34,7 @@ impl Job for Settle {
 
 /// Each refund claimed, sent and confirmed before the next; the first refusal stops the
 /// batch (a newer holder has the rows).
-async fn one_by_one(holder: &Holder<'_>, delivery: &Delivery) -> Result<()> {
+async fn one_by_one(holder: &Holder, delivery: &Delivery) -> Result<()> {
     let (store, lifecycle, gateway) = (delivery.store(), delivery.lifecycle(), delivery.gateway());
     for refund in delivery.refunds() {
         let outcome = holder.run_effect(store, refund, lifecycle, gateway).await?;
@@ -44,7 +44,7 @@ async fn one_by_one(holder: &Holder<'_>, delivery: &Delivery) -> Result<()> {
 }
 
 /// `n` gateway calls in flight, claims and confirms written `n` rows at a time.
-async fn pipelined(holder: &Holder<'_>, delivery: &Delivery, n: usize) -> Result<()> {
+async fn pipelined(holder: &Holder, delivery: &Delivery, n: usize) -> Result<()> {
     let settled = holder
         .pipeline(delivery.store(), delivery.lifecycle(), delivery.gateway())
         .concurrency(n)

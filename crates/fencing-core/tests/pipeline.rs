@@ -1037,7 +1037,7 @@ struct ReceiptWrites<'s> {
 
 #[async_trait]
 impl RecordWrites<u32> for ReceiptWrites<'_> {
-    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written> {
+    async fn claim(&self, holder: &Holder, key: &RecordKey) -> Result<Written> {
         let claim = if self.claims_nothing {
             FencedWrite::claim()
         } else {
@@ -1046,12 +1046,7 @@ impl RecordWrites<u32> for ReceiptWrites<'_> {
         holder.write(self.store, key, &claim).await
     }
 
-    async fn confirm(
-        &self,
-        holder: &Holder<'_>,
-        key: &RecordKey,
-        receipt: &u32,
-    ) -> Result<Written> {
+    async fn confirm(&self, holder: &Holder, key: &RecordKey, receipt: &u32) -> Result<Written> {
         let confirm = self
             .lifecycle
             .confirm()

@@ -276,7 +276,7 @@ impl Lease for DynamoLease {
         }))
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
-        &*self.tokens
+    fn token_source(&self) -> Arc<dyn TokenSource> {
+        self.tokens.clone()
     }
 }

@@ -90,7 +90,7 @@ impl DynamoStore {
     /// ten-minute window.
     pub async fn transact(
         &self,
-        holder: &Holder<'_>,
+        holder: &Holder,
         writes: &[(RecordKey, FencedWrite)],
     ) -> Result<()> {
         let writes: Vec<(RecordKey, DynamoWrite)> = writes
@@ -105,7 +105,7 @@ impl DynamoStore {
     /// refusal anywhere sets none of them anywhere.
     pub async fn transact_with(
         &self,
-        holder: &Holder<'_>,
+        holder: &Holder,
         writes: &[(RecordKey, DynamoWrite)],
     ) -> Result<()> {
         let token = holder.token();
@@ -351,7 +351,7 @@ impl DynamoStore {
     /// also setting the write's own attributes in the same `UpdateItem`.
     pub async fn write_with(
         &self,
-        holder: &Holder<'_>,
+        holder: &Holder,
         key: &RecordKey,
         write: impl Into<DynamoWrite>,
     ) -> Result<Written> {

@@ -398,7 +398,7 @@ impl Lease for EtcdLease {
         }))
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
-        &*self.tokens
+    fn token_source(&self) -> Arc<dyn TokenSource> {
+        self.tokens.clone()
     }
 }

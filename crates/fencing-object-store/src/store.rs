@@ -101,7 +101,7 @@ impl FencedObjectStore {
     /// fence meets the record absent (a claim may create it again). Returns the record
     /// deleted. A refusal is explained and the outcome reported as [`Holder::write`]'s; an
     /// ambiguous outcome is settled by reading the tombstone back, not sent again.
-    pub async fn delete(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Record> {
+    pub async fn delete(&self, holder: &Holder, key: &RecordKey) -> Result<Record> {
         let attempt = self.cas.delete(key, holder.token());
         holder
             .run_write_once(self, &[key], &FencedWrite::holder_only(), attempt)

@@ -219,7 +219,7 @@ impl Lease for PgLease {
             .map_err(|e| self.failed(e, RequestEffect::ReadOnly))
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
-        &*self.tokens
+    fn token_source(&self) -> Arc<dyn TokenSource> {
+        self.tokens.clone()
     }
 }

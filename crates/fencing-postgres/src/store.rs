@@ -285,7 +285,7 @@ impl PgStore {
     /// explained. The pool's form of [`Self::write_in`].
     pub async fn write_with(
         &self,
-        holder: &Holder<'_>,
+        holder: &Holder,
         key: &RecordKey,
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
@@ -315,7 +315,7 @@ impl PgStore {
     pub async fn write_in(
         &self,
         conn: &mut PgConnection,
-        holder: &Holder<'_>,
+        holder: &Holder,
         key: &RecordKey,
         write: impl Into<PgWrite>,
     ) -> Result<Written> {
@@ -342,7 +342,7 @@ impl PgStore {
     pub async fn write_together_in(
         &self,
         conn: &mut PgConnection,
-        holder: &Holder<'_>,
+        holder: &Holder,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
     ) -> Result<PgWrittenTogether> {
@@ -353,7 +353,7 @@ impl PgStore {
     async fn write_together_via(
         &self,
         via: Via<'_>,
-        holder: &Holder<'_>,
+        holder: &Holder,
         keys: &[RecordKey],
         write: &PgWrite,
     ) -> Result<PgWrittenTogether> {
@@ -482,7 +482,7 @@ impl PgStore {
     /// takes a bare token: code that calls `write_many(&fence, …)` wants this.)
     pub async fn write_together(
         &self,
-        holder: &Holder<'_>,
+        holder: &Holder,
         keys: &[RecordKey],
         write: impl Into<PgWrite>,
     ) -> Result<PgWrittenTogether> {

@@ -163,16 +163,11 @@ struct ConfirmWithLedger<'a> {
 
 #[async_trait]
 impl RecordWrites<String> for ConfirmWithLedger<'_> {
-    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written> {
+    async fn claim(&self, holder: &Holder, key: &RecordKey) -> Result<Written> {
         holder.write(self.store, key, &self.lifecycle.claim()).await
     }
 
-    async fn confirm(
-        &self,
-        holder: &Holder<'_>,
-        key: &RecordKey,
-        receipt: &String,
-    ) -> Result<Written> {
+    async fn confirm(&self, holder: &Holder, key: &RecordKey, receipt: &String) -> Result<Written> {
         let mut tx = self
             .store
             .pool()

@@ -175,7 +175,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> 
         }))
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
-        &*self.tokens
+    fn token_source(&self) -> Arc<dyn TokenSource> {
+        self.tokens.clone()
     }
 }

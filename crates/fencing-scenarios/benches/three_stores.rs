@@ -37,7 +37,7 @@ const NETWORK: Duration = Duration::from_millis(10);
 /// The payout: an instant gateway call, then the ledger entry and the receipt, each a claim
 /// under the holder's token in its own store.
 struct Payout<'a, L, R> {
-    holder: Holder<'a>,
+    holder: Holder,
     ledger: &'a L,
     receipts: &'a R,
 }
@@ -178,7 +178,7 @@ impl Settle<'_> {
                 let token = self.source.next(&resource).await.unwrap();
                 let holder = Holder::new(&resource, token, &self.source);
                 let payout = Payout {
-                    holder,
+                    holder: holder.clone(),
                     ledger,
                     receipts,
                 };

@@ -138,7 +138,7 @@ impl Lease for SubstitutedLease {
         self.inner.status(resource).await
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
+    fn token_source(&self) -> std::sync::Arc<dyn TokenSource> {
         self.inner.token_source()
     }
 }

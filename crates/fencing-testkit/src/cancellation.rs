@@ -227,7 +227,7 @@ pub async fn drop_at_every_yield<W, T>(
 
 /// A store, lease, token source, side effect or versioned store whose every call passes a
 /// step before it is made and one after its answer.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Parked<T> {
     inner: T,
     steps: Arc<Steps>,
@@ -307,7 +307,7 @@ impl<L: Lease> Lease for Parked<L> {
         self.around("status", self.inner.status(resource)).await
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
+    fn token_source(&self) -> std::sync::Arc<dyn TokenSource> {
         self.inner.token_source()
     }
 }

@@ -98,7 +98,7 @@ mod compare_and_swap {
             fencing_testkit::conformance::a_delete_leaves_a_tombstone_that_keeps_the_fence(
                 &store,
                 &stale,
-                async |store: &CasStore<_>, holder: &Holder<'_>, key: &RecordKey| {
+                async |store: &CasStore<_>, holder: &Holder, key: &RecordKey| {
                     store.delete(key, holder.token()).await
                 },
                 async |key| objects.get(key).await.unwrap().unwrap().body,

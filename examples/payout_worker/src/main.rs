@@ -129,14 +129,7 @@ async fn main() -> std::result::Result<(), BoxError> {
     }
     let ttl = Ttl::from_secs(options.ttl_secs)?;
     let run = worker::run(&pool, SCHEMA, lease, "m_4471", ttl, &gateway, &ledger).await?;
-    println!(
-        "token {}: {} paid, {} recovered from an earlier run, {} found paid already, {} left alone",
-        run.token.map_or("-".to_owned(), |t| t.to_string()),
-        run.paid,
-        run.recovered,
-        run.already_paid,
-        run.skipped
-    );
+    println!("{run}");
     let (paid, entries): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT (SELECT count(*) FROM \"{SCHEMA}\".payouts WHERE status = 'paid'), \
          (SELECT count(*) FROM \"{SCHEMA}_Billing\".\"LedgerEntries\")"

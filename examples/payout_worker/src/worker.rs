@@ -255,6 +255,21 @@ pub(crate) struct Run {
     pub(crate) already_paid: u32,
 }
 
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "token {}: {} paid, {} recovered from an earlier run, {} found paid already, {} left \
+             alone",
+            self.token.map_or("-".to_owned(), |t| t.to_string()),
+            self.paid,
+            self.recovered,
+            self.already_paid,
+            self.skipped
+        )
+    }
+}
+
 /// The resource a merchant's payout runs hold the lease on.
 pub(crate) fn resource(merchant: &str) -> Result<ResourceName> {
     Ok(ResourceName::new(format!("payouts:{merchant}"))?)
@@ -384,7 +399,7 @@ struct PaidWithLedgerEntry<'a> {
 
 #[async_trait]
 impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
-    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written> {
+    async fn claim(&self, holder: &Holder, key: &RecordKey) -> Result<Written> {
         holder
             .write(self.payouts, key, &self.lifecycle.claim())
             .await
@@ -392,7 +407,7 @@ impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
 
     async fn confirm(
         &self,
-        holder: &Holder<'_>,
+        holder: &Holder,
         key: &RecordKey,
         reference: &String,
     ) -> Result<Written> {
@@ -428,7 +443,7 @@ async fn confirm_with_ledger_entry(
     pool: &PgPool,
     schema: &str,
     payouts: &PgStore,
-    holder: &Holder<'_>,
+    holder: &Holder,
     key: &RecordKey,
     reference: &str,
 ) -> Result<Written> {
@@ -474,7 +489,7 @@ pub(crate) struct Payout<'a> {
 pub(crate) async fn post_to_aws(
     entries: &DynamoStore,
     receipts: &S3Store,
-    holder: &Holder<'_>,
+    holder: &Holder,
     payout: &Payout<'_>,
 ) -> Result<()> {
     let state = |s: &str| State::new(s).expect("a state name");

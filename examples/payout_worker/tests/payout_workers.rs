@@ -350,7 +350,7 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
     assert!(a_token < b_token);
 
     // A's token, presented to the other two stores on the stalled payout, is refused by each.
-    let a_fence = Holder::new(&resource, a_token, lease.token_source());
+    let a_fence = Holder::new(&resource, a_token, &lease.token_source());
     let late_receipt = FencedWrite::claim().set_payload(r#"{"payout_id":"late"}"#);
     let receipt_key = worker::Ledger::receipt_key(&merchant, &stalled).unwrap();
     let err = a_fence

@@ -44,8 +44,9 @@ pub trait Lease: Send + Sync + Debug {
     /// answer can be stale the moment it arrives; the fence is what is safe).
     async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>>;
 
-    /// The counter this lease draws its tokens from, for regression checks and seeding.
-    fn token_source(&self) -> &dyn TokenSource;
+    /// The counter this lease draws its tokens from, for regression checks and seeding: a
+    /// handle that shares the lease's counter (a [`crate::Holder`] keeps one).
+    fn token_source(&self) -> Arc<dyn TokenSource>;
 }
 
 /// A live lease as its store reports it.
@@ -81,7 +82,7 @@ macro_rules! forward_lease {
             async fn status(&self, resource: &ResourceName) -> Result<Option<LeaseStatus>> {
                 (**self).status(resource).await
             }
-            fn token_source(&self) -> &dyn TokenSource {
+            fn token_source(&self) -> Arc<dyn TokenSource> {
                 (**self).token_source()
             }
         }

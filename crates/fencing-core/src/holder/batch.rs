@@ -53,8 +53,8 @@ use crate::value::ttl::Ttl;
 pub struct FencedBatch {
     lease: Arc<dyn Lease>,
     guard: Option<LeaseGuard>,
-    /// The batch's stores, its policy, and what its fence met.
-    latch: Latch,
+    /// The batch's stores, its policy, and what its fence met; shared by its holders.
+    latch: Arc<Latch>,
 }
 
 impl FencedBatch {
@@ -72,7 +72,10 @@ impl FencedBatch {
             Ok(()) => Ok(FencedBatch {
                 lease,
                 guard: Some(guard),
-                latch: Latch::new(stores.iter().map(|s| &**s), MismatchPolicy::default()),
+                latch: Arc::new(Latch::new(
+                    stores.iter().map(|s| &**s),
+                    MismatchPolicy::default(),
+                )),
             }),
             Err(err) => {
                 release_in_background(lease, guard);
@@ -122,8 +125,9 @@ impl FencedBatch {
         }
     }
 
-    /// The same batch, treating missing records and unexpected states as `policy` says.
-    pub fn with_mismatch_policy(mut self, policy: MismatchPolicy) -> Self {
+    /// The same batch, treating missing records and unexpected states as `policy` says (its
+    /// holders too, those made before included).
+    pub fn with_mismatch_policy(self, policy: MismatchPolicy) -> Self {
         self.latch.set_policy(policy);
         self
     }
@@ -163,8 +167,12 @@ impl FencedBatch {
     /// as its error and recorded in [`Self::skipped`], and a record found already done
     /// ([`crate::FencedWrite::already_done_in`]), returned as its error and neither aborting nor
     /// skipped.
-    pub fn holder(&self) -> Holder<'_> {
-        self.guard().holder().latched(&self.latch)
+    ///
+    /// The holder is the batch's for as long as it lives, moved into a task or kept in a
+    /// struct: once the batch has finished, its writes are still sent with the batch's token
+    /// and still noted, but nothing reads the notes.
+    pub fn holder(&self) -> Holder {
+        self.guard().holder().latched(self.latch.clone())
     }
 
     /// Ends the batch and releases its lease, whether or not it aborted (the release is

@@ -132,7 +132,7 @@ pub enum EffectStart<'a> {
     Claimed(&'a Written),
 }
 
-impl<'a> Holder<'a> {
+impl Holder {
     /// Claims `key`, performs `effect` with the record key as idempotency key, and confirms.
     ///
     /// * A record already done returns [`EffectOutcome::AlreadyDone`] without any call.

@@ -32,7 +32,7 @@ pub enum MismatchPolicy {
 pub(crate) struct Latch {
     /// The batch's stores: their names and identities.
     stores: Vec<(String, StoreIdentity)>,
-    policy: MismatchPolicy,
+    policy: Mutex<MismatchPolicy>,
     /// The rejection that aborted the batch.
     aborted: Mutex<Option<Error>>,
     skipped: Mutex<Vec<SkippedRecord>>,
@@ -50,14 +50,14 @@ impl Latch {
             .collect();
         Latch {
             stores,
-            policy,
+            policy: Mutex::new(policy),
             aborted: Mutex::new(None),
             skipped: Mutex::new(Vec::new()),
         }
     }
 
-    pub(crate) fn set_policy(&mut self, policy: MismatchPolicy) {
-        self.policy = policy;
+    pub(crate) fn set_policy(&self, policy: MismatchPolicy) {
+        *lock(&self.policy) = policy;
     }
 
     /// Why nothing may be sent to the store named `name` of `identity`: the batch aborted
@@ -148,7 +148,7 @@ impl Latch {
         err: &Error,
     ) -> bool {
         match SkippedRecord::of(err) {
-            Some(skipped) if self.policy == MismatchPolicy::Skip => {
+            Some(skipped) if *lock(&self.policy) == MismatchPolicy::Skip => {
                 let mut all = lock(&self.skipped);
                 if !all.contains(&skipped) {
                     telemetry::batch_skipped(token, &skipped);

@@ -58,10 +58,10 @@ use crate::value::ttl::Ttl;
 #[must_use = "a pipeline does nothing until it is run"]
 pub struct Pipeline<'b, E: SideEffect + ?Sized> {
     /// The fence every request is sent with; it notes nothing.
-    holder: Holder<'b>,
+    holder: Holder,
     /// The holder the pipeline was made from, whose batch (for a batch's holder) notes what
     /// stops the pipeline.
-    noting: Holder<'b>,
+    noting: Holder,
     store: Result<&'b dyn FencedStore>,
     lifecycle: &'b Lifecycle,
     effect: &'b E,
@@ -109,10 +109,10 @@ impl<E: SideEffect + ?Sized> std::fmt::Debug for Pipeline<'_, E> {
 #[async_trait]
 pub trait RecordWrites<R>: Send + Sync {
     /// Claims `key` under `fence`'s token.
-    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written>;
+    async fn claim(&self, holder: &Holder, key: &RecordKey) -> Result<Written>;
 
     /// Makes `key` done under `fence`'s token, its effect's `receipt` in hand.
-    async fn confirm(&self, holder: &Holder<'_>, key: &RecordKey, receipt: &R) -> Result<Written>;
+    async fn confirm(&self, holder: &Holder, key: &RecordKey, receipt: &R) -> Result<Written>;
 }
 
 /// What a [`Pipeline`] did: every record it settled, and the error that stopped it, if one
@@ -138,7 +138,7 @@ impl<R> Settled<R> {
     }
 }
 
-impl<'a> Holder<'a> {
+impl Holder {
     /// A [`Pipeline`] settling records of `store` through `lifecycle` and `effect`, under
     /// this holder's token. Defaults: 16 effects under way, groups of 32, a window of twice
     /// the concurrency (at least 64 records), confirms flushed 5 ms after the oldest finished
@@ -148,13 +148,13 @@ impl<'a> Holder<'a> {
     /// the first aborts the batch (a mismatch is skipped under
     /// [`crate::MismatchPolicy::Skip`]), and a batch already aborted, or a store outside it,
     /// starts nothing. On any other fence, a record in an unexpected state stops it.
-    pub fn pipeline<E: SideEffect + ?Sized>(
-        self,
-        store: &'a dyn FencedStore,
-        lifecycle: &'a Lifecycle,
-        effect: &'a E,
-    ) -> Pipeline<'a, E> {
-        Pipeline::new(self, store, lifecycle, effect)
+    pub fn pipeline<'p, E: SideEffect + ?Sized>(
+        &self,
+        store: &'p dyn FencedStore,
+        lifecycle: &'p Lifecycle,
+        effect: &'p E,
+    ) -> Pipeline<'p, E> {
+        Pipeline::new(self.clone(), store, lifecycle, effect)
     }
 }
 
@@ -172,14 +172,16 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
     pub const LONGEST_FLUSH_AFTER: Duration = Ttl::MAX.duration();
 
     fn new(
-        noting: Holder<'b>,
+        noting: Holder,
         store: &'b dyn FencedStore,
         lifecycle: &'b Lifecycle,
         effect: &'b E,
     ) -> Self {
         let admitted = noting.admit(store);
         Pipeline {
-            holder: admitted.as_ref().map_or(noting, |holder| *holder),
+            holder: admitted
+                .as_ref()
+                .map_or_else(|_| noting.clone(), Holder::clone),
             noting,
             store: admitted.map(|_| store),
             lifecycle,
@@ -327,7 +329,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
         claimed: VecDeque<Written>,
         settled: &mut Settled<E::Receipt>,
     ) {
-        let holder = self.holder;
+        let holder = &self.holder;
         let (claim, confirm) = (self.lifecycle.claim(), self.lifecycle.confirm());
         let mut progress = Progress::new(queue, claimed);
         let mut in_flight: UnderWay<'_, E::Receipt> = FuturesUnordered::new();
@@ -345,7 +347,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                 let claim = &claim;
                 in_flight.push(Box::pin(async move {
                     let answer = match self.writes {
-                        Some(writes) => Ok(self.own_claims(writes, &holder, &group).await),
+                        Some(writes) => Ok(self.own_claims(writes, holder, &group).await),
                         None => holder.write_many(store, &group, claim).await,
                     };
                     Answer::Claimed(group, answer)
@@ -356,7 +358,6 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                     break;
                 };
                 progress.effects += 1;
-                let holder = &holder;
                 in_flight.push(Box::pin(async move {
                     let done = holder
                         .perform_claimed(store.name(), &written, self.lifecycle, self.effect)
@@ -373,7 +374,7 @@ impl<'b, E: SideEffect + ?Sized> Pipeline<'b, E> {
                     let answer = match self.writes {
                         Some(writes) => {
                             let confirms =
-                                group.iter().map(|(k, r, _)| writes.confirm(&holder, k, r));
+                                group.iter().map(|(k, r, _)| writes.confirm(holder, k, r));
                             Ok(join_all(confirms).await)
                         }
                         None => holder.write_many(store, &keys, confirm).await,
@@ -556,7 +557,7 @@ impl<E: SideEffect + ?Sized> Pipeline<'_, E> {
     async fn own_claims(
         &self,
         writes: &dyn RecordWrites<E::Receipt>,
-        holder: &Holder<'_>,
+        holder: &Holder,
         keys: &[RecordKey],
     ) -> Vec<Result<Written>> {
         let claims = keys.iter().map(async |key| {

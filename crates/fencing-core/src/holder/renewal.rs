@@ -184,8 +184,8 @@ mod tests {
         ) -> crate::Result<Option<crate::contract::lease::LeaseStatus>> {
             self.inner.status(resource).await
         }
-        fn token_source(&self) -> &dyn crate::contract::token_source::TokenSource {
-            self.inner.token_source()
+        fn token_source(&self) -> std::sync::Arc<dyn crate::contract::token_source::TokenSource> {
+            Lease::token_source(&self.inner)
         }
     }
 

@@ -1,6 +1,7 @@
 //! A token in hand: fenced writes that tell a stale holder from a counter that went backwards.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::contract::guard::{LeaseGuard, LeaseGuardExt};
@@ -31,14 +32,36 @@ use crate::value::token::FencingToken;
 /// its helpers ([`Holder::run_effect`], the pipeline) start no side effect once the guard
 /// [has ended locally](LeaseGuard::has_ended_locally). Its writes are sent regardless: the
 /// store's fence, not the deadline, decides them.
-#[derive(Clone, Copy, Debug)]
-pub struct Holder<'a> {
-    resource: &'a ResourceName,
+///
+/// A holder owns what it needs (a clone of the guard, the source, the batch's notes), so it
+/// can be kept in a struct or moved into a spawned task: a worker settling several merchants
+/// at once gives each task its merchant's holder. Clones are the same holder.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use fencing_core::*;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<()> {
+/// let lease = MemoryLease::new();
+/// let refunds = Arc::new(MemoryStore::new("refunds"));
+/// let resource = ResourceName::new("settle:m_4471")?;
+/// let guard = lease.try_acquire(&resource, Ttl::from_secs(30)?).await?.expect("free");
+/// let holder = guard.holder();
+/// let task = tokio::spawn({
+///     let refunds = refunds.clone();
+///     async move { holder.write(&*refunds, &RecordKey::new("r_1")?, &FencedWrite::claim()).await }
+/// });
+/// assert_eq!(task.await.expect("the task ran")?.record.fence, Some(guard.token()));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Holder {
+    resource: ResourceName,
     token: FencingToken,
-    source: &'a dyn TokenSource,
-    guard: Option<&'a LeaseGuard>,
+    source: Arc<dyn TokenSource>,
+    guard: Option<LeaseGuard>,
     /// The batch that notes this holder's writes, for a batch's holder.
-    latch: Option<&'a Latch>,
+    latch: Option<Arc<Latch>>,
     ambiguous_retries: u32,
     request_timeout: Option<Duration>,
 }
@@ -48,26 +71,35 @@ impl LeaseGuard {
     /// checked against the source that issued it.
     /// Its helpers start no side effect once this guard [has ended
     /// locally](Self::has_ended_locally).
-    pub fn holder(&self) -> Holder<'_> {
+    pub fn holder(&self) -> Holder {
         Holder {
-            guard: Some(self),
-            ..Holder::new(self.resource(), self.token(), &**self.token_source())
+            guard: Some(self.clone()),
+            ..Holder::from_source(self.resource(), self.token(), self.token_source().clone())
         }
     }
 }
 
-impl<'a> Holder<'a> {
+impl Holder {
     /// How many times a write with an ambiguous outcome is sent again unless told otherwise.
     pub const DEFAULT_AMBIGUOUS_RETRIES: u32 = 2;
 
-    /// The holder of `token` for `resource`, issued by `source`.
-    pub fn new(
-        resource: &'a ResourceName,
+    /// The holder of `token` for `resource`, issued by `source`. The holder keeps a clone of
+    /// `source`: every source is a handle whose clones share one counter.
+    pub fn new<S: TokenSource + Clone + 'static>(
+        resource: &ResourceName,
         token: FencingToken,
-        source: &'a dyn TokenSource,
+        source: &S,
+    ) -> Self {
+        Self::from_source(resource, token, Arc::new(source.clone()))
+    }
+
+    fn from_source(
+        resource: &ResourceName,
+        token: FencingToken,
+        source: Arc<dyn TokenSource>,
     ) -> Self {
         Holder {
-            resource,
+            resource: resource.clone(),
             token,
             source,
             guard: None,
@@ -78,7 +110,7 @@ impl<'a> Holder<'a> {
     }
 
     /// The same holder, its writes noted by `latch` (a batch's holder).
-    pub(crate) fn latched(self, latch: &'a Latch) -> Self {
+    pub(crate) fn latched(self, latch: Arc<Latch>) -> Self {
         Holder {
             latch: Some(latch),
             ..self
@@ -88,13 +120,13 @@ impl<'a> Holder<'a> {
     /// The holder to send a write to `store` with, or why it must not be sent: a batch's holder
     /// refuses every write once the batch has aborted, and a write to a store outside the
     /// batch. The holder returned notes nothing; what it met is noted once, by [`Self::noted`].
-    pub(crate) fn admit<S: FencedStore + ?Sized>(&self, store: &S) -> Result<Holder<'a>> {
-        if let Some(latch) = self.latch {
+    pub(crate) fn admit<S: FencedStore + ?Sized>(&self, store: &S) -> Result<Holder> {
+        if let Some(latch) = &self.latch {
             latch.admit(store.name(), &store.identity())?;
         }
         Ok(Holder {
             latch: None,
-            ..*self
+            ..self.clone()
         })
     }
 
@@ -115,8 +147,8 @@ impl<'a> Holder<'a> {
         result: Result<T>,
         already_done: impl Fn(&Error) -> bool,
     ) -> Result<T> {
-        match self.latch {
-            Some(latch) => latch.note(self.resource, self.token, result, already_done),
+        match &self.latch {
+            Some(latch) => latch.note(&self.resource, self.token, result, already_done),
             None => result,
         }
     }
@@ -124,8 +156,8 @@ impl<'a> Holder<'a> {
     /// Notes `err` in this holder's batch, and returns it unless the batch's policy leaves its
     /// record alone.
     pub(crate) fn note_error(&self, err: Error) -> Option<Error> {
-        match self.latch {
-            Some(latch) => latch.note_error(self.resource, self.token, err),
+        match &self.latch {
+            Some(latch) => latch.note_error(&self.resource, self.token, err),
             None => Some(err),
         }
     }
@@ -190,7 +222,7 @@ impl<'a> Holder<'a> {
 
     /// The resource the token was issued for.
     pub fn resource(&self) -> &ResourceName {
-        self.resource
+        &self.resource
     }
 
     /// How many times a write with an ambiguous outcome is sent again.
@@ -201,7 +233,7 @@ impl<'a> Holder<'a> {
     /// [`Error::LeaseLost`] once the guard this holder was made from has ended locally: no
     /// new side effect may start. Always `Ok` for a holder made without a guard.
     pub(crate) fn may_start_effects(&self) -> Result<()> {
-        match self.guard {
+        match &self.guard {
             Some(guard) if guard.has_ended_locally() => Err(guard.lost()),
             _ => Ok(()),
         }
@@ -240,13 +272,13 @@ impl<'a> Holder<'a> {
     ) -> Result<Vec<Result<Written>>> {
         let holder = self.admit(store)?;
         let outcomes = holder.write_many_unnoted(store, keys, write).await;
-        if let Some(latch) = self.latch {
+        if let Some(latch) = &self.latch {
             let errors: Vec<&Error> = match &outcomes {
                 Ok(each) => each.iter().filter_map(|o| o.as_ref().err()).collect(),
                 Err(err) => vec![err],
             };
             for err in errors.into_iter().filter(|err| !write.finds_done(err)) {
-                latch.note_one(self.resource, self.token, err);
+                latch.note_one(&self.resource, self.token, err);
             }
         }
         outcomes
@@ -428,14 +460,14 @@ impl<'a> Holder<'a> {
             return errs;
         };
         let asked = match patience {
-            Patience::Wait => Some(self.source.current(self.resource).await),
-            Patience::AtOnce => self.source.current_at_once(self.resource).await,
+            Patience::Wait => Some(self.source.current(&self.resource).await),
+            Patience::AtOnce => self.source.current_at_once(&self.resource).await,
         };
         let Some(Ok(highest_issued)) = asked else {
             // The source cannot say (now): every refusal stays a plain refusal.
             return errs;
         };
-        let repaired = self.guard.and_then(LeaseGuard::repaired_to);
+        let repaired = self.guard.as_ref().and_then(LeaseGuard::repaired_to);
         let regressed = |found: FencingToken| {
             is_regression(found, highest_issued)
                 || repaired.is_some_and(|r| found > self.token && found <= r)
@@ -443,11 +475,11 @@ impl<'a> Holder<'a> {
         if is_regression(highest_found, highest_issued) {
             // Noted before the source moves, so that a refusal judged side by side that reads
             // the raised source already finds the note.
-            if let Some(guard) = self.guard {
+            if let Some(guard) = &self.guard {
                 guard.repaired(highest_found);
             }
-            let advanced = self.source.advance_to(self.resource, highest_found).await;
-            telemetry::token_advanced(self.resource, highest_found, advanced.as_ref().map(drop));
+            let advanced = self.source.advance_to(&self.resource, highest_found).await;
+            telemetry::token_advanced(&self.resource, highest_found, advanced.as_ref().map(drop));
         }
         errs.into_iter()
             .map(|err| match err {
@@ -551,7 +583,7 @@ pub trait HolderExt {
     ) -> Result<T>;
 }
 
-impl HolderExt for Holder<'_> {
+impl HolderExt for Holder {
     async fn write_by<S, F>(
         &self,
         store: &S,

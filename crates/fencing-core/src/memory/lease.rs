@@ -142,8 +142,8 @@ impl Lease for MemoryLease {
             }))
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
-        &*self.tokens
+    fn token_source(&self) -> Arc<dyn TokenSource> {
+        self.tokens.clone()
     }
 }
 

@@ -224,7 +224,7 @@ impl Lease for ObservedLease {
         self.0.shared.lease.status(resource).await
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
+    fn token_source(&self) -> std::sync::Arc<dyn TokenSource> {
         self.0.shared.lease.token_source()
     }
 }

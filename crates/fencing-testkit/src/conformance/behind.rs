@@ -178,18 +178,13 @@ pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
             b.token()
         );
         once(issued, b.token(), "B's, from the copy");
-        b_refuses_a(lease, r, &a, &b).await;
+        b_refuses_a(r, &a, &b).await;
         lease.release(b).await.unwrap();
     }
 }
 
 /// Where B claimed a record, A's claim and confirm are refused.
-async fn b_refuses_a<L: Lease + ?Sized>(
-    lease: &L,
-    r: &ResourceName,
-    a: &LeaseGuard,
-    b: &LeaseGuard,
-) {
+async fn b_refuses_a(r: &ResourceName, a: &LeaseGuard, b: &LeaseGuard) {
     let store = MemoryStore::new("refunds");
     let lifecycle = Lifecycle::default();
     let key = RecordKey::new("r_815").expect("valid key");
@@ -205,7 +200,7 @@ async fn b_refuses_a<L: Lease + ?Sized>(
         .write(&store, &key, &lifecycle.claim())
         .await
         .unwrap();
-    let stale = Holder::new(r, a.token(), lease.token_source());
+    let stale = Holder::new(r, a.token(), a.token_source());
     for write in [lifecycle.claim(), lifecycle.confirm()] {
         let err = stale.write(&store, &key, &write).await.unwrap_err();
         assert!(err.is_rejection(), "A's {:?}: {err:?}", write.check());

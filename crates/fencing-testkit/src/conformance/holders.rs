@@ -96,7 +96,7 @@ impl Increments {
                         .await
                         .unwrap();
                     let token = fencing.token_for(&guard);
-                    let holder = Holder::new(&r, token, lease.token_source());
+                    let holder = Holder::new(&r, token, guard.token_source());
                     // Claim before reading: a new holder's claim raises the fence at once, so a
                     // paused holder's write below is refused even if the new holder has not
                     // written yet. Reading first and writing with a claim loses updates.
@@ -255,7 +255,7 @@ pub async fn token_regression_is_detected<L, S>(
         .unwrap();
     lease.release(next).await.unwrap();
 
-    let floor_found = seed_from_floors(lease.token_source(), &r, &[floor])
+    let floor_found = seed_from_floors(&*lease.token_source(), &r, &[floor])
         .await
         .unwrap();
     assert!(
@@ -459,13 +459,13 @@ struct ClaimsOneByOne<'a> {
 
 #[async_trait]
 impl RecordWrites<()> for ClaimsOneByOne<'_> {
-    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> fencing_core::Result<Written> {
+    async fn claim(&self, holder: &Holder, key: &RecordKey) -> fencing_core::Result<Written> {
         holder.write(self.store, key, &self.lifecycle.claim()).await
     }
 
     async fn confirm(
         &self,
-        holder: &Holder<'_>,
+        holder: &Holder,
         key: &RecordKey,
         (): &(),
     ) -> fencing_core::Result<Written> {

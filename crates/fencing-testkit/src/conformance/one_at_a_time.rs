@@ -80,7 +80,7 @@ impl<L: Lease> Lease for OneAtATime<L> {
         self.inner.status(resource).await
     }
 
-    fn token_source(&self) -> &dyn TokenSource {
+    fn token_source(&self) -> std::sync::Arc<dyn TokenSource> {
         self.inner.token_source()
     }
 }

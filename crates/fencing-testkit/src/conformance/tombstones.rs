@@ -31,7 +31,7 @@ pub async fn a_delete_leaves_a_tombstone_that_keeps_the_fence<S, D, B>(
     body: B,
 ) where
     S: FencedStore + ?Sized,
-    D: AsyncFn(&S, &Holder<'_>, &RecordKey) -> Result<Record>,
+    D: AsyncFn(&S, &Holder, &RecordKey) -> Result<Record>,
     B: AsyncFn(&RecordKey) -> Vec<u8>,
 {
     let (source, resource) = crate::issued_up_to(35).await;

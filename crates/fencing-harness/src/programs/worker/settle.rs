@@ -46,7 +46,7 @@ impl Settlement {
     }
 
     /// The batch's holder, giving up on an attempt unanswered for the request timeout.
-    fn holder<'b>(&self, batch: &'b FencedBatch) -> Holder<'b> {
+    fn holder(&self, batch: &FencedBatch) -> Holder {
         batch.holder().with_request_timeout(self.request_timeout)
     }
 
@@ -354,7 +354,7 @@ struct RefundWrites<'a> {
 
 #[async_trait]
 impl RecordWrites<String> for RefundWrites<'_> {
-    async fn claim(&self, holder: &Holder<'_>, key: &RecordKey) -> Result<Written> {
+    async fn claim(&self, holder: &Holder, key: &RecordKey) -> Result<Written> {
         let s = self.settlement;
         let claim = PgWrite::new(self.lifecycle.claim()).set("claimed_by", self.holder)?;
         let claimed = s.stores.refunds.write_with(holder, key, claim).await?;
@@ -364,7 +364,7 @@ impl RecordWrites<String> for RefundWrites<'_> {
 
     async fn confirm(
         &self,
-        holder: &Holder<'_>,
+        holder: &Holder,
         key: &RecordKey,
         reference: &String,
     ) -> Result<Written> {
