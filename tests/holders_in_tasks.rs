@@ -8,6 +8,7 @@ use fencing::{
     Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Finished, Lease, Lifecycle,
     MemoryLease, MemoryStore, RecordKey, ResourceName, Ttl,
 };
+use fencing_core::adapter::StoreWrites;
 use fencing_testkit::faults::RecordingEffect;
 
 const MERCHANTS: [&str; 3] = ["m_4471", "m_4472", "m_4473"];

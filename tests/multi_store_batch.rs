@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencing_core::adapter::StoreWrites;
 use fencing_testkit::faults::RecordingEffect;
 
 use fencing::{

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use assert_cmd::Command;
-use fencing_core::{FencedStore, FencedWrite, FencingToken, Lease, RecordKey, ResourceName, Ttl};
+use fencing_core::adapter::StoreWrites;
+use fencing_core::{FencedWrite, FencingToken, Lease, RecordKey, ResourceName, Ttl};
 use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::RedisLease;
 use fencing_test_support::services::{self, RedisSentinels, RedisServer};

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use fencing_core::adapter::HolderExt;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     Error, FencedStore, FencedWrite, FencingToken, Holder, MemoryStore, MemoryTokenSource,
     NoAnswer, Record, RecordKey, ResourceName, Result, State, TokenSource, Written, async_trait,
@@ -85,7 +85,10 @@ impl FencedStore for Planned {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.inner.read(key).await
     }
+}
 
+#[async_trait]
+impl StoreWrites for Planned {
     async fn write(
         &self,
         key: &RecordKey,

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
     BoxError, EffectOutcome, Error, FenceCheck, FencedBatch, FencedStore, FencedWrite,
     FencingToken, Holder, Lease, Lifecycle, MemoryLease, MemoryStore, MismatchPolicy, Record,
@@ -206,6 +207,10 @@ impl FencedStore for Counted {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.inner.read(key).await
     }
+}
+
+#[async_trait]
+impl StoreWrites for Counted {
     async fn write(
         &self,
         key: &RecordKey,
@@ -215,6 +220,7 @@ impl FencedStore for Counted {
         self.singles.fetch_add(1, Ordering::SeqCst);
         self.inner.write(key, token, w).await
     }
+
     async fn write_many(
         &self,
         keys: &[RecordKey],

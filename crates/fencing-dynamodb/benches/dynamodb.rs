@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
-    FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey,
-    ResourceName, State, TokenSource,
+    FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey, ResourceName,
+    State, TokenSource,
 };
 use fencing_dynamodb::{DynamoKeyType, DynamoStore, DynamoTable, DynamoWrite};
 use fencing_test_support::{aws, bench, services};

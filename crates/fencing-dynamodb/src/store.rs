@@ -12,7 +12,9 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
-use fencing_core::adapter::{HolderExt, RequestEffect, StoreIdentity, check_store_name};
+use fencing_core::adapter::{
+    HolderExt, RequestEffect, StoreIdentity, StoreWrites, check_store_name,
+};
 use fencing_core::{
     Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput,
     Record, RecordKey, Result, Written,
@@ -334,7 +336,10 @@ impl FencedStore for DynamoStore {
             .transpose()
             .map_err(|e| e.into_error(&self.name, RequestEffect::ReadOnly))
     }
+}
 
+#[async_trait]
+impl StoreWrites for DynamoStore {
     async fn write(
         &self,
         key: &RecordKey,

@@ -7,7 +7,8 @@ mod common;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
-use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, RecordKey};
+use fencing_core::adapter::StoreWrites;
+use fencing_core::{Error, FencedWrite, FencingToken, RecordKey};
 use fencing_dynamodb::{DynamoKeyType, DynamoStore, DynamoTable};
 use fencing_test_support::aws;
 

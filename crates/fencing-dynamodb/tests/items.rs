@@ -5,6 +5,7 @@
 mod common;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
     Error, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, InputKind,
     Lease, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource, Ttl,

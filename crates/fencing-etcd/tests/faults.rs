@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
     BoxError, EffectOutcome, Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease,
     LeaseRenewal, Lifecycle, MemoryStore, Record, RecordKey, ResourceName, SideEffect, TokenSource,

@@ -14,7 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencing_core::{FencedStore, FencedWrite, FencingToken, RecordKey};
+use fencing_core::adapter::StoreWrites;
+use fencing_core::{FencedWrite, FencingToken, RecordKey};
 use fencing_object_store::FencedObjectStore;
 use fencing_test_support::{bench, object_stores};
 use object_store::path::Path;

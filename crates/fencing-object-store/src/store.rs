@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{CasStore, HolderExt, ObjectCodec, check_store_name};
+use fencing_core::adapter::{CasStore, HolderExt, ObjectCodec, StoreWrites, check_store_name};
 use fencing_core::{
     FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey, Result,
     Written,
@@ -118,7 +118,10 @@ impl FencedStore for FencedObjectStore {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.cas.read(key).await
     }
+}
 
+#[async_trait]
+impl StoreWrites for FencedObjectStore {
     /// A write on a record deleted by a holder of a higher token is refused as stale
     /// ([`fencing_core::Error::Fenced`], the fence the tombstone keeps); every other token
     /// finds the record absent.

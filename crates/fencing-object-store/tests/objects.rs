@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{Answer, Scripted, key, store_on, token};
-use fencing_core::adapter::ConditionalPutDefect;
+use fencing_core::adapter::{ConditionalPutDefect, StoreWrites};
 use fencing_core::{Error, FencedStore, FencedWrite, Lifecycle};
 use fencing_object_store::FencedObjectStore;
 use futures_util::StreamExt;

@@ -15,10 +15,10 @@
 
 use std::time::{Duration, Instant};
 
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
-    BoxError, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, Lifecycle,
-    MemoryTokenSource, Record, RecordKey, ResourceName, SideEffect, State, TokenSource,
-    async_trait,
+    BoxError, FenceCheck, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, Record,
+    RecordKey, ResourceName, SideEffect, State, TokenSource, async_trait,
 };
 use fencing_postgres::{PgIdent, PgStore, PgTable, push_fence_condition};
 use fencing_test_support::bench;

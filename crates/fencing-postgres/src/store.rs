@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fencing_core::adapter::{
-    HolderExt, RecordOutcomes, RequestEffect, StoreIdentity, check_distinct, check_store_name,
+    HolderExt, RecordOutcomes, RequestEffect, StoreIdentity, StoreWrites, check_distinct,
+    check_store_name,
 };
 use fencing_core::{
     Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput,
@@ -478,7 +479,7 @@ impl PgStore {
     }
 
     /// [`Self::write_together_in`] on the store's pool. (This was `PgStore::write_many`
-    /// before `write_many` became [`FencedStore::write_many`], which answers per record and
+    /// before `write_many` became [`StoreWrites::write_many`](fencing_core::adapter::StoreWrites::write_many), which answers per record and
     /// takes a bare token: code that calls `write_many(&fence, …)` wants this.)
     pub async fn write_together(
         &self,
@@ -633,7 +634,10 @@ impl FencedStore for PgStore {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.read_via(Via::Pool, key).await
     }
+}
 
+#[async_trait]
+impl StoreWrites for PgStore {
     async fn write(
         &self,
         key: &RecordKey,

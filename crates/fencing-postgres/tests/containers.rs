@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
     Error, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, MemoryLease, RecordKey,
     ResourceName, Ttl,

@@ -6,6 +6,7 @@ mod common;
 use common::Schema;
 use std::sync::Arc;
 
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
     Error, FenceCheck, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, Holder,
     InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,

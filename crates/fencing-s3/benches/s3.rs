@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_s3::Client;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
-use fencing_core::adapter::{Contents, WriteId};
-use fencing_core::{FencedStore, FencedWrite, FencingToken, Record, RecordKey};
+use fencing_core::adapter::{Contents, StoreWrites, WriteId};
+use fencing_core::{FencedWrite, FencingToken, Record, RecordKey};
 use fencing_s3::{JsonCodec, ObjectCodec, S3Bucket, S3Store};
 use fencing_test_support::{aws, bench, services};
 

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use fencing_core::adapter::{
-    CasStore, HolderExt, ObjectCodec, check_conditional_writes, check_store_name,
+    CasStore, HolderExt, ObjectCodec, StoreWrites, check_conditional_writes, check_store_name,
 };
 use fencing_core::{
     FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey, Result,
@@ -134,7 +134,10 @@ impl FencedStore for S3Store {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.cas.read(key).await
     }
+}
 
+#[async_trait]
+impl StoreWrites for S3Store {
     async fn write(
         &self,
         key: &RecordKey,

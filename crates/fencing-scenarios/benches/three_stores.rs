@@ -26,6 +26,7 @@ use fencing::{
     MemoryTokenSource, Record, RecordKey, ResourceName, Result, SideEffect, TokenSource, Written,
     async_trait,
 };
+use fencing_core::adapter::StoreWrites;
 use fencing_test_support::{aws, bench, services};
 use sqlx::AssertSqlSafe;
 
@@ -56,7 +57,10 @@ impl FencedStore for Remote {
         tokio::time::sleep(NETWORK).await;
         self.0.read(key).await
     }
+}
 
+#[async_trait]
+impl StoreWrites for Remote {
     async fn write(
         &self,
         key: &RecordKey,

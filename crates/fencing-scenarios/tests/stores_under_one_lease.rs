@@ -13,6 +13,7 @@ use fencing::{
     Error, FencedBatch, FencedStore, FencedWrite, FencingToken, Lease, Lifecycle, RecordKey,
     ResourceName, Ttl,
 };
+use fencing_core::adapter::StoreWrites;
 use fencing_test_support::{aws, object_stores, services};
 use fencing_testkit::unique_name;
 use object_store::path::Path as ObjectPath;

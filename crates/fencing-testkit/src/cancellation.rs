@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{NewObject, PutOutcome, StoredObject, VersionedStore};
+use fencing_core::adapter::{NewObject, PutOutcome, StoreWrites, StoredObject, VersionedStore};
 use fencing_core::{
     BoxError, FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, LeaseStatus, Record,
     RecordKey, ResourceName, Result, SideEffect, TokenSource, Ttl, Written,
@@ -266,7 +266,10 @@ impl<S: FencedStore> FencedStore for Parked<S> {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.around("read", self.inner.read(key)).await
     }
+}
 
+#[async_trait]
+impl<S: FencedStore> StoreWrites for Parked<S> {
     async fn write(
         &self,
         key: &RecordKey,

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
     BoxError, Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Record, RecordKey, Result,
     SideEffect, Written,
@@ -103,7 +104,10 @@ impl<S: FencedStore> FencedStore for FaultyStore<S> {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.inner.read(key).await
     }
+}
 
+#[async_trait]
+impl<S: FencedStore> StoreWrites for FaultyStore<S> {
     async fn write(
         &self,
         key: &RecordKey,

@@ -10,6 +10,8 @@
 //!   ([`is_refused_char`],
 //!   [`refused_char_ranges`],
 //!   [`check_store_name`], [`check_request_timeout`]);
+//! * the writes a store applies under a bare token ([`StoreWrites`], the supertrait of every
+//!   `FencedStore`: what an adapter implements and a `Holder` sends);
 //! * the rules a store applies that `Holder` does not ([`is_regression`];
 //!   `FencedWrite::decide` and `apply` are methods of the write);
 //! * the error rule ([`RequestEffect`] for
@@ -88,7 +90,7 @@ pub use crate::cas::engine::{
 pub use crate::cas::object::{Contents, WriteId};
 pub use crate::contract::extras::Extras;
 pub use crate::contract::guard::LeaseGuardExt;
-pub use crate::contract::store::{RecordOutcomes, StoreIdentity, check_distinct};
+pub use crate::contract::store::{RecordOutcomes, StoreIdentity, StoreWrites, check_distinct};
 pub use crate::holder::retry::contention_pause;
 pub use crate::holder::write::HolderExt;
 pub use crate::memory::MemoryVersionedStore;

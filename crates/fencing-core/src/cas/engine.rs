@@ -17,7 +17,7 @@ use async_trait::async_trait;
 
 use crate::cas::codec::{EnvelopeCodec, ObjectCodec, encode_checked};
 use crate::cas::object::{Contents, WriteId};
-use crate::contract::store::{FencedStore, FencedWrite, Record, Written};
+use crate::contract::store::{FencedStore, FencedWrite, Record, StoreWrites, Written};
 use crate::value::error::{Error, FoundFence, RequestEffect, Result};
 use crate::value::name::{RecordKey, State};
 use crate::value::token::FencingToken;
@@ -392,7 +392,10 @@ impl<S: VersionedStore> FencedStore for CasStore<S> {
                 Contents::Tombstone(_) => None,
             }))
     }
+}
 
+#[async_trait]
+impl<S: VersionedStore> StoreWrites for CasStore<S> {
     async fn write(
         &self,
         key: &RecordKey,

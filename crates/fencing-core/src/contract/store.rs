@@ -200,6 +200,12 @@ impl Written {
 
 /// A store of fenced records: every write carries a token and the store checks it.
 ///
+/// A job writes through a [`crate::Holder`] (`holder.write(&store, key, write)`), which
+/// presents its token and applies the holder's rules (ambiguous outcomes sent again, a refusal
+/// explained, a batch's notes); the writes under a bare token the store applies are its
+/// [`StoreWrites`], the adapter's side of the contract, out of a job's reach unless it brings
+/// in `fencing_core::adapter::StoreWrites`.
+///
 /// # Contract
 ///
 /// * **Claim** ([`FenceCheck::Claim`]) is accepted iff the record has no fence or
@@ -217,10 +223,11 @@ impl Written {
 /// * Concurrent writes to one record are serialised: of two claims with different tokens
 ///   racing on one record, the result is as if they ran one after the other.
 /// * An accepted write returns [`Written`]: what the record held before.
-/// * [`Self::write_many`] applies one write to many records: each record's outcome is what a
-///   single [`Self::write`] of it would have been, in the order the keys were given.
+/// * [`StoreWrites::write_many`] applies one write to many records: each record's outcome is
+///   what a single [`StoreWrites::write`] of it would have been, in the order the keys were
+///   given.
 #[async_trait]
-pub trait FencedStore: Send + Sync + Debug {
+pub trait FencedStore: StoreWrites {
     /// The store's name in errors and batches, e.g. `postgres:public.refund`.
     fn name(&self) -> &str;
 
@@ -237,7 +244,13 @@ pub trait FencedStore: Send + Sync + Debug {
 
     /// Reads one record.
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>>;
+}
 
+/// The writes a [`FencedStore`] applies under a bare token, by its `# Contract`: what an
+/// adapter implements and a [`crate::Holder`] sends. A job does not call them: a token
+/// presented here is seen by no regression check, no retry rule and no batch.
+#[async_trait]
+pub trait StoreWrites: Send + Sync + Debug {
     /// Applies one fenced write.
     async fn write(
         &self,
@@ -301,7 +314,7 @@ impl Default for StoreIdentity {
     }
 }
 
-/// Refuses a key given twice to one [`FencedStore::write_many`].
+/// Refuses a key given twice to one [`StoreWrites::write_many`].
 pub fn check_distinct(keys: &[RecordKey]) -> Result<(), InvalidInput> {
     let mut seen = HashSet::with_capacity(keys.len());
     match keys.iter().find(|key| !seen.insert(*key)) {
@@ -345,6 +358,10 @@ macro_rules! forward_store {
             async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
                 (**self).read(key).await
             }
+        }
+
+        #[async_trait]
+        impl<S: StoreWrites + ?Sized> StoreWrites for $target {
             async fn write(
                 &self,
                 key: &RecordKey,

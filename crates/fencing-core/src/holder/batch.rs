@@ -275,7 +275,7 @@ fn release_in_background(lease: Arc<dyn Lease>, guard: LeaseGuard) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::store::FencedWrite;
+    use crate::contract::store::{FencedWrite, StoreWrites};
     use crate::memory::MemoryStore;
 
     use crate::memory::MemoryLease;

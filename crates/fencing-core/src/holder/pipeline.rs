@@ -23,7 +23,7 @@ use crate::value::ttl::Ttl;
 /// claimed, its side effect performed (or looked up) and confirmed, as [`Holder::run_effect`]
 /// does one record, but with records side by side.
 ///
-/// * **Claims** go out in groups ([`Self::group_size`], one [`FencedStore::write_many`] per
+/// * **Claims** go out in groups ([`Self::group_size`], one [`StoreWrites::write_many`](crate::adapter::StoreWrites::write_many) per
 ///   group), never more than [`Self::window`] records claimed and not yet confirmed: the
 ///   window bounds what a takeover after this holder stalls must look up.
 /// * **Effects** run [`Self::concurrency`] at a time, each keyed by its record. A record the
@@ -92,7 +92,7 @@ impl<E: SideEffect + ?Sized> std::fmt::Debug for Pipeline<'_, E> {
 /// that carry more than the lifecycle's states (a PostgreSQL row's other columns, the
 /// effect's receipt, a ledger entry and a receipt object written before the confirm).
 /// [`Pipeline::writes`] sends them one record at a time, side by side, in place of the
-/// store's grouped [`FencedStore::write_many`].
+/// store's grouped [`StoreWrites::write_many`](crate::adapter::StoreWrites::write_many).
 ///
 /// # Contract
 ///

@@ -253,7 +253,7 @@ impl Holder {
     }
 
     /// Writes each of `keys` in `store` with this holder's token, in one request where the
-    /// store can ([`FencedStore::write_many`]), with the rules [`Self::write`] applies to
+    /// store can ([`StoreWrites::write_many`](crate::adapter::StoreWrites::write_many)), with the rules [`Self::write`] applies to
     /// each record: a record whose outcome was ambiguous is sent again (the ambiguous ones
     /// together) with the same token, up to [`Self::ambiguous_retries`] times; a refusal that
     /// may hide that record's own earlier success is read back and recognised; a refusal is
@@ -527,7 +527,7 @@ fn miscounted(store: &str, answered: usize, sent: usize) -> Error {
 pub trait HolderExt {
     /// [`Holder::write`] of a request the adapter sends itself: `send` makes `write` of `key`
     /// under [`Holder::token`] with more besides (a row's other columns, an item's own
-    /// attributes) and maps the answer as [`FencedStore::write`] would. It gets every rule of
+    /// attributes) and maps the answer as [`StoreWrites::write`](crate::adapter::StoreWrites::write) would. It gets every rule of
     /// [`Holder::write`]: an ambiguous outcome sent again, a refused retry read back from
     /// `store` and recognised by `write`'s own effect, a refusal explained, the outcome
     /// reported.

@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::lock;
-use crate::contract::store::{FencedStore, FencedWrite, Record, StoreIdentity, Written};
+use crate::contract::store::{
+    FencedStore, FencedWrite, Record, StoreIdentity, StoreWrites, Written,
+};
 use crate::contract::token_source::FenceFloor;
 use crate::value::error::Result;
 use crate::value::name::{RecordKey, ResourceName, State};
@@ -60,7 +62,10 @@ impl FencedStore for MemoryStore {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         Ok(lock(&self.records).get(key).cloned())
     }
+}
 
+#[async_trait]
+impl StoreWrites for MemoryStore {
     async fn write(
         &self,
         key: &RecordKey,

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use fencing_core::adapter::ConditionalPutDefect;
+use fencing_core::adapter::{ConditionalPutDefect, StoreWrites};
 use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, FoundFence, RecordKey};
 use fencing_object_store::FencedObjectStore;
 use fencing_testkit::conformance;

@@ -2,6 +2,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
     BoxError, EffectOutcome, Error, FenceCheck, FencedStore, FencedWrite, FencingToken, Lease,
     LeaseGuard, LeaseStatus, Lifecycle, Record, RecordKey, ResourceName, Result, RetryPolicy,
@@ -239,7 +240,10 @@ impl FencedStore for Worker {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         self.shared.store.read(key).await
     }
+}
 
+#[async_trait]
+impl StoreWrites for Worker {
     async fn write(
         &self,
         key: &RecordKey,

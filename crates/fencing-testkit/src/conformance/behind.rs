@@ -13,9 +13,10 @@ use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
-    FencedStore, FencedWrite, FencingToken, Holder, Lease, LeaseGuard, Lifecycle, MemoryStore,
-    RecordKey, ResourceName, TokenSource, Ttl,
+    FencedWrite, FencingToken, Holder, Lease, LeaseGuard, Lifecycle, MemoryStore, RecordKey,
+    ResourceName, TokenSource, Ttl,
 };
 
 use super::{Capabilities, resource};

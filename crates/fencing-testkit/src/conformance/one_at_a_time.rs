@@ -2,6 +2,7 @@
 //! one request at a time, so they meet the per-request atomicity a real server gives.
 
 use async_trait::async_trait;
+use fencing_core::adapter::StoreWrites;
 use fencing_core::{
     FencedStore, FencedWrite, FencingToken, Lease, LeaseGuard, LeaseStatus, Record, RecordKey,
     ResourceName, Result, TokenSource, Ttl, Written,
@@ -36,7 +37,10 @@ impl<S: FencedStore> FencedStore for OneAtATime<S> {
         let _turn = self.turn.lock().await;
         self.inner.read(key).await
     }
+}
 
+#[async_trait]
+impl<S: FencedStore> StoreWrites for OneAtATime<S> {
     async fn write(
         &self,
         key: &RecordKey,
