@@ -13,7 +13,7 @@ use fencing::{
     Lifecycle, MemoryLease, MemoryStore, MemoryTokenSource, Record, RecordKey, ResourceName,
     RetryPolicy, SideEffect, TokenSource, Ttl,
 };
-use fencing_core::adapter::{CasStore, MemoryVersionedStore, StoreWrites};
+use fencing_core::adapter::{CasStore, HolderExt, MemoryVersionedStore, StoreWrites};
 use fencing_testkit::cancellation::{Parked, Steps, drop_at_every_step};
 use fencing_testkit::faults::{Fault, FaultyStore, RecordingEffect};
 

@@ -9,6 +9,7 @@ use fencing::{
     InputKind, Lease, Lifecycle, MemoryLease, MemoryStore, MemoryTokenSource, RecordKey,
     ResourceName, Result, State, TokenSource,
 };
+use fencing_core::adapter::HolderExt;
 use fencing_testkit::faults::{Fault, FaultyStore, RecordingEffect};
 
 struct Case {

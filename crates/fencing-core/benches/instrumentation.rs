@@ -12,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use fencing_core::adapter::HolderExt;
 use fencing_core::{
     FencedWrite, FencingToken, Holder, MemoryStore, MemoryTokenSource, RecordKey, ResourceName,
     TokenSource,

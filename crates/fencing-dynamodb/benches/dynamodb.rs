@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey, ResourceName,
     State, TokenSource,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::{FenceCheck, FencedWrite, FencingToken, InputKind, InvalidInput, State};
+use fencing_core::{FenceCheck, FencedWrite, FencingToken, Holder, InputKind, InvalidInput, State};
 
 use crate::table::DynamoTable;
 
@@ -245,7 +245,8 @@ pub(crate) fn check_item_size(
 ///
 /// ```
 /// use aws_sdk_dynamodb::types::AttributeValue;
-/// use fencing_core::{FenceCheck, FencingToken};
+/// # use fencing_core::adapter::HolderExt;
+/// use fencing_core::{FenceCheck, FencingToken, Holder, MemoryTokenSource, ResourceName};
 /// use fencing_dynamodb::DynamoFenceCondition;
 ///
 /// # fn main() -> Result<(), fencing_core::InvalidInput> {
@@ -254,7 +255,9 @@ pub(crate) fn check_item_size(
 /// #         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
 /// #         .build(),
 /// # );
-/// let token = FencingToken::new(34).unwrap();
+/// # let resource = ResourceName::new("settle:m_4471")?;
+/// # let holder = Holder::new(&resource, FencingToken::new(34).unwrap(), &MemoryTokenSource::new());
+/// // `holder`: the guard's, `guard.holder()`.
 /// let mine = client
 ///     .update_item()
 ///     .table_name("payouts")
@@ -264,7 +267,7 @@ pub(crate) fn check_item_size(
 ///     .expression_attribute_names("#status", "status")
 ///     .expression_attribute_values(":sending", AttributeValue::S("sending".into()))
 ///     .expression_attribute_values(":sent", AttributeValue::S("sent".into()));
-/// let fenced = DynamoFenceCondition::new("fence", FenceCheck::HolderOnly, token).merge_into(mine)?;
+/// let fenced = DynamoFenceCondition::new("fence", FenceCheck::HolderOnly, &holder).merge_into(mine)?;
 /// assert_eq!(
 ///     fenced.get_condition_expression().as_deref(),
 ///     Some("(#status = :sending) AND (#fencing_fence = :fencing_token)")
@@ -279,12 +282,13 @@ pub struct DynamoFenceCondition {
 }
 
 impl DynamoFenceCondition {
-    /// The condition of `check` with `token` on the Number attribute `fence_attribute`.
-    pub fn new(fence_attribute: impl Into<String>, check: FenceCheck, token: FencingToken) -> Self {
+    /// The condition of `check` with the holder's token on the Number attribute
+    /// `fence_attribute`.
+    pub fn new(fence_attribute: impl Into<String>, check: FenceCheck, holder: &Holder) -> Self {
         DynamoFenceCondition {
             fence_attribute: fence_attribute.into(),
             check,
-            token,
+            token: holder.token(),
         }
     }
 

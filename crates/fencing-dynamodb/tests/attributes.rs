@@ -8,6 +8,7 @@ mod common;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use fencing_core::adapter::HolderExt;
 use fencing_core::{
     Error, FencedWrite, FencingToken, Holder, InputKind, Lifecycle, MemoryTokenSource,
     ResourceName, TokenSource,

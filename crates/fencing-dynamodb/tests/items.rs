@@ -5,7 +5,7 @@
 mod common;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     Error, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, InputKind,
     Lease, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource, Ttl,
@@ -276,6 +276,7 @@ async fn a_counter_that_is_not_a_number_is_refused_with_nothing_written() {
 #[tokio::test]
 async fn the_fence_merges_into_an_update_of_your_own() {
     let store = common::store().await;
+    let (source, resource) = fencing_testkit::issued_up_to(34).await;
     let client = store.client().clone();
     let table = store.table().name().to_owned();
     put_raw(
@@ -294,7 +295,8 @@ async fn the_fence_merges_into_an_update_of_your_own() {
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":sending", AttributeValue::S("sending".into()))
             .expression_attribute_values(":sent", AttributeValue::S("sent".into()));
-        DynamoFenceCondition::new("fence", FenceCheck::Claim, token(t)).merge_into(mine)
+        let holder = Holder::new(&resource, token(t), &source);
+        DynamoFenceCondition::new("fence", FenceCheck::Claim, &holder).merge_into(mine)
     };
     confirm(34).unwrap().send().await.unwrap();
     let item = raw(&store, "p_815").await;
@@ -320,9 +322,13 @@ async fn the_fence_merges_into_an_update_of_your_own() {
         .table_name(&table)
         .key("id", AttributeValue::S("p_815".into()))
         .expression_attribute_values(":fencing_token", AttributeValue::N("1".into()));
-    let err = DynamoFenceCondition::new("fence", FenceCheck::Claim, token(1))
-        .merge_into(taken)
-        .unwrap_err();
+    let err = DynamoFenceCondition::new(
+        "fence",
+        FenceCheck::Claim,
+        &Holder::new(&resource, token(1), &source),
+    )
+    .merge_into(taken)
+    .unwrap_err();
     assert_eq!(err.kind(), InputKind::Identifier);
 }
 

@@ -7,7 +7,7 @@ mod common;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing_core::FenceFloor;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, InputKind, RecordKey, State};
 use fencing_core::{Lease, Ttl};
 use fencing_dynamodb::{DynamoFenceFloor, DynamoKeyType, DynamoLease, DynamoStore, DynamoTable};

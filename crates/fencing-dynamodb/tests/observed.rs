@@ -3,6 +3,7 @@
 
 mod common;
 
+use fencing_core::adapter::HolderExt;
 use fencing_core::{
     FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey,
     ResourceName, TokenSource,

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     Error, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, Lease, Lifecycle,
     MemoryTokenSource, RecordKey, ResourceName, State, TokenSource, Ttl,

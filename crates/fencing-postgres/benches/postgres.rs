@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     BoxError, FenceCheck, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, Record,
     RecordKey, ResourceName, SideEffect, State, TokenSource, async_trait,
@@ -435,6 +435,8 @@ impl Bench {
             }
             "fenced UPDATE (push_fence_condition)" => {
                 let fence = PgIdent::new("fence").unwrap();
+                let (source, resource) = issued(token).await;
+                let holder = Holder::new(&resource, token, &source);
                 for k in &self.keys {
                     let mut q: QueryBuilder<Postgres> = QueryBuilder::new(format!(
                         "UPDATE \"{}\".refund SET state = ",
@@ -444,7 +446,7 @@ impl Bench {
                         .push(", fence = ")
                         .push_bind(token.as_i64());
                     q.push(" WHERE id = ").push_bind(k.as_str());
-                    push_fence_condition(&mut q, &fence, FenceCheck::Claim, token);
+                    push_fence_condition(&mut q, &fence, FenceCheck::Claim, &holder);
                     let done = q.build().execute(&self.pool).await.unwrap();
                     assert_eq!(done.rows_affected(), 1);
                 }

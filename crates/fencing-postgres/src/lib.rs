@@ -13,8 +13,8 @@
 //!   expiry judged by `now()` on the server. [`PgEpochSource`] keeps the epochs of a Redis
 //!   lease's tokens.
 //! * [`PgFenceFloor`] reports `MAX(fence)` to seed any token source.
-//! * [`push_fence_condition`] and [`rows_affected_to_result`] are the low-level pieces for
-//!   people with their own statements.
+//! * [`push_fence_condition`] puts a holder's fence into a statement of your own, and
+//!   [`PgStore::explain_unapplied`] says what such a statement met when it changed no row.
 
 mod columns;
 mod ddl;
@@ -39,7 +39,7 @@ pub use floor::PgFenceFloor;
 pub use ident::{PgIdent, PgQualifiedName};
 pub use key::PgKeyType;
 pub use lease::PgLease;
-pub use query::{push_fence_condition, rows_affected_to_result};
+pub use query::push_fence_condition;
 pub use store::{PgStore, PgWrittenTogether};
 pub use table::PgTable;
 pub use tokens::PgTokenSource;

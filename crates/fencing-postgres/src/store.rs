@@ -478,6 +478,29 @@ impl PgStore {
         Ok(decided)
     }
 
+    /// Why a fenced statement of your own on `key` ([`crate::push_fence_condition`] under
+    /// `holder`) changed no row: reads the row and decides `write` (what your statement
+    /// meant to do) under the holder's token against it, as this store's own writes decide,
+    /// so the answer is the refusal [`Holder::write`] would have had. The fence it met
+    /// ([`Error::Fenced`], or [`Error::TokenRegression`] for a fence above every token the
+    /// holder's source issued, which raises the source), a missing row ([`Error::NotFound`])
+    /// or a state outside the write's ([`Error::StateMismatch`]); a batch's holder notes it.
+    /// `Ok(())`: the row as it is now admits the write (it changed after your statement ran):
+    /// nothing refused it, and the statement may be sent again.
+    pub async fn explain_unapplied(
+        &self,
+        holder: &Holder,
+        key: &RecordKey,
+        write: &FencedWrite,
+    ) -> Result<()> {
+        holder
+            .run_write(self, &[key], write, async || {
+                let found = self.read(key).await?;
+                write.decide(&self.name, key, holder.token(), found.as_ref())
+            })
+            .await
+    }
+
     /// [`Self::write_together_in`] on the store's pool. (This was `PgStore::write_many`
     /// before `write_many` became [`StoreWrites::write_many`](fencing_core::adapter::StoreWrites::write_many), which answers per record and
     /// takes a bare token: code that calls `write_many(&fence, …)` wants this.)

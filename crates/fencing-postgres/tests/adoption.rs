@@ -5,7 +5,7 @@
 mod common;
 
 use common::Schema;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     EffectOutcome, EffectStart, Error, FencedStore, FencedWrite, FencingToken, FoundFence, Holder,
     InputKind, Lifecycle, RecordKey, State, TokenSource,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Schema;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     BoxError, EffectOutcome, Error, FencedBatch, FencedStore, FencedWrite, Holder, Lease,
     Lifecycle, MemoryLease, Record, RecordKey, RecordWrites, ResourceName, Result, SideEffect, Ttl,

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, Record, RecordKey};
 use fencing_postgres::PgStore;
 use fencing_test_support::services;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Schema;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     BoxError, EffectOutcome, FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, Lifecycle,
     MemoryLease, MemoryTokenSource, Record, RecordKey, ResourceName, Result, SideEffect,

@@ -5,7 +5,7 @@
 mod common;
 
 use common::Schema;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey,
     ResourceName, TokenSource,

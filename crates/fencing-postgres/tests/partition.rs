@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::Schema;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     Error, FencedStore, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, NoAnswer,
     ResourceName,

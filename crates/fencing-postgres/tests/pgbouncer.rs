@@ -4,7 +4,7 @@
 mod common;
 
 use common::Schema;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     Error, FencedStore, FencingToken, Holder, Lease, Lifecycle, RecordKey, ResourceName,
 };

@@ -6,14 +6,12 @@ mod common;
 use common::Schema;
 use std::sync::Arc;
 
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     Error, FenceCheck, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, Holder,
     InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
 };
-use fencing_postgres::{
-    PgFenceFloor, PgIdent, PgStore, PgTable, push_fence_condition, rows_affected_to_result,
-};
+use fencing_postgres::{PgFenceFloor, PgIdent, PgStore, PgTable, push_fence_condition};
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder};
 
 fn key(text: &str) -> RecordKey {
@@ -278,6 +276,9 @@ async fn a_batch_admits_a_clone_of_its_store_and_refuses_one_made_apart() {
     schema.drop_schema().await;
 }
 
+/// A statement of your own carries a holder's fence, and one that changed no row is explained
+/// as a holder's write is: the fence it met (a newer holder's, or one above everything the
+/// source issued: a regression), or a missing row, never a missing row called fenced.
 #[tokio::test]
 async fn the_fence_condition_fits_a_statement_of_your_own() {
     let schema = Schema::new().await;
@@ -290,35 +291,38 @@ async fn the_fence_condition_fits_a_statement_of_your_own() {
         .unwrap();
 
     let fence = PgIdent::new("fence").unwrap();
-    let update = |t: FencingToken| {
+    let confirm = FencedWrite::holder_only();
+    let update = async |holder: &Holder, record: &RecordKey| {
         let mut q: QueryBuilder<Postgres> = QueryBuilder::new(format!(
             "UPDATE \"{}\".records SET state = 'sent' WHERE id = ",
             schema.name
         ));
-        q.push_bind(k.as_str().to_owned());
-        push_fence_condition(&mut q, &fence, FenceCheck::HolderOnly, t);
-        q
-    };
-    let stale = update(token(33))
-        .build()
-        .execute(&schema.pool)
-        .await
-        .unwrap();
-    let err =
-        rows_affected_to_result(stale.rows_affected(), store.name(), &k, token(33)).unwrap_err();
-    assert!(matches!(
-        err,
-        Error::Fenced {
-            found: FoundFence::Unknown,
-            ..
+        q.push_bind(record.as_str().to_owned());
+        push_fence_condition(&mut q, &fence, FenceCheck::HolderOnly, holder);
+        let done = q.build().execute(&schema.pool).await.unwrap();
+        match done.rows_affected() {
+            0 => store.explain_unapplied(holder, record, &confirm).await,
+            _ => Ok(()),
         }
-    ));
-    let holder = update(token(34))
-        .build()
-        .execute(&schema.pool)
+    };
+    let (source, resource) = fencing_testkit::issued_up_to(34).await;
+    let stale = Holder::new(&resource, token(33), &source);
+    let err = update(&stale, &k).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
+        "{err:?}"
+    );
+    let err = update(&stale, &key("r_missing")).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    let (behind, resource) = fencing_testkit::issued_up_to(20).await;
+    let err = update(&Holder::new(&resource, token(20), &behind), &k)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TokenRegression { .. }), "{err:?}");
+
+    update(&Holder::new(&resource, token(34), &source), &k)
         .await
         .unwrap();
-    rows_affected_to_result(holder.rows_affected(), store.name(), &k, token(34)).unwrap();
     assert_eq!(
         store
             .read(&k)

@@ -6,7 +6,7 @@
 mod common;
 
 use aws_sdk_s3::primitives::ByteStream;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     Error, FencedStore, FencedWrite, FencingToken, Holder, InputKind, MemoryTokenSource, RecordKey,
     ResourceName, State, TokenSource,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use aws_sdk_s3::primitives::ByteStream;
 use fencing_core::adapter::WriteId;
 use fencing_core::adapter::envelope::{self, FORMAT_VERSION, MAGIC};
-use fencing_core::adapter::{ConditionalPutDefect, StoreWrites};
+use fencing_core::adapter::{ConditionalPutDefect, HolderExt, StoreWrites};
 use fencing_core::{
     Error, FenceFloor, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, InputKind,
     Lifecycle, MemoryTokenSource, Record, RecordKey, ResourceName, TokenSource,

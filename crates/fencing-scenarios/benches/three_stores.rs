@@ -26,7 +26,7 @@ use fencing::{
     MemoryTokenSource, Record, RecordKey, ResourceName, Result, SideEffect, TokenSource, Written,
     async_trait,
 };
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_test_support::{aws, bench, services};
 use sqlx::AssertSqlSafe;
 

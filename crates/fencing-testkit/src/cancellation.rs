@@ -19,6 +19,7 @@
 //! ```
 //! # use std::sync::Arc;
 //! # use fencing_core::*;
+//! # use fencing_core::adapter::StoreWrites;
 //! # use fencing_testkit::cancellation::{Parked, Steps, drop_at_every_step};
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {

@@ -28,6 +28,7 @@ pub enum Fault {
 ///
 /// ```
 /// # use fencing_core::*;
+/// # use fencing_core::adapter::StoreWrites;
 /// # use fencing_testkit::faults::{Fault, FaultyStore};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

@@ -83,16 +83,6 @@ impl Holder {
     /// How many times a write with an ambiguous outcome is sent again unless told otherwise.
     pub const DEFAULT_AMBIGUOUS_RETRIES: u32 = 2;
 
-    /// The holder of `token` for `resource`, issued by `source`. The holder keeps a clone of
-    /// `source`: every source is a handle whose clones share one counter.
-    pub fn new<S: TokenSource + Clone + 'static>(
-        resource: &ResourceName,
-        token: FencingToken,
-        source: &S,
-    ) -> Self {
-        Self::from_source(resource, token, Arc::new(source.clone()))
-    }
-
     fn from_source(
         resource: &ResourceName,
         token: FencingToken,
@@ -525,6 +515,19 @@ fn miscounted(store: &str, answered: usize, sent: usize) -> Error {
 // arguments make it: the lint's concern (a caller that cannot require `Send`) does not arise.
 #[allow(async_fn_in_trait)]
 pub trait HolderExt {
+    /// The holder of `token` for `resource`, issued by `source`, for a token this library's
+    /// leases did not hand out (a lease of your own, a test): a job gets its holder from its
+    /// guard ([`LeaseGuard::holder`]) or its batch. The holder keeps a clone of `source`
+    /// (every source is a handle whose clones share one counter), against which its refusals
+    /// are explained; nothing checks that `source` issued `token`.
+    fn new<S: TokenSource + Clone + 'static>(
+        resource: &ResourceName,
+        token: FencingToken,
+        source: &S,
+    ) -> Self
+    where
+        Self: Sized;
+
     /// [`Holder::write`] of a request the adapter sends itself: `send` makes `write` of `key`
     /// under [`Holder::token`] with more besides (a row's other columns, an item's own
     /// attributes) and maps the answer as [`StoreWrites::write`](crate::adapter::StoreWrites::write) would. It gets every rule of
@@ -584,6 +587,14 @@ pub trait HolderExt {
 }
 
 impl HolderExt for Holder {
+    fn new<S: TokenSource + Clone + 'static>(
+        resource: &ResourceName,
+        token: FencingToken,
+        source: &S,
+    ) -> Self {
+        Self::from_source(resource, token, Arc::new(source.clone()))
+    }
+
     async fn write_by<S, F>(
         &self,
         store: &S,

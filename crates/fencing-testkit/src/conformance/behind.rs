@@ -13,7 +13,7 @@ use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     FencedWrite, FencingToken, Holder, Lease, LeaseGuard, Lifecycle, MemoryStore, RecordKey,
     ResourceName, TokenSource, Ttl,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fencing_core::adapter::StoreWrites;
+use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
     BoxError, Error, FenceFloor, FencedStore, FencedWrite, FencingToken, Holder, Lease, Lifecycle,
     MemoryStore, Record, RecordKey, RecordWrites, RetryPolicy, SideEffect, State, Written, acquire,

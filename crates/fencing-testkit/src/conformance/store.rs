@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use fencing_core::adapter::HolderExt;
 use fencing_core::{
     Error, FenceCheck, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, Lifecycle,
     MemoryTokenSource, RecordKey, State, TokenSource,

@@ -1,6 +1,7 @@
 //! What every object store's fenced delete must do: leave a tombstone that keeps the fence, so
 //! that a stale holder can neither delete the record again nor bring it back.
 
+use fencing_core::adapter::HolderExt;
 use fencing_core::{
     Error, FencedStore, FencedWrite, FencingToken, FoundFence, Holder, Lifecycle, Record,
     RecordKey, Result,

@@ -212,6 +212,7 @@ impl<S: Subscriber> Layer<S> for LibraryEvents {
 mod tests {
     use super::*;
 
+    use fencing_core::adapter::HolderExt;
     use fencing_core::{
         FencedWrite, Holder, Lifecycle, MemoryStore, MemoryTokenSource, RecordKey, ResourceName,
         TokenSource,
