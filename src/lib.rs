@@ -35,6 +35,39 @@ fn lease(conn: SentinelConnection, counters: PgTokenSource) -> RedisLease<Sentin
 ```
 "#
 )]
+//!
+//! A job reaches a store through a holder, never with a bare token: the writes a store applies
+//! under a token are the adapter's (`fencing_core::adapter::StoreWrites`), and so is a holder
+//! of a token no lease handed out (`fencing_core::adapter::HolderExt::new`). With the prelude
+//! alone, both are refused when the program is compiled:
+//!
+//! ```
+//! use fencing::prelude::*;
+//!
+//! async fn claim(guard: &LeaseGuard, store: &MemoryStore, key: &RecordKey) -> Result<()> {
+//!     guard.holder().write(store, key, &fencing::FencedWrite::claim()).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! use fencing::prelude::*;
+//!
+//! // error[E0599]: `write` is `StoreWrites`'s, an adapter's trait the prelude does not bring.
+//! async fn claim(token: FencingToken, store: &MemoryStore, key: &RecordKey) -> Result<()> {
+//!     store.write(key, token, &fencing::FencedWrite::claim()).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! use fencing::prelude::*;
+//!
+//! // error[E0599]: `Holder::new` is `HolderExt`'s, on the adapter surface.
+//! fn holder(r: &ResourceName, token: FencingToken, source: &fencing::MemoryTokenSource) -> Holder {
+//!     Holder::new(r, token, source)
+//! }
+//! ```
 
 /// The core's job-facing names, each listed: what an adapter author needs besides is in
 /// `fencing_core::adapter`, which this crate does not re-export.
