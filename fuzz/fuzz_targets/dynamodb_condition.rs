@@ -10,7 +10,8 @@
 use std::sync::OnceLock;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::{FenceCheck, FencingToken};
+use fencing_core::adapter::HolderExt;
+use fencing_core::{FenceCheck, FencingToken, Holder, MemoryTokenSource, ResourceName};
 use fencing_dynamodb::DynamoFenceCondition;
 use libfuzzer_sys::fuzz_target;
 
@@ -56,7 +57,9 @@ fuzz_target!(
             .set_update_expression(update.map(str::to_owned))
             .expression_attribute_names(name, "status")
             .expression_attribute_values(value, AttributeValue::S("sent".into()));
-        let fence = DynamoFenceCondition::new("fence", check, token);
+        let resource = ResourceName::new("settle:m_4471").expect("a valid name");
+        let holder = Holder::new(&resource, token, &MemoryTokenSource::new());
+        let fence = DynamoFenceCondition::new("fence", check, &holder);
         let reserved = [name, value]
             .iter()
             .any(|p| p.starts_with("#fencing_") || p.starts_with(":fencing_"));

@@ -22,8 +22,8 @@ fn state(name: &str) -> State {
 struct OneRefused(Vec<Error>);
 
 impl RecordOutcomes for OneRefused {
-    fn refusals(&self) -> &[Error] {
-        &self.0
+    fn refusals(&self) -> Vec<&Error> {
+        self.0.iter().collect()
     }
 }
 

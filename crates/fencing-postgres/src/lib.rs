@@ -39,7 +39,8 @@ pub use floor::PgFenceFloor;
 pub use ident::{PgIdent, PgQualifiedName};
 pub use key::PgKeyType;
 pub use lease::PgLease;
-pub use query::push_fence_condition;
+#[allow(deprecated)]
+pub use query::{push_fence_condition, rows_affected_to_result};
 pub use store::{PgStore, PgWrittenTogether};
 pub use table::PgTable;
 pub use tokens::PgTokenSource;

@@ -2,7 +2,7 @@
 //! token, appended to your `QueryBuilder`. What a statement that changed no row met is
 //! `PgStore::explain_unapplied`'s to say.
 
-use fencing_core::{FenceCheck, Holder};
+use fencing_core::{Error, FenceCheck, FencingToken, FoundFence, Holder, RecordKey, Result};
 use sqlx::{Postgres, QueryBuilder};
 
 use crate::ident::PgIdent;
@@ -48,4 +48,29 @@ pub fn push_fence_condition(
             " AND COALESCE({fence_column}, 0) {comparison} "
         ))
         .push_bind(holder.token().as_i64());
+}
+
+/// What `rows_affected` of a fenced statement on one record meant, as 0.1 read it: none was
+/// called [`Error::Fenced`] with the fence unknown, a missing row included, and no regression
+/// check was made.
+#[deprecated(
+    since = "0.2.0",
+    note = "use PgStore::explain_unapplied(&holder, key, &write) when your statement changed no \
+            row: it reads the row and answers the refusal a holder's write would have had"
+)]
+pub fn rows_affected_to_result(
+    rows_affected: u64,
+    store: &str,
+    record: &RecordKey,
+    token: FencingToken,
+) -> Result<()> {
+    if rows_affected == 0 {
+        return Err(Error::Fenced {
+            store: store.to_owned(),
+            record: record.clone(),
+            presented: token,
+            found: FoundFence::Unknown,
+        });
+    }
+    Ok(())
 }

@@ -66,11 +66,16 @@ pub struct PgWrittenTogether {
     /// whatever its mismatch policy, as [`Holder::run_effect`] reports such a record
     /// [`fencing_core::EffectOutcome::AlreadyDone`].
     pub already_done: Vec<RecordKey>,
+    /// What the store answered for each of [`Self::already_done`], as a single write would
+    /// have been answered: the events report it as the state it met.
+    found_done: Vec<Error>,
 }
 
 impl RecordOutcomes for PgWrittenTogether {
-    fn refusals(&self) -> &[Error] {
-        &self.skipped
+    /// Every record the statement left alone, as a single write would have been refused
+    /// (those already done included: a batch's holder does not note them).
+    fn refusals(&self) -> Vec<&Error> {
+        self.skipped.iter().chain(&self.found_done).collect()
     }
 }
 
@@ -458,6 +463,7 @@ impl PgStore {
             written: Vec::new(),
             skipped: Vec::new(),
             already_done: Vec::new(),
+            found_done: Vec::new(),
         };
         for key in keys {
             let record = current.get(key.as_str());
@@ -471,7 +477,10 @@ impl PgStore {
                     record: key.clone(),
                 }),
                 (Err(err @ Error::Fenced { .. }), _) => return Err(err),
-                (Err(err), _) if write.finds_done(&err) => decided.already_done.push(key.clone()),
+                (Err(err), _) if write.finds_done(&err) => {
+                    decided.already_done.push(key.clone());
+                    decided.found_done.push(err);
+                }
                 (Err(err), _) => decided.skipped.push(err),
             }
         }

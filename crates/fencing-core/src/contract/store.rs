@@ -332,8 +332,8 @@ pub fn check_distinct(keys: &[RecordKey]) -> Result<(), InvalidInput> {
 /// one record, or of several applied all or nothing.
 pub trait RecordOutcomes {
     /// The refusals among the records, each naming its record ([`Error::rejected_at`]).
-    fn refusals(&self) -> &[Error] {
-        &[]
+    fn refusals(&self) -> Vec<&Error> {
+        Vec::new()
     }
 }
 

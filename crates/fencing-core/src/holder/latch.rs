@@ -119,10 +119,10 @@ impl Latch {
         already_done: impl Fn(&Error) -> bool,
     ) -> Result<T> {
         let refusals = match &result {
-            Err(err) => std::slice::from_ref(err),
+            Err(err) => vec![err],
             Ok(done) => done.refusals(),
         };
-        for refusal in refusals.iter().filter(|err| !already_done(err)) {
+        for refusal in refusals.into_iter().filter(|err| !already_done(err)) {
             self.note_one(resource, token, refusal);
         }
         result

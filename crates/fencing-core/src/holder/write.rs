@@ -361,12 +361,12 @@ impl Holder {
         };
         match result {
             Ok(done) => {
+                let refusals = done.refusals();
                 for record in records {
-                    let refused = done
-                        .refusals()
+                    let refused = refusals
                         .iter()
                         .find(|e| e.rejected_at().is_some_and(|(_, r)| r == *record));
-                    end(record, refused.map_or(Ok(()), Err));
+                    end(record, refused.map_or(Ok(()), |err| Err(*err)));
                 }
             }
             Err(err) => match err.rejected_at() {
