@@ -2,20 +2,19 @@
 //! client (`fencing-dynamodb`, `fencing-s3`).
 //!
 //! The core's rule (`fencing_core::Error::failed_request`) needs one fact from the driver:
-//! whether the request's answer may have been lost after the service applied it.
-//! [`answer_lost`] reads it off an SDK error, and [`request_failed`] makes the core's error
-//! with a message that says what happened: the service's error code and message, the HTTP
-//! status and the request id, or why the request never reached the service.
+//! what kind of failure the request met ([`meaning`]), above all whether its answer may have
+//! been lost after the service applied it ([`answer_lost`]). [`request_failed`] makes the
+//! core's error with a message that says what happened: the service's error code and message,
+//! the HTTP status and the request id, or why the request never reached the service.
 
 use std::error::Error as StdError;
-use std::fmt;
 use std::io;
 
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use fencing_core::Error;
-use fencing_core::adapter::RequestEffect;
+use fencing_core::adapter::{Explained, RequestEffect};
+use fencing_core::{Error, Failure};
 
 /// Whether a request that failed with `err` may have been applied by the service:
 ///
@@ -36,9 +35,62 @@ pub fn answer_lost<E: StdError + 'static>(err: &SdkError<E, HttpResponse>) -> bo
     }
 }
 
+/// What a request that failed with `err` means: a lost answer where [`answer_lost`] says the
+/// service may have applied it; otherwise the service's error code (or its HTTP status) says
+/// whether the credentials, the configuration, the service's capacity or its features are
+/// why; a request never sent is a configuration that could not build or send it, or a
+/// service that could not be reached.
+pub fn meaning<E>(err: &SdkError<E, HttpResponse>) -> Failure
+where
+    E: ProvideErrorMetadata + StdError + 'static,
+{
+    if let SdkError::ServiceError(service) = err {
+        let status = service.raw().status().as_u16();
+        match err.code() {
+            Some(
+                "AccessDeniedException"
+                | "AccessDenied"
+                | "UnrecognizedClientException"
+                | "InvalidSignatureException"
+                | "SignatureDoesNotMatch"
+                | "InvalidAccessKeyId"
+                | "MissingAuthenticationToken"
+                | "MissingAuthenticationTokenException"
+                | "ExpiredToken"
+                | "ExpiredTokenException"
+                | "InvalidClientTokenId",
+            ) => return Failure::PermissionDenied,
+            Some("ResourceNotFoundException" | "NoSuchBucket" | "ValidationException") => {
+                return Failure::Misconfigured;
+            }
+            Some("NotImplemented" | "UnknownOperationException") => return Failure::NotSupported,
+            Some(
+                "ProvisionedThroughputExceededException"
+                | "ThrottlingException"
+                | "Throttling"
+                | "RequestLimitExceeded"
+                | "LimitExceededException"
+                | "SlowDown",
+            ) => return Failure::Unavailable,
+            _ if status == 401 || status == 403 => return Failure::PermissionDenied,
+            _ if status == 429 => return Failure::Unavailable,
+            _ => {}
+        }
+    }
+    if answer_lost(err) {
+        return Failure::AnswerLost;
+    }
+    match err {
+        SdkError::ConstructionFailure(_) => Failure::Misconfigured,
+        SdkError::DispatchFailure(failure) if failure.is_user() => Failure::Misconfigured,
+        SdkError::DispatchFailure(_) => Failure::Unavailable,
+        _ => Failure::Unexpected,
+    }
+}
+
 /// The core's error for a request to `store` that failed with `err`: [`Error::Ambiguous`]
-/// when the answer may have been lost after a write ([`answer_lost`]), [`Error::Backend`]
-/// otherwise, with [`describe`]'s message (the SDK's error stays its source).
+/// when the answer may have been lost after a write ([`answer_lost`]), otherwise the failure
+/// [`meaning`] names, with [`describe`]'s message (the SDK's error stays its source).
 pub fn request_failed<E>(
     store: &str,
     effect: RequestEffect,
@@ -47,12 +99,9 @@ pub fn request_failed<E>(
 where
     E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
 {
-    let answer_lost = answer_lost(&err);
-    let failed = RequestFailed {
-        description: describe(&err),
-        source: Box::new(err),
-    };
-    Error::failed_request(store, effect, answer_lost, Box::new(failed))
+    let failure = meaning(&err);
+    let explained = Explained::new(describe(&err), err);
+    Error::failed_request(store, effect, failure, Box::new(explained))
 }
 
 /// What happened to a request, in one line: the service's error code and message, the HTTP
@@ -142,27 +191,10 @@ fn causes(err: &(dyn StdError + 'static)) -> String {
     }
 }
 
-/// An SDK error with a message that says what happened ([`describe`]).
-#[derive(Debug)]
-struct RequestFailed {
-    description: String,
-    source: Box<dyn StdError + Send + Sync + 'static>,
-}
-
-impl fmt::Display for RequestFailed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.description)
-    }
-}
-
-impl StdError for RequestFailed {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.source)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fmt;
+
     use aws_smithy_runtime_api::client::result::ConnectorError;
     use aws_smithy_runtime_api::http::StatusCode;
     use aws_smithy_types::body::SdkBody;
@@ -339,7 +371,10 @@ mod tests {
             RequestEffect::Writes,
             service(400, Some("ValidationException"), Some("bad key"), None),
         );
-        assert!(matches!(definite, Error::Backend { .. }), "{definite:?}");
+        assert!(
+            matches!(definite, Error::Misconfigured { .. }),
+            "{definite:?}"
+        );
         assert_eq!(
             definite.to_string(),
             "ledger: ValidationException: bad key (HTTP 400)"
@@ -352,6 +387,44 @@ mod tests {
             SdkError::<ServiceFault, HttpResponse>::timeout_error("slow"),
         );
         assert!(!read.is_ambiguous(), "a read changes nothing: {read:?}");
+        assert!(matches!(read, Error::Unavailable { .. }), "{read:?}");
+    }
+
+    #[test]
+    fn each_kind_of_failure_has_its_meaning() {
+        for (code, status, expected) in [
+            ("AccessDeniedException", 400, Failure::PermissionDenied),
+            (
+                "UnrecognizedClientException",
+                400,
+                Failure::PermissionDenied,
+            ),
+            ("AccessDenied", 403, Failure::PermissionDenied),
+            ("SignatureDoesNotMatch", 403, Failure::PermissionDenied),
+            ("SomethingNew", 403, Failure::PermissionDenied),
+            ("ResourceNotFoundException", 400, Failure::Misconfigured),
+            ("NoSuchBucket", 404, Failure::Misconfigured),
+            (
+                "ProvisionedThroughputExceededException",
+                400,
+                Failure::Unavailable,
+            ),
+            ("ThrottlingException", 400, Failure::Unavailable),
+            ("SlowDown", 503, Failure::Unavailable),
+            ("SomethingNew", 429, Failure::Unavailable),
+            ("NotImplemented", 501, Failure::NotSupported),
+            ("InternalServerError", 500, Failure::AnswerLost),
+            ("SomethingNew", 400, Failure::Unexpected),
+        ] {
+            let err = service(status, Some(code), None, None);
+            assert_eq!(meaning(&err), expected, "{code} (HTTP {status})");
+        }
+        let unbuilt: Failed = SdkError::construction_failure("no region");
+        assert_eq!(meaning(&unbuilt), Failure::Misconfigured);
+        let refused = io_failure(io::ErrorKind::ConnectionRefused);
+        assert_eq!(meaning(&refused), Failure::Unavailable);
+        let reset = io_failure(io::ErrorKind::ConnectionReset);
+        assert_eq!(meaning(&reset), Failure::AnswerLost);
     }
 
     #[test]

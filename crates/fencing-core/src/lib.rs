@@ -60,7 +60,7 @@ pub use holder::renewal::LeaseRenewal;
 pub use holder::retry::{RetryPolicy, acquire};
 pub use holder::write::Holder;
 pub use memory::{MemoryEpochSource, MemoryLease, MemoryStore, MemoryTokenSource};
-pub use value::error::{BoxError, Error, FoundFence, NoAnswer, Result};
+pub use value::error::{BoxError, Error, Failure, FoundFence, NoAnswer, Result};
 pub use value::input::{InputKind, InvalidInput};
 pub use value::name::{RecordKey, ResourceName, State};
 pub use value::outcome::{Finished, Mismatch, SkippedRecord};

@@ -69,7 +69,7 @@ impl Planned {
     }
 
     fn refused(&self) -> Error {
-        Error::Backend {
+        Error::Unavailable {
             store: "refunds".into(),
             source: "connection refused".into(),
         }
@@ -239,7 +239,7 @@ async fn a_request_that_fails_outright_is_not_sent_again() {
         .write_many(&store, &keys(), &claim_of_pending())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert_eq!(store.requests(), 1);
 }
 
@@ -361,7 +361,7 @@ async fn a_single_write_is_sent_again_up_to_the_retries_and_no_further() {
         .write(&store, key, &claim_of_pending())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert_eq!(store.requests(), 1);
 }
 
@@ -413,7 +413,10 @@ async fn an_adapters_write_is_run_again_up_to_the_retries_and_no_further() {
             Err::<(), _>(store.refused())
         })
         .await;
-    assert!(matches!(result, Err(Error::Backend { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(Error::Unavailable { .. })),
+        "{result:?}"
+    );
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
 }
 

@@ -130,7 +130,7 @@ impl DynamoStore {
                         Transacted::Repin(repinned) => pins = repinned,
                     }
                 }
-                Err(self.corrupt(DynamoFailure::Inconsistent(
+                Err(self.failed(DynamoFailure::Contended(
                     "the items' states kept changing under the transaction",
                 )))
             })
@@ -261,10 +261,10 @@ impl DynamoStore {
                 .item()
                 .map(|item| self.table.record_from(key, item))
                 .transpose()
-                .map_err(|e| self.corrupt(e))?;
+                .map_err(|e| self.failed(e))?;
             write.decide(&self.name, key, token, found.as_ref())?;
             repinned[i] = repin(write, &pins[i], found.as_ref()).ok_or_else(|| {
-                self.corrupt(DynamoFailure::Inconsistent(
+                self.failed(DynamoFailure::Inconsistent(
                     "the transaction refused a write its own item admits",
                 ))
             })?;
@@ -272,21 +272,19 @@ impl DynamoStore {
         if failed {
             return Ok(Transacted::Repin(repinned));
         }
-        let codes: Vec<_> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
-        Err(Error::failed_request(
-            &self.name,
-            RequestEffect::Writes,
-            false,
-            format!("the transaction was cancelled, nothing applied: {codes:?}").into(),
-        ))
+        let codes = reasons
+            .iter()
+            .map(|r| r.code().unwrap_or("None").to_owned())
+            .collect();
+        Err(self.failed(DynamoFailure::Cancelled(codes)))
     }
 
-    fn corrupt(&self, failure: DynamoFailure) -> Error {
+    fn failed(&self, failure: DynamoFailure) -> Error {
         failure.into_error(&self.name, RequestEffect::Writes)
     }
 
     fn not_built(&self, err: aws_sdk_dynamodb::error::BuildError) -> Error {
-        Error::failed_request(&self.name, RequestEffect::ReadOnly, false, Box::new(err))
+        DynamoFailure::NotBuilt(err).into_error(&self.name, RequestEffect::ReadOnly)
     }
 }
 
@@ -438,7 +436,7 @@ impl DynamoStore {
                         .attributes()
                         .map(|item| self.table.record_from(key, item))
                         .transpose()
-                        .map_err(|e| self.corrupt(e))?;
+                        .map_err(|e| self.failed(e))?;
                     let record = write.apply(key, token, previous.as_ref());
                     return Ok(Written::new(previous.as_ref(), record));
                 }
@@ -454,15 +452,15 @@ impl DynamoStore {
                 .item()
                 .map(|item| self.table.record_from(key, item))
                 .transpose()
-                .map_err(|e| self.corrupt(e))?;
+                .map_err(|e| self.failed(e))?;
             write.decide(&self.name, key, token, found.as_ref())?;
             pin = repin(write, &pin, found.as_ref()).ok_or_else(|| {
-                self.corrupt(DynamoFailure::Inconsistent(
+                self.failed(DynamoFailure::Inconsistent(
                     "the condition refused a write its own item admits",
                 ))
             })?;
         }
-        Err(self.corrupt(DynamoFailure::Inconsistent(
+        Err(self.failed(DynamoFailure::Contended(
             "the item's state kept changing under the write",
         )))
     }

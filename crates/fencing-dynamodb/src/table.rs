@@ -317,7 +317,7 @@ pub(crate) async fn create_table(
     store: &str,
 ) -> Result<()> {
     let built = |e: aws_sdk_dynamodb::error::BuildError| {
-        fencing_core::Error::failed_request(store, RequestEffect::ReadOnly, false, Box::new(e))
+        DynamoFailure::NotBuilt(e).into_error(store, RequestEffect::ReadOnly)
     };
     let mut request = client
         .create_table()
@@ -364,12 +364,10 @@ pub(crate) async fn create_table(
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    Err(fencing_core::Error::failed_request(
-        store,
-        RequestEffect::ReadOnly,
-        false,
-        format!("table {name} did not become active within 60 s").into(),
-    ))
+    Err(
+        DynamoFailure::NotActive(format!("table {name} did not become active within 60 s"))
+            .into_error(store, RequestEffect::ReadOnly),
+    )
 }
 
 /// Refuses a table whose key schema is not exactly `elements`.
@@ -401,17 +399,12 @@ fn check_key_schema(
         return Ok(());
     }
     let expected = expected.join(" + ");
-    Err(fencing_core::Error::failed_request(
-        store,
-        RequestEffect::ReadOnly,
-        false,
-        format!(
-            "table {name} already exists with the key {}, not {expected}: name another table, \
-             or the attribute its key already is",
-            schema.join(" + ")
-        )
-        .into(),
+    Err(DynamoFailure::Schema(format!(
+        "table {name} already exists with the key {}, not {expected}: name another table, or \
+         the attribute its key already is",
+        schema.join(" + ")
     ))
+    .into_error(store, RequestEffect::ReadOnly))
 }
 
 #[cfg(test)]

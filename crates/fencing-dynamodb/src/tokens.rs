@@ -588,7 +588,7 @@ impl DynamoTokenSource {
 
     /// The error for a counter that kept changing under every round.
     pub(crate) fn kept_changing(&self) -> Error {
-        DynamoFailure::Inconsistent("the counter kept changing under every update")
+        DynamoFailure::Contended("the counter kept changing under every update")
             .into_error(&self.name, RequestEffect::Writes)
     }
 }

@@ -47,7 +47,7 @@ async fn a_service_error_says_its_code_message_status_and_request_id() {
         .write(&key("r_1"), FencingToken::MIN, &FencedWrite::claim())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     let message = err.to_string();
     for part in ["ValidationException: ", "(HTTP 400, request id "] {
         assert!(message.contains(part), "{part:?} missing from {message}");
@@ -67,7 +67,7 @@ async fn a_request_to_a_closed_port_was_not_sent_and_says_so() {
         .await
         .unwrap_err();
     // Not `Ambiguous`: nothing reached the service, so there is nothing to retry for.
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     let message = err.to_string();
     assert!(
         message.contains("the request was not sent, so nothing was applied"),

@@ -218,7 +218,7 @@ async fn corrupt_stored_values_are_refused_and_never_written_over() {
         for write in &writes {
             let err = store.write(&key(id), token(9), write).await.unwrap_err();
             assert!(
-                matches!(err, Error::Backend { .. } | Error::Fenced { .. }),
+                matches!(err, Error::Corrupt { .. } | Error::Fenced { .. }),
                 "{id}: {err:?}"
             );
             assert_eq!(raw(&store, id).await, before, "{id}: written over");
@@ -245,7 +245,7 @@ async fn a_counter_that_is_not_a_number_is_refused_with_nothing_written() {
         .unwrap();
     let ttl = Ttl::from_secs(30).unwrap();
     let err = lease.try_acquire(&resource, ttl).await.unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("not a fencing token"), "{err}");
     for err in [
         lease.token_source().next(&resource).await.unwrap_err(),
@@ -256,7 +256,7 @@ async fn a_counter_that_is_not_a_number_is_refused_with_nothing_written() {
             .await
             .unwrap_err(),
     ] {
-        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
     }
     let item = client
         .get_item()

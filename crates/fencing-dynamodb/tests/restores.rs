@@ -355,7 +355,7 @@ async fn a_binding_that_cannot_be_read_is_reported_corrupt_and_nothing_is_writte
         }
         put.send().await.unwrap();
         let err = source.next(&r).await.unwrap_err();
-        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
         assert!(err.to_string().contains(said), "{err}");
         assert_eq!(raw_counter(&client, &table, &r).await, Some(9), "{name}");
     }

@@ -102,7 +102,7 @@ async fn a_state_with_an_invisible_character_is_never_written_over() {
         for (t, write, what) in &writes {
             let err = store.write(&key(id), token(*t), write).await.unwrap_err();
             assert!(
-                matches!(err, Error::Backend { .. } | Error::StateMismatch { .. }),
+                matches!(err, Error::Corrupt { .. } | Error::StateMismatch { .. }),
                 "{id}, {what}: {err:?}"
             );
             assert_eq!(
@@ -191,7 +191,7 @@ async fn a_write_without_a_state_condition_follows_a_valid_state_it_did_not_know
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("is not a state"), "{err}");
     assert_eq!(
         get(&client, &table, ("id", "r_3")).await,
@@ -268,7 +268,7 @@ async fn a_fence_is_read_by_its_value_as_the_service_compares_it() {
                 .write(&key(id), token(5000), &write)
                 .await
                 .unwrap_err();
-            assert!(matches!(err, Error::Backend { .. }), "{id}: {err:?}");
+            assert!(matches!(err, Error::Corrupt { .. }), "{id}: {err:?}");
             assert_eq!(get(&client, &table, ("id", id)).await, before, "{id}");
         }
     }
@@ -307,7 +307,7 @@ async fn a_counter_that_is_negative_or_a_fraction_is_never_counted_on_from() {
             lease.try_acquire(&resource, ttl).await.unwrap_err(),
         ];
         for err in errors {
-            assert!(matches!(err, Error::Backend { .. }), "{counter}: {err:?}");
+            assert!(matches!(err, Error::Corrupt { .. }), "{counter}: {err:?}");
             assert!(err.to_string().contains("is not a fencing token"), "{err}");
         }
         let after = get(&client, &table, ("resource", resource.as_str())).await;

@@ -1,7 +1,7 @@
 //! This adapter's failures, and how each maps onto the core's meaning-level error.
 
-use fencing_core::Error;
 use fencing_core::adapter::RequestEffect;
+use fencing_core::{BoxError, Error, Failure};
 
 /// The store name etcd failures carry.
 pub(crate) const STORE: &str = "etcd";
@@ -13,6 +13,10 @@ pub(crate) enum EtcdFailure {
     Client(etcd_client::Error),
     /// An answer the requests sent cannot produce (a missing header, a revision below 1).
     Unexpected(String),
+    /// A key the library keeps holds what the library never writes; it is left as it is.
+    Corrupt(String),
+    /// Other writers moved a key under every round the request may take; nothing was written.
+    Contended(String),
     /// No answer within the source's request time limit (a cluster without quorum holds a
     /// request until a leader is back, which may be never).
     TimedOut(std::time::Duration),
@@ -29,25 +33,21 @@ impl EtcdFailure {
     /// have been lost (the connection broke, the cluster timed it out, it had no leader to
     /// commit it) is ambiguous when it writes; everything else wrote nothing.
     pub(crate) fn into_error(self, effect: RequestEffect) -> Error {
-        match self {
-            EtcdFailure::Unexpected(what) => {
-                Error::failed_request(STORE, effect, false, what.into())
-            }
-            EtcdFailure::TimedOut(limit) => Error::failed_request(
-                STORE,
-                effect,
-                true,
+        let (failure, source): (Failure, BoxError) = match self {
+            EtcdFailure::Unexpected(what) => (Failure::Unexpected, what.into()),
+            EtcdFailure::Corrupt(what) => (Failure::Corrupt, what.into()),
+            EtcdFailure::Contended(what) => (Failure::Unavailable, what.into()),
+            EtcdFailure::TimedOut(limit) => (
+                Failure::AnswerLost,
                 format!(
                     "no answer within {limit:?} (is a majority of the cluster's members up and \
                      electing a leader?)"
                 )
                 .into(),
             ),
-            EtcdFailure::Client(err) => {
-                let answer_lost = answer_may_be_lost(&err);
-                Error::failed_request(STORE, effect, answer_lost, Box::new(err))
-            }
-        }
+            EtcdFailure::Client(err) => (meaning(&err), Box::new(err)),
+        };
+        Error::failed_request(STORE, effect, failure, source)
     }
 }
 
@@ -72,22 +72,37 @@ pub(crate) fn never_sent(err: &etcd_client::Error) -> bool {
     false
 }
 
-fn answer_may_be_lost(err: &etcd_client::Error) -> bool {
+/// What a client's error means for the request.
+fn meaning(err: &etcd_client::Error) -> Failure {
     use etcd_client::Error as E;
     use tonic::Code;
     if never_sent(err) {
-        return false;
+        return Failure::Unavailable;
     }
     match err {
-        E::TransportError(_) | E::IoError(_) => true,
-        // Unavailable: the connection broke mid-request, or the member lost its leader;
-        // deadline exceeded: the client gave up waiting; unknown: the server's own timeouts
-        // ("etcdserver: request timed out", "leader changed") arrive as this code.
-        E::GRpcStatus(status) => matches!(
-            status.code(),
-            Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
-        ),
-        _ => false,
+        E::TransportError(_) | E::IoError(_) => Failure::AnswerLost,
+        E::GRpcStatus(status) => match status.code() {
+            // Unavailable: the connection broke mid-request, or the member lost its leader;
+            // deadline exceeded: the client gave up waiting; unknown: the server's own
+            // timeouts ("etcdserver: request timed out", "leader changed") arrive as this code.
+            Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled => {
+                Failure::AnswerLost
+            }
+            Code::PermissionDenied | Code::Unauthenticated => Failure::PermissionDenied,
+            Code::Unimplemented => Failure::NotSupported,
+            Code::ResourceExhausted => Failure::Unavailable,
+            // The one thing etcd answers "not found" for is a lease: one just granted that the
+            // member asked next has not applied yet, or that ran out between the two
+            // requests. Nothing was written; the next acquisition grants another.
+            Code::NotFound => Failure::Unavailable,
+            _ => Failure::Unexpected,
+        },
+        E::InvalidArgs(_)
+        | E::InvalidUri(_)
+        | E::InvalidMetadataValue(_)
+        | E::EndpointError(_)
+        | E::EndpointsNotManaged => Failure::Misconfigured,
+        _ => Failure::Unexpected,
     }
 }
 
@@ -106,7 +121,46 @@ mod tests {
     fn a_refused_connection_never_sent_its_request_and_wrote_nothing() {
         assert!(never_sent(&refused()));
         let err = EtcdFailure::from(refused()).into_error(RequestEffect::Writes);
-        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn each_status_the_cluster_answers_has_its_meaning_and_keeps_it_as_the_cause() {
+        for (status, meaning) in [
+            (
+                tonic::Status::permission_denied("no"),
+                Failure::PermissionDenied,
+            ),
+            (
+                tonic::Status::unauthenticated("no"),
+                Failure::PermissionDenied,
+            ),
+            (tonic::Status::unimplemented("no"), Failure::NotSupported),
+            (
+                tonic::Status::resource_exhausted("no"),
+                Failure::Unavailable,
+            ),
+            (tonic::Status::invalid_argument("no"), Failure::Unexpected),
+        ] {
+            let err = EtcdFailure::from(etcd_client::Error::GRpcStatus(status))
+                .into_error(RequestEffect::Writes);
+            assert_eq!(err.failure(), Some(meaning), "{err:?}");
+            let cause = std::error::Error::source(&err).expect("the client's error");
+            assert!(cause.is::<etcd_client::Error>(), "{err:?}");
+        }
+        let misconfigured = EtcdFailure::from(etcd_client::Error::InvalidArgs("no".into()))
+            .into_error(RequestEffect::ReadOnly);
+        assert!(matches!(misconfigured, Error::Misconfigured { .. }));
+        for (failure, meaning) in [
+            (EtcdFailure::Corrupt("x".into()), Failure::Corrupt),
+            (EtcdFailure::Contended("x".into()), Failure::Unavailable),
+            (EtcdFailure::Unexpected("x".into()), Failure::Unexpected),
+        ] {
+            assert_eq!(
+                failure.into_error(RequestEffect::Writes).failure(),
+                Some(meaning)
+            );
+        }
     }
 
     /// A connection refused below the client's I/O or its transport never sent anything;
@@ -127,7 +181,7 @@ mod tests {
         let refused = etcd_client::Error::TransportError(refused);
         assert!(never_sent(&refused), "{refused:?}");
         let err = EtcdFailure::from(refused).into_error(RequestEffect::Writes);
-        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     }
 
     #[test]
@@ -139,6 +193,6 @@ mod tests {
         let write = EtcdFailure::from(timed_out()).into_error(RequestEffect::Writes);
         assert!(write.is_ambiguous(), "{write:?}");
         let read = EtcdFailure::from(timed_out()).into_error(RequestEffect::ReadOnly);
-        assert!(matches!(read, Error::Backend { .. }), "{read:?}");
+        assert!(matches!(read, Error::Unavailable { .. }), "{read:?}");
     }
 }

@@ -173,7 +173,7 @@ impl EtcdLease {
                 return Ok(None);
             }
         }
-        Err(EtcdFailure::Unexpected(format!(
+        Err(EtcdFailure::Contended(format!(
             "the token key of {resource:?} changed under {CONTENDED_ROUNDS} acquisitions in a row"
         ))
         .into_error(RequestEffect::ReadOnly))
@@ -277,10 +277,7 @@ impl EtcdLease {
         });
         match tokio::time::timeout(patience, exchange).await {
             Ok(answer) => answer,
-            Err(_) => Err(EtcdFailure::Unexpected(format!(
-                "no keep-alive answer within {patience:?}"
-            ))
-            .into_error(RequestEffect::Writes)),
+            Err(_) => Err(EtcdFailure::TimedOut(patience).into_error(RequestEffect::Writes)),
         }
     }
 }

@@ -46,7 +46,7 @@ const REMEMBERED_KEYS: usize = 4096;
 /// the same number; issuers that keep meeting there wait a random moment of a few
 /// milliseconds before trying again. That is the one place issuers contend: an issuer loses a
 /// round only to another issuer's token, and one that loses 64 in a row fails with
-/// [`fencing_core::Error::Backend`] (seen with 8 issuers of 25 tokens each on one key above a
+/// [`fencing_core::Error::Unavailable`] (seen with 8 issuers of 25 tokens each on one key above a
 /// raised floor), so keep the issuers of one resource few, or let a token above the floor
 /// take the revision again before many of them meet.
 ///
@@ -151,7 +151,7 @@ impl EtcdTokenSource {
 
     /// The same source, giving up on a request after `limit` (at least 1 ms): a write then
     /// reports [`fencing_core::Error::Ambiguous`] (it may still be applied once a leader is
-    /// back), a read [`fencing_core::Error::Backend`]. A client's own timeout
+    /// back), a read [`fencing_core::Error::Unavailable`]. A client's own timeout
     /// (`ConnectOptions::with_timeout`) applies too, whichever is shorter; without one, a
     /// cluster that lost its quorum would hold a request for as long as the quorum is gone.
     pub fn with_request_timeout(self, limit: Duration) -> Result<Self, InvalidInput> {
@@ -284,7 +284,7 @@ impl EtcdTokenSource {
                 spread_after(round).await;
             }
         }
-        Err(EtcdFailure::Unexpected(format!(
+        Err(EtcdFailure::Contended(format!(
             "the token key of {resource:?} changed under {CONTENDED_ROUNDS} compare-and-swaps in a row"
         ))
         .into_error(RequestEffect::ReadOnly))
@@ -352,7 +352,7 @@ pub(crate) fn token_key(kv: Option<&KeyValue>) -> Result<TokenKey> {
             mod_revision: kv.mod_revision(),
             floor,
         }),
-        None => Err(EtcdFailure::Unexpected(format!(
+        None => Err(EtcdFailure::Corrupt(format!(
             "token key {:?} holds {:?}, not a floor (a whole number in decimal): nothing was \
              written over it",
             String::from_utf8_lossy(kv.key()),
@@ -387,7 +387,7 @@ fn token(n: i64) -> Result<FencingToken> {
         .ok()
         .and_then(|n| FencingToken::new(n).ok())
         .ok_or_else(|| {
-            EtcdFailure::Unexpected(format!("{n} is not a fencing token"))
+            EtcdFailure::Corrupt(format!("{n} is not a fencing token"))
                 .into_error(RequestEffect::ReadOnly)
         })
 }

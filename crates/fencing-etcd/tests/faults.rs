@@ -66,7 +66,7 @@ async fn issue_until(
     while !stop.load(Ordering::SeqCst) {
         match source.next(&resource()).await {
             Ok(token) => tokens.push(token),
-            Err(err @ (Error::Backend { .. } | Error::Ambiguous { .. })) => {
+            Err(err @ (Error::Unavailable { .. } | Error::Ambiguous { .. })) => {
                 errors.push(err.to_string())
             }
             Err(other) => panic!("an untyped failure: {other:?}"),
@@ -171,7 +171,7 @@ async fn the_leader_killed_mid_batch_issues_no_token_twice_and_lets_no_stale_wri
     let held = renewal.stop();
     // The release may go to the killed member: then the lease ends at its TTL.
     match batch.finish().await {
-        Ok(_) | Err(Error::Backend { .. } | Error::Ambiguous { .. }) => {}
+        Ok(_) | Err(Error::Unavailable { .. } | Error::Ambiguous { .. }) => {}
         Err(other) => panic!("{other:?}"),
     }
 
@@ -201,7 +201,7 @@ async fn through_failures<T>(mut op: impl AsyncFnMut() -> fencing_core::Result<T
     for _ in 0..20 {
         match op().await {
             Ok(answer) => return answer,
-            Err(Error::Backend { .. } | Error::Ambiguous { .. }) => {}
+            Err(Error::Unavailable { .. } | Error::Ambiguous { .. }) => {}
             Err(other) => panic!("an untyped failure: {other:?}"),
         }
     }
@@ -294,7 +294,7 @@ async fn without_quorum_an_acquisition_fails_with_a_typed_error_and_never_a_toke
     for _ in 0..3 {
         let failed = lease.try_acquire(&resource(), ttl).await;
         match failed {
-            Err(err @ (Error::Backend { .. } | Error::Ambiguous { .. })) => {
+            Err(err @ (Error::Unavailable { .. } | Error::Ambiguous { .. })) => {
                 let text = err.to_string();
                 assert!(text.starts_with("etcd"), "{text}");
             }
@@ -479,7 +479,7 @@ async fn without_quorum_a_client_without_timeouts_is_bounded_by_the_request_time
     }
     for outcome in [acquired.map(drop), released, current.map(drop)] {
         match outcome {
-            Err(err @ (Error::Backend { .. } | Error::Ambiguous { .. })) => {
+            Err(err @ (Error::Unavailable { .. } | Error::Ambiguous { .. })) => {
                 assert!(err.to_string().contains("no answer within"), "{err}");
             }
             other => panic!("without quorum: {other:?}"),

@@ -13,7 +13,7 @@
 //! same loop, with the same codecs and tombstones.
 //!
 //! * A backend that cannot update conditionally (the local file system answers
-//!   `NotImplemented`) is refused with [`fencing_core::Error::Backend`] at the first write,
+//!   `NotImplemented`) is refused with [`fencing_core::Error::NotSupported`] at the first write,
 //!   naming the backend; nothing is ever written unconditionally.
 //! * [`FencedObjectStore::delete`] writes a **tombstone** over the record (a conditional
 //!   update like any write): readers see no record, and a write that creates the record
@@ -23,6 +23,7 @@
 //! The caller builds the `Arc<dyn ObjectStore>` with the backend and its configuration
 //! (`docs/guide.md`, "object_store"); this crate enables no backend of its own.
 
+mod error;
 mod objects;
 mod store;
 

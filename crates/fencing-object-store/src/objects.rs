@@ -14,6 +14,8 @@ use object_store::{
 };
 use tokio::sync::OnceCell;
 
+use crate::error::ObjectFailure;
+
 /// Objects under a prefix of an `object_store` backend as a [`VersionedStore`]: the version
 /// is the ETag and version the backend reports, both kept.
 #[derive(Debug)]
@@ -73,28 +75,8 @@ impl Objects {
         self.prefix.clone().join(key.as_str())
     }
 
-    /// A failed request, its answer lost or not as `object_store` tells: a backend that
-    /// cannot update conditionally is named as such.
     fn failed(&self, err: object_store::Error, effect: RequestEffect) -> Error {
-        match err {
-            object_store::Error::NotImplemented { .. }
-            | object_store::Error::NotSupported { .. } => self.definite(format!(
-                "{} cannot update objects conditionally ({err}); fenced writes need \
-                     PutMode::Update (for S3, ETag matching: AWS_CONDITIONAL_PUT=etag), and \
-                     nothing was written",
-                self.store
-            )),
-            // `Generic` covers the transport: a request whose answer never came may have
-            // been applied.
-            object_store::Error::Generic { .. } => {
-                Error::failed_request(&self.name, effect, true, Box::new(err))
-            }
-            other => Error::failed_request(&self.name, effect, false, Box::new(other)),
-        }
-    }
-
-    fn definite(&self, message: String) -> Error {
-        Error::failed_request(&self.name, RequestEffect::ReadOnly, false, message.into())
+        ObjectFailure::Client(err, self.store.to_string()).into_error(&self.name, effect)
     }
 
     /// The object of `key` and its version, if any.
@@ -110,11 +92,12 @@ impl Objects {
             version: got.meta.version.clone(),
         };
         if version.e_tag.is_none() && version.version.is_none() {
-            return Err(self.definite(format!(
+            return Err(ObjectFailure::NoVersion(format!(
                 "{} reported neither an ETag nor a version for {location}: it cannot update \
                  conditionally, and nothing was written",
                 self.store
-            )));
+            ))
+            .into_error(&self.name, RequestEffect::ReadOnly));
         }
         let body = got
             .bytes()

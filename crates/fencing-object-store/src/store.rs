@@ -85,7 +85,7 @@ impl FencedObjectStore {
     ///
     /// # Errors
     ///
-    /// [`fencing_core::Error::Backend`], naming the defect found
+    /// [`fencing_core::Error::NotSupported`], naming the defect found
     /// ([`fencing_core::adapter::ConditionalPutDefect::of`] tells it apart), or the failure
     /// that kept the check from ending (a backend without conditional updates answers
     /// `NotImplemented`).

@@ -115,7 +115,7 @@ async fn a_backend_that_cannot_update_conditionally_is_refused_before_anything_i
             .write(&k, token(33), &FencedWrite::claim())
             .await
             .unwrap_err();
-        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(matches!(err, Error::NotSupported { .. }), "{err:?}");
         assert!(
             err.to_string()
                 .contains("cannot update objects conditionally"),
@@ -148,7 +148,7 @@ async fn a_backend_that_accepts_a_put_it_must_refuse_is_refused_before_anything_
             "{checked:?}"
         );
         assert!(
-            matches!(&checked, Error::Backend { store, .. } if store == "receipts"),
+            matches!(&checked, Error::NotSupported { store, .. } if store == "receipts"),
             "{checked:?}"
         );
         let k = key("r_815");

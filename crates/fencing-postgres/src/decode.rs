@@ -26,7 +26,7 @@ pub(crate) fn fence_from_db(value: i64) -> Result<Option<FencingToken>, PgFailur
         0 => Ok(None),
         v => FencingToken::from_i64(v)
             .map(Some)
-            .map_err(|e| PgFailure::Corrupt(format!("stored fence {v}: {e}"))),
+            .map_err(|e| PgFailure::Corrupt(format!("stored fence {v}"), e)),
     }
 }
 
@@ -34,7 +34,7 @@ pub(crate) fn state_from_db(value: Option<String>) -> Result<Option<State>, PgFa
     value
         .map(|text| {
             State::new(text.clone())
-                .map_err(|e| PgFailure::Corrupt(format!("stored state {text:?}: {e}")))
+                .map_err(|e| PgFailure::Corrupt(format!("stored state {text:?}"), e))
         })
         .transpose()
 }

@@ -153,7 +153,7 @@ impl Lease for PgLease {
             Some(token) => {
                 let token = FencingToken::from_i64(token).map_err(|e| {
                     self.failed(
-                        PgFailure::Corrupt(format!("lease token {token}: {e}")),
+                        PgFailure::Corrupt(format!("lease token {token}"), e),
                         RequestEffect::Writes,
                     )
                 })?;
@@ -206,7 +206,7 @@ impl Lease for PgLease {
         let decoded = || -> Result<_, PgFailure> {
             let token: i64 = row.try_get(1)?;
             let token = FencingToken::from_i64(token)
-                .map_err(|e| PgFailure::Corrupt(format!("lease token {token}: {e}")))?;
+                .map_err(|e| PgFailure::Corrupt(format!("lease token {token}"), e))?;
             let millis: i64 = row.try_get(2)?;
             Ok(LeaseStatus {
                 owner: row.try_get(0)?,

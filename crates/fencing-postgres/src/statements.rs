@@ -215,7 +215,7 @@ impl Sql {
             .map(|((column, _, _), value)| format!(", {column} = {value}"))
             .collect();
         // A row whose fence or state this crate could not read back is refused inside the
-        // statement, so nothing is written over it (the caller gets a Backend error naming it).
+        // statement, so nothing is written over it (the caller gets an `Error::Corrupt` naming it).
         let row_readable = format!(
             "{fence_value} >= 0 AND ({state} IS NULL OR ({state} <> '' AND octet_length({state}) \
              <= {max_state} AND {state} !~ '{refused}'))",

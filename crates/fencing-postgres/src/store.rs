@@ -437,7 +437,7 @@ impl PgStore {
         let decoded = |row: &PgRow| -> Result<(String, Record), PgFailure> {
             let text: String = row.try_get(0)?;
             let key = RecordKey::new(text.clone())
-                .map_err(|e| PgFailure::Corrupt(format!("stored key {text:?}: {e}")))?;
+                .map_err(|e| PgFailure::Corrupt(format!("stored key {text:?}"), e))?;
             let fence = fence_from_db(row.try_get(1)?)?;
             Ok((
                 text,
@@ -627,7 +627,9 @@ impl PgStore {
 
     /// A driver error from a statement of the caller's own, run in one transaction with this
     /// store's writes (a ledger entry beside a confirm), as this store's error: a lost
-    /// connection is [`Error::Ambiguous`], anything else [`Error::Backend`].
+    /// connection is [`Error::Ambiguous`], anything else the failure of the store it means
+    /// ([`Error::failure`]: a missing table is [`Error::Misconfigured`], a refused grant
+    /// [`Error::PermissionDenied`]…), the driver's error kept as its source.
     pub fn sql_failure(&self, err: sqlx::Error) -> Error {
         self.failed(err.into(), RequestEffect::Writes)
     }

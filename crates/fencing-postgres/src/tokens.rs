@@ -304,7 +304,7 @@ impl PgTokenSource {
 /// A counter value read back: a token, or corrupt.
 pub(crate) fn decode_token(value: i64) -> Result<FencingToken, PgFailure> {
     FencingToken::from_i64(value)
-        .map_err(|e| PgFailure::Corrupt(format!("counter value {value}: {e}")))
+        .map_err(|e| PgFailure::Corrupt(format!("counter value {value}"), e))
 }
 
 /// The failure of a statement on a counter table without its binding row.

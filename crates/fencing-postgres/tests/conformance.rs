@@ -159,7 +159,7 @@ async fn a_token_source_and_a_lease_name_their_tables_in_their_errors() {
     let resource = ResourceName::new("settle:m_4471").unwrap();
     let err = schema.tokens().next(&resource).await.unwrap_err();
     assert!(
-        matches!(&err, Error::Backend { store, .. } if *store == format!("postgres:{}.tokens", schema.name)),
+        matches!(&err, Error::Misconfigured { store, .. } if *store == format!("postgres:{}.tokens", schema.name)),
         "{err:?}"
     );
     assert!(err.to_string().contains("create_if_missing"), "{err}");
@@ -172,7 +172,7 @@ async fn a_token_source_and_a_lease_name_their_tables_in_their_errors() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Backend { store, .. } if *store == format!("postgres:{}.leases", schema.name)),
+        matches!(&err, Error::Misconfigured { store, .. } if *store == format!("postgres:{}.leases", schema.name)),
         "{err:?}"
     );
     schema.drop_schema().await;

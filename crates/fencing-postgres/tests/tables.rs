@@ -5,6 +5,7 @@ mod common;
 
 use common::Schema;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
@@ -12,6 +13,7 @@ use fencing_core::{
     InputKind, Lifecycle, MemoryTokenSource, RecordKey, ResourceName, State, TokenSource,
 };
 use fencing_postgres::{PgFenceFloor, PgIdent, PgStore, PgTable, push_fence_condition};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder};
 
 fn key(text: &str) -> RecordKey {
@@ -483,6 +485,105 @@ async fn names_postgres_accepts_quoted_work_and_hostile_ones_stay_names() {
     schema.drop_schema().await;
 }
 
+/// A pool of `options` with one connection, for a store on the test's table.
+async fn store_connected_with(schema: &Schema, options: PgConnectOptions) -> PgStore {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy_with(options);
+    PgStore::new(pool, schema.table.clone())
+}
+
+#[tokio::test]
+async fn each_kind_of_failure_reaches_the_caller_with_its_meaning_and_its_cause() {
+    let schema = Schema::new().await;
+    let url: PgConnectOptions = fencing_test_support::services::postgres_url()
+        .parse()
+        .unwrap();
+    let claim = FencedWrite::claim().set_state(State::new("sending").unwrap());
+    let cause_is_the_drivers = |err: &Error| {
+        let mut cause = std::error::Error::source(err);
+        while let Some(current) = cause {
+            if current.is::<sqlx::Error>() {
+                return true;
+            }
+            cause = current.source();
+        }
+        false
+    };
+
+    // Nothing listens: the request never left.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let unreachable = store_connected_with(&schema, url.clone().port(port)).await;
+    let err = unreachable
+        .write(&key("r_1"), token(1), &claim)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+
+    // A role the table was not granted to.
+    let role = format!("{}_reader", schema.name);
+    schema
+        .execute(format!(
+            "CREATE ROLE \"{role}\" LOGIN; GRANT USAGE ON SCHEMA \"{}\" TO \"{role}\"",
+            schema.name
+        ))
+        .await;
+    let ungranted = store_connected_with(&schema, url.clone().username(&role)).await;
+    let err = ungranted
+        .write(&key("r_1"), token(1), &claim)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PermissionDenied { .. }), "{err:?}");
+    assert!(cause_is_the_drivers(&err), "{err:?}");
+    ungranted.pool().close().await;
+
+    // A row another transaction holds, past the connection's lock_timeout: rolled back whole.
+    schema
+        .store()
+        .write(&key("r_1"), token(1), &claim)
+        .await
+        .unwrap();
+    let mut holding = schema.pool.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT 1 FROM {} WHERE id = 'r_1' FOR UPDATE",
+        schema.table.name()
+    )))
+    .execute(&mut *holding)
+    .await
+    .unwrap();
+    let impatient =
+        store_connected_with(&schema, url.clone().options([("lock_timeout", "200ms")])).await;
+    let err = impatient
+        .write(&key("r_1"), token(2), &claim)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(cause_is_the_drivers(&err), "{err:?}");
+    holding.rollback().await.unwrap();
+    assert_eq!(
+        schema
+            .store()
+            .read(&key("r_1"))
+            .await
+            .unwrap()
+            .unwrap()
+            .fence,
+        Some(token(1)),
+        "nothing was written"
+    );
+    impatient.pool().close().await;
+
+    schema.drop_schema().await;
+    let admin = sqlx::PgPool::connect_with(url).await.unwrap();
+    sqlx::query(AssertSqlSafe(format!("DROP ROLE \"{role}\"")))
+        .execute(&admin)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_missing_table_or_fence_column_is_a_clear_error() {
     let schema = Schema::new().await;
@@ -491,7 +592,7 @@ async fn a_missing_table_or_fence_column_is_a_clear_error() {
         PgTable::new(&schema.name, "no_such_table").unwrap(),
     );
     let err = missing.read(&key("r_1")).await.unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     assert!(err.to_string().contains("does not exist"), "{err}");
 
     schema
@@ -595,7 +696,7 @@ async fn a_key_column_that_is_not_unique_is_refused_before_anything_is_written()
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Backend { .. }) && err.to_string().contains("must be unique"),
+        matches!(err, Error::Misconfigured { .. }) && err.to_string().contains("must be unique"),
         "{err:?}"
     );
     let states: Vec<(i64, Option<String>)> = sqlx::query_as(AssertSqlSafe(format!(
@@ -764,7 +865,7 @@ async fn a_corrupt_row_is_refused_inside_the_statement_and_left_as_it_was() {
         for write in [&sending, &FencedWrite::holder_only()] {
             let err = store.write(&key(id), token(9), write).await.unwrap_err();
             assert!(
-                matches!(err, Error::Backend { .. }) && err.to_string().contains("stored"),
+                matches!(err, Error::Corrupt { .. }) && err.to_string().contains("stored"),
                 "{id}: {err:?}"
             );
         }

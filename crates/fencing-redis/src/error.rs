@@ -1,7 +1,7 @@
 //! This adapter's failures, and how each maps onto the core's meaning-level error.
 
-use fencing_core::adapter::RequestEffect;
-use fencing_core::{Error, ResourceName};
+use fencing_core::adapter::{Explained, RequestEffect};
+use fencing_core::{BoxError, Error, Failure, ResourceName};
 use redis::RedisError;
 
 /// The store name Redis failures carry.
@@ -33,62 +33,84 @@ impl From<RedisError> for RedisFailure {
 impl RedisFailure {
     /// The core error for a failed request about `resource` with this `effect`.
     pub(crate) fn into_error(self, resource: &ResourceName, effect: RequestEffect) -> Error {
-        let err = match self {
-            RedisFailure::Unexpected(what) => {
-                return Error::failed_request(STORE, effect, false, what.into());
-            }
-            RedisFailure::TimedOut(waited) => {
-                let why = format!("no answer within the request timeout of {waited:?}");
-                return Error::failed_request(STORE, effect, true, why.into());
-            }
-            RedisFailure::Driver(err) => err,
-        };
-        match err.code() {
-            Some(EXHAUSTED) => Error::TokenExhausted {
-                resource: resource.clone(),
+        let (failure, source): (Failure, BoxError) = match self {
+            RedisFailure::Unexpected(what) => (Failure::Unexpected, what.into()),
+            RedisFailure::TimedOut(waited) => (
+                Failure::AnswerLost,
+                format!("no answer within the request timeout of {waited:?}").into(),
+            ),
+            RedisFailure::Driver(err) => match err.code() {
+                Some(EXHAUSTED) => {
+                    return Error::TokenExhausted {
+                        resource: resource.clone(),
+                    };
+                }
+                Some(NOT_INTEGER) => {
+                    let why = format!(
+                        "the counter key of {resource:?} holds something other than a token: {}",
+                        err.detail().unwrap_or_default()
+                    );
+                    (Failure::Corrupt, Box::new(Explained::new(why, err)))
+                }
+                Some(NO_HISTORY) => {
+                    let why = format!(
+                        "no token issued for {resource:?}: the server will not tell a script its \
+                         run_id and replication id ({}), so epoch tokens could not tell a \
+                         failover to a lagging replica or a restart from an older snapshot from \
+                         the history they were issued on. Let scripts call INFO (Redis 7.0 or \
+                         later, the command not renamed or disabled), or take tokens from a \
+                         durable source (PgLease)",
+                        err.detail().unwrap_or_default()
+                    );
+                    (Failure::NotSupported, Box::new(Explained::new(why, err)))
+                }
+                Some(NOT_PRIMARY) => {
+                    let why = format!(
+                        "no token issued for {resource:?}: the connection reaches a replica, \
+                         which cannot issue tokens; connect to the primary (through Sentinel or \
+                         the cluster to follow a failover)"
+                    );
+                    (Failure::Unavailable, Box::new(Explained::new(why, err)))
+                }
+                _ => (meaning(&err), Box::new(err)),
             },
-            Some(NOT_INTEGER) => Error::failed_request(
-                STORE,
-                effect,
-                false,
-                format!(
-                    "the counter key of {resource:?} holds something other than a token: {}",
-                    err.detail().unwrap_or_default()
-                )
-                .into(),
-            ),
-            Some(NO_HISTORY) => Error::failed_request(
-                STORE,
-                effect,
-                false,
-                format!(
-                    "no token issued for {resource:?}: the server will not tell a script its \
-                     run_id and replication id ({}), so epoch tokens could not tell a failover \
-                     to a lagging replica or a restart from an older snapshot from the history \
-                     they were issued on. Let scripts call INFO (Redis 7.0 or later, the \
-                     command not renamed or disabled), or take tokens from a durable source \
-                     (PgLease)",
-                    err.detail().unwrap_or_default()
-                )
-                .into(),
-            ),
-            Some(NOT_PRIMARY) => Error::failed_request(
-                STORE,
-                effect,
-                false,
-                format!(
-                    "no token issued for {resource:?}: the connection reaches a replica, which \
-                     cannot issue tokens; connect to the primary (through Sentinel or the \
-                     cluster to follow a failover)"
-                )
-                .into(),
-            ),
-            _ => {
-                let answer_lost =
-                    err.is_io_error() || err.is_connection_dropped() || err.is_timeout();
-                Error::failed_request(STORE, effect, answer_lost, Box::new(err))
-            }
-        }
+        };
+        Error::failed_request(STORE, effect, failure, source)
+    }
+}
+
+/// What a driver's error means for the request: a failure of the transport after the request
+/// may have gone out lost its answer; the server's own refusals say what they are.
+fn meaning(err: &RedisError) -> Failure {
+    use redis::ServerErrorKind as Server;
+    if err.is_connection_refusal() {
+        return Failure::Unavailable;
+    }
+    if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() {
+        return Failure::AnswerLost;
+    }
+    match err.kind() {
+        redis::ErrorKind::AuthenticationFailed => Failure::PermissionDenied,
+        redis::ErrorKind::InvalidClientConfig
+        | redis::ErrorKind::MasterNameNotFoundBySentinel
+        | redis::ErrorKind::EmptySentinelList => Failure::Misconfigured,
+        redis::ErrorKind::NoValidReplicasFoundBySentinel
+        | redis::ErrorKind::ClusterConnectionNotFound => Failure::Unavailable,
+        redis::ErrorKind::RESP3NotSupported => Failure::NotSupported,
+        redis::ErrorKind::Server(Server::NoPerm) => Failure::PermissionDenied,
+        redis::ErrorKind::Server(
+            Server::BusyLoading
+            | Server::TryAgain
+            | Server::ClusterDown
+            | Server::MasterDown
+            | Server::ReadOnly,
+        ) => Failure::Unavailable,
+        _ => match err.code() {
+            Some("NOAUTH" | "WRONGPASS") => Failure::PermissionDenied,
+            Some("WRONGTYPE") => Failure::Corrupt,
+            Some("BUSY" | "OOM" | "MISCONF") => Failure::Unavailable,
+            _ => Failure::Unexpected,
+        },
     }
 }
 
@@ -100,6 +122,15 @@ mod tests {
 
     fn resource() -> ResourceName {
         ResourceName::new("settle:m_4471").unwrap()
+    }
+
+    /// A script's error reply whose first word is `code`, as the server sends it.
+    fn script_error(code: &str) -> RedisError {
+        let reply = format!("-{code} the script said why\r\n");
+        match redis::parse_redis_value(reply.as_bytes()).unwrap() {
+            redis::Value::ServerError(err) => RedisError::from(err),
+            other => panic!("{other:?}"),
+        }
     }
 
     fn after_a_write(err: RedisError) -> Error {
@@ -121,11 +152,70 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_from_the_server_is_never_ambiguous() {
-        let reply = RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
-            "READONLY",
+    fn an_answer_from_the_server_is_never_ambiguous_and_has_its_meaning() {
+        use redis::ServerErrorKind as Server;
+        for (kind, meaning) in [
+            (
+                redis::ErrorKind::Server(Server::ReadOnly),
+                Failure::Unavailable,
+            ),
+            (
+                redis::ErrorKind::Server(Server::BusyLoading),
+                Failure::Unavailable,
+            ),
+            (
+                redis::ErrorKind::Server(Server::ClusterDown),
+                Failure::Unavailable,
+            ),
+            (
+                redis::ErrorKind::Server(Server::MasterDown),
+                Failure::Unavailable,
+            ),
+            (
+                redis::ErrorKind::Server(Server::NoPerm),
+                Failure::PermissionDenied,
+            ),
+            (
+                redis::ErrorKind::AuthenticationFailed,
+                Failure::PermissionDenied,
+            ),
+            (
+                redis::ErrorKind::InvalidClientConfig,
+                Failure::Misconfigured,
+            ),
+            (
+                redis::ErrorKind::Server(Server::NoScript),
+                Failure::Unexpected,
+            ),
+        ] {
+            let err = after_a_write(RedisError::from((kind, "the server said no")));
+            assert_eq!(err.failure(), Some(meaning), "{kind:?}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_sent_nothing() {
+        let refused = RedisError::from(io::Error::from(io::ErrorKind::ConnectionRefused));
+        let err = after_a_write(refused);
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn the_scripts_own_refusals_have_their_meanings_and_keep_the_reply() {
+        for (code, meaning) in [
+            (NOT_INTEGER, Failure::Corrupt),
+            (NO_HISTORY, Failure::NotSupported),
+            (NOT_PRIMARY, Failure::Unavailable),
+        ] {
+            let err = after_a_write(script_error(code));
+            assert_eq!(err.failure(), Some(meaning), "{code}: {err:?}");
+            let explained = std::error::Error::source(&err).expect("the explanation");
+            let reply = explained.source().expect("the server's reply beneath");
+            assert!(reply.is::<RedisError>(), "{code}: {err:?}");
+        }
+        assert!(matches!(
+            after_a_write(script_error(EXHAUSTED)),
+            Error::TokenExhausted { .. }
         ));
-        assert!(matches!(after_a_write(reply), Error::Backend { .. }));
     }
 }

@@ -104,7 +104,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisTokenSource<C> {
 
     /// The same source, giving up on a request to Redis after `limit` (at least 1 ms): a write
     /// then reports [`fencing_core::Error::Ambiguous`] (it may still arrive and apply), a read
-    /// [`fencing_core::Error::Backend`]. The connection's own response timeout applies too,
+    /// [`fencing_core::Error::Unavailable`]. The connection's own response timeout applies too,
     /// whichever is shorter. The epoch source's requests are bounded by that source (a
     /// `PgEpochSource` by its pool's).
     pub fn with_request_timeout(mut self, limit: Duration) -> Result<Self, InvalidInput> {

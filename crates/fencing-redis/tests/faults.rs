@@ -272,7 +272,7 @@ async fn a_counter_holding_garbage_is_refused_and_nothing_is_left_half_written()
             .unwrap();
         let err = lease.try_acquire(&resource, ttl).await.unwrap_err();
         assert!(
-            matches!(&err, Error::Backend { .. }) && err.to_string().contains("other than a token"),
+            matches!(&err, Error::Corrupt { .. }) && err.to_string().contains("other than a token"),
             "{garbage:?}: {err}"
         );
         let lock_exists: bool = redis::cmd("EXISTS")

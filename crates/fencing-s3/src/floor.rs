@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use fencing_core::adapter::RequestEffect;
 use fencing_core::{FenceFloor, FencedStore, FencingToken, RecordKey, ResourceName, Result};
 
+use crate::error::{S3Failure, request_failed};
 use crate::store::S3Store;
 
 /// The key prefix (below the store's own) of the records one resource's lease protects.
@@ -75,19 +76,14 @@ impl FenceFloor for S3FenceFloor {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page =
-                page.map_err(|e| fencing_aws::request_failed(&name, RequestEffect::ReadOnly, e))?;
+            let page = page.map_err(|e| request_failed(&name, RequestEffect::ReadOnly, e))?;
             for object in page.contents() {
                 let Some(text) = object.key().and_then(|k| k.strip_prefix(bucket.prefix())) else {
                     continue;
                 };
                 let key = RecordKey::new(text).map_err(|e| {
-                    fencing_core::Error::failed_request(
-                        &name,
-                        RequestEffect::ReadOnly,
-                        false,
-                        format!("object key {text:?} is not a record key: {e}").into(),
-                    )
+                    S3Failure::ForeignKey(text.to_owned(), e)
+                        .into_error(&name, RequestEffect::ReadOnly)
                 })?;
                 highest = highest.max(self.store.fence_of(&key).await?);
             }

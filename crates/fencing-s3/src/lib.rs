@@ -19,6 +19,7 @@
 //! `aws-config` on anyone.
 
 mod bucket;
+mod error;
 mod floor;
 mod objects;
 mod store;

@@ -11,6 +11,7 @@ use fencing_core::adapter::{NewObject, PutOutcome, RequestEffect, StoredObject, 
 use fencing_core::{Error, RecordKey, Result};
 
 use crate::bucket::S3Bucket;
+use crate::error::{S3Failure, request_failed};
 
 /// Objects in a bucket as a [`VersionedStore`]: the version is the ETag. Conditional writes
 /// are settled by [`fencing_core::adapter::CasStore`] (it re-reads after a lost answer), never re-sent
@@ -60,11 +61,7 @@ impl S3Objects {
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        fencing_aws::request_failed(&self.name, effect, err)
-    }
-
-    fn definite(&self, message: String) -> Error {
-        Error::failed_request(&self.name, RequestEffect::ReadOnly, false, message.into())
+        request_failed(&self.name, effect, err)
     }
 }
 
@@ -123,13 +120,14 @@ impl VersionedStore for S3Objects {
             }
             Err(err) => return Err(self.failed(err, RequestEffect::ReadOnly)),
         };
-        let version = out
-            .e_tag()
-            .map(str::to_owned)
-            .ok_or_else(|| self.definite(format!("GetObject of {object} returned no ETag")))?;
-        let body = out.body.collect().await.map_err(|e| {
-            Error::failed_request(&self.name, RequestEffect::ReadOnly, true, Box::new(e))
+        let version = out.e_tag().map(str::to_owned).ok_or_else(|| {
+            S3Failure::Unexpected(format!("GetObject of {object} returned no ETag"))
+                .into_error(&self.name, RequestEffect::ReadOnly)
         })?;
+        let body =
+            out.body.collect().await.map_err(|e| {
+                S3Failure::BodyLost(e).into_error(&self.name, RequestEffect::ReadOnly)
+            })?;
         Ok(Some(StoredObject {
             body: body.to_vec(),
             version,

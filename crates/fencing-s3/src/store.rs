@@ -78,7 +78,7 @@ impl S3Store {
     ///
     /// # Errors
     ///
-    /// [`fencing_core::Error::Backend`], naming the defect found
+    /// [`fencing_core::Error::NotSupported`], naming the defect found
     /// ([`fencing_core::adapter::ConditionalPutDefect::of`] tells it apart), or the failure
     /// that kept the check from ending.
     pub async fn check_conditional_writes(&self) -> Result<()> {

@@ -150,7 +150,7 @@ async fn an_object_the_codec_cannot_read_is_never_written_over() {
         .write(&k, token(40), &receipt(RECEIPT))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("not written over"), "{err}");
     assert_eq!(raw_body(&store, &k).await.0, foreign);
 }

@@ -240,7 +240,7 @@ async fn an_object_that_is_not_a_readable_envelope_is_never_written_over() {
     for (id, body) in cases {
         put_raw(&store, &format!("m_4471/{id}"), body.clone(), None).await;
         let err = store.read(&key(id)).await.unwrap_err();
-        assert!(matches!(err, Error::Backend { .. }), "{id}: {err:?}");
+        assert!(matches!(err, Error::Corrupt { .. }), "{id}: {err:?}");
         for write in [FencedWrite::claim(), FencedWrite::holder_only()] {
             let err = store.write(&key(id), token(9), &write).await.unwrap_err();
             assert!(err.to_string().contains("not written over"), "{id}: {err}");
@@ -276,7 +276,7 @@ async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_con
         .write(&k, token(34), &FencedWrite::claim())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
     assert_eq!(tamper.seen("PUT"), puts + 1, "the refused put, sent once");
     assert_eq!(store.read(&k).await.unwrap(), before);
@@ -284,7 +284,7 @@ async fn a_put_or_delete_the_service_refused_is_an_error_and_not_taken_for_a_con
     let puts = tamper.seen("PUT");
     tamper.misroute("PUT", 1);
     let err = store.delete(&holder(1), &k).await.unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
     assert_eq!(
         tamper.seen("PUT"),
@@ -324,7 +324,7 @@ async fn a_read_of_a_bucket_that_does_not_exist_is_an_error_not_a_missing_record
     let missing = S3Bucket::new(fencing_testkit::unique_name("missing"), "m_4471/").unwrap();
     let store = S3Store::new(client, missing);
     let err = store.read(&key("r_815")).await.unwrap_err();
-    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(matches!(err, Error::Misconfigured { .. }), "{err:?}");
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
     let err = store
         .write(&key("r_815"), token(34), &FencedWrite::claim())

@@ -14,8 +14,8 @@
 //!   `FencedStore`: what an adapter implements and a `Holder` sends);
 //! * the rules a store applies that `Holder` does not ([`is_regression`];
 //!   `FencedWrite::decide` and `apply` are methods of the write);
-//! * the error rule ([`RequestEffect`] for
-//!   `Error::failed_request`), the writes an adapter makes outside `Holder::write`
+//! * the error rule ([`RequestEffect`] and `Failure` for
+//!   `Error::failed_request`, [`Explained`] for a driver's error with a message of its own), the writes an adapter makes outside `Holder::write`
 //!   ([`HolderExt`]: `write_by`, `run_write`, `run_write_once`, and [`RecordOutcomes`] for
 //!   what a write of many records reports), what a lease records on its guards
 //!   ([`LeaseGuardExt`]: `new`, `extended`, `lost`), the key check of a write of many records
@@ -96,7 +96,7 @@ pub use crate::holder::write::HolderExt;
 pub use crate::memory::MemoryVersionedStore;
 pub use crate::protocol::rules::is_regression;
 pub use crate::value::clock::{Clock, TokioClock};
-pub use crate::value::error::RequestEffect;
+pub use crate::value::error::{Explained, RequestEffect};
 pub use crate::value::input::{
     check_request_timeout, check_store_name, is_refused_char, refused_char_ranges,
 };

@@ -31,7 +31,7 @@ impl ConditionalPutDefect {
     /// The defect [`check_conditional_writes`] found, if `err` is its refusal.
     pub fn of(err: &Error) -> Option<Self> {
         match err {
-            Error::Backend { source, .. } => source.downcast_ref::<Self>().copied(),
+            Error::NotSupported { source, .. } => source.downcast_ref::<Self>().copied(),
             _ => None,
         }
     }
@@ -73,7 +73,7 @@ impl std::error::Error for ConditionalPutDefect {}
 /// `remove` is then called on both keys, whatever the outcome, to take away what the check
 /// left (a store's own delete may leave a tombstone; the probes are nobody's records).
 ///
-/// Returns [`Error::Backend`] whose source is the [`ConditionalPutDefect`] found (see
+/// Returns [`Error::NotSupported`] whose source is the [`ConditionalPutDefect`] found (see
 /// [`ConditionalPutDefect::of`]); a store that cannot replace at all fails at step 3 with
 /// its own error.
 pub async fn check_conditional_writes<S, F, Removed>(store: &S, remove: F) -> Result<()>
@@ -111,7 +111,7 @@ async fn check_on<S: VersionedStore + ?Sized>(
         };
         store.put(key, probe, expected).await
     };
-    let defect = |defect: ConditionalPutDefect| Error::Backend {
+    let defect = |defect: ConditionalPutDefect| Error::NotSupported {
         store: store.name().to_owned(),
         source: Box::new(defect),
     };
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn only_a_checks_refusal_names_a_defect() {
-        let other = Error::Backend {
+        let other = Error::Unavailable {
             store: "objects".into(),
             source: "connection refused".into(),
         };

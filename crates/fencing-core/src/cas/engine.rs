@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use crate::cas::codec::{EnvelopeCodec, ObjectCodec, encode_checked};
 use crate::cas::object::{Contents, WriteId};
 use crate::contract::store::{FencedStore, FencedWrite, Record, StoreWrites, Written};
-use crate::value::error::{Error, FoundFence, RequestEffect, Result};
+use crate::value::error::{Error, Explained, Failure, FoundFence, RequestEffect, Result};
 use crate::value::name::{RecordKey, State};
 use crate::value::token::FencingToken;
 
@@ -103,7 +103,7 @@ pub trait VersionedStore: Send + Sync + Debug {
     ) -> Result<PutOutcome<Self::Version>>;
 }
 
-/// How many conflicting rounds a write goes before it gives up with [`Error::Backend`].
+/// How many conflicting rounds a write goes before it gives up with [`Error::Unavailable`].
 const DEFAULT_ROUNDS: usize = 8;
 
 /// The most records whose last version a [`CasStore`] remembers.
@@ -127,7 +127,7 @@ const REMEMBERED: usize = 1024;
 /// * Bodies are in the codec's format ([`EnvelopeCodec`] unless [`CasStore::with_codec`]);
 ///   an object the codec cannot read is refused and never written over.
 /// * After [`CasStore::with_rounds`] conflicting rounds (8 by default) it gives up with
-///   [`Error::Backend`], never a guess.
+///   [`Error::Unavailable`], never a guess.
 pub struct CasStore<S: VersionedStore> {
     inner: S,
     codec: Arc<dyn ObjectCodec>,
@@ -190,23 +190,23 @@ impl<S: VersionedStore> CasStore<S> {
     }
 
     /// Reads `key` from the store, a tombstone included, with its version (and remembers it).
-    /// An object the codec cannot read is an [`Error::Backend`] that says it is not written
+    /// An object the codec cannot read is an [`Error::Corrupt`] that says it is not written
     /// over.
     pub async fn get(&self, key: &RecordKey) -> Result<Option<Versioned<S::Version>>> {
         let current = match self.inner.get(key).await? {
             None => None,
             Some(object) => {
                 let (contents, write_id) = self.codec.decode(key, &object.body).map_err(|e| {
+                    let why = format!(
+                        "{key:?} in {} cannot be read as a fenced record ({e}); it is left as \
+                         it is and not written over",
+                        self.inner.name()
+                    );
                     Error::failed_request(
                         self.inner.name(),
                         RequestEffect::ReadOnly,
-                        false,
-                        format!(
-                            "{key:?} in {} cannot be read as a fenced record ({e}); it is left \
-                             as it is and not written over",
-                            self.inner.name()
-                        )
-                        .into(),
+                        Failure::Corrupt,
+                        Box::new(Explained::new(why, e)),
                     )
                 })?;
                 Some(Versioned {
@@ -367,7 +367,7 @@ impl<S: VersionedStore> CasStore<S> {
         Error::failed_request(
             self.inner.name(),
             RequestEffect::Writes,
-            false,
+            Failure::Unavailable,
             format!(
                 "{key:?} changed under the write in each of {} rounds; nothing was written",
                 self.rounds
@@ -778,7 +778,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn endless_conflicts_end_in_a_backend_error_with_nothing_written() {
+    async fn endless_conflicts_end_in_an_unavailable_store_with_nothing_written() {
         let store = seeded(1).await.with_rounds(3);
         for fence in 1..=3 {
             let theirs = Record {
@@ -788,7 +788,7 @@ mod tests {
             store.inner().then(Step::Interloper(theirs));
         }
         let err = store.write(&key(), token(5), &sending()).await.unwrap_err();
-        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
         let now = store.read(&key()).await.unwrap().unwrap();
         assert_eq!(
             now.fence,

@@ -168,7 +168,7 @@ mod tests {
             let left = self.failures.load(Ordering::SeqCst);
             if left > 0 {
                 self.failures.store(left - 1, Ordering::SeqCst);
-                return Err(Error::Backend {
+                return Err(Error::Unavailable {
                     store: "lease".into(),
                     source: "connection refused".into(),
                 });

@@ -10,7 +10,7 @@ use crate::contract::token_source::TokenSource;
 use crate::holder::latch::Latch;
 use crate::protocol::rules::is_regression;
 use crate::telemetry;
-use crate::value::error::{Error, FoundFence, NoAnswer, RequestEffect, Result};
+use crate::value::error::{Error, Failure, FoundFence, NoAnswer, RequestEffect, Result};
 use crate::value::name::{RecordKey, ResourceName};
 use crate::value::token::FencingToken;
 
@@ -505,7 +505,12 @@ enum Patience {
 /// records its answers belong to is unknown, so the whole request's outcome is.
 fn miscounted(store: &str, answered: usize, sent: usize) -> Error {
     let source = format!("write_many answered {answered} outcomes for {sent} records");
-    Error::failed_request(store, RequestEffect::Writes, true, source.into())
+    Error::failed_request(
+        store,
+        RequestEffect::Writes,
+        Failure::AnswerLost,
+        source.into(),
+    )
 }
 
 /// What an adapter does with a [`Holder`] and a job does not: send requests of its own under

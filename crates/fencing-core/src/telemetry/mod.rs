@@ -16,7 +16,7 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use crate::contract::store::FenceCheck;
-use crate::value::error::Error;
+use crate::value::error::{Error, Failure};
 use crate::value::name::{RecordKey, ResourceName};
 use crate::value::outcome::{Finished, SkippedRecord};
 use crate::value::token::FencingToken;
@@ -38,7 +38,14 @@ fn outcome(err: &Error) -> &'static str {
         Error::NotFound { .. } => "not_found",
         Error::Ambiguous { .. } => "ambiguous",
         Error::InvalidInput(_) => "invalid_input",
-        _ => "failed",
+        _ => match err.failure() {
+            Some(Failure::Unavailable) => "unavailable",
+            Some(Failure::Misconfigured) => "misconfigured",
+            Some(Failure::PermissionDenied) => "permission_denied",
+            Some(Failure::Corrupt) => "corrupt",
+            Some(Failure::NotSupported) => "not_supported",
+            _ => "failed",
+        },
     }
 }
 
@@ -247,7 +254,7 @@ pub(crate) fn batch_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::value::error::FoundFence;
+    use crate::value::error::{FoundFence, RequestEffect};
     use crate::value::input::{InputKind, InvalidInput};
     use crate::value::name::State;
     use crate::value::outcome::Mismatch;
@@ -284,8 +291,8 @@ mod tests {
         }
     }
 
-    fn backend() -> Error {
-        Error::Backend {
+    fn unavailable() -> Error {
+        Error::Unavailable {
             store: "refunds".into(),
             source: "connection refused".into(),
         }
@@ -323,8 +330,18 @@ mod tests {
             (not_found, "not_found"),
             (ambiguous, "ambiguous"),
             (invalid, "invalid_input"),
-            (backend(), "failed"),
+            (unavailable(), "unavailable"),
         ] {
+            assert_eq!(outcome(&err), label, "{err:?}");
+        }
+        for (failure, label) in [
+            (Failure::Misconfigured, "misconfigured"),
+            (Failure::PermissionDenied, "permission_denied"),
+            (Failure::Corrupt, "corrupt"),
+            (Failure::NotSupported, "not_supported"),
+            (Failure::Unexpected, "failed"),
+        ] {
+            let err = Error::failed_request("refunds", RequestEffect::Writes, failure, "no".into());
             assert_eq!(outcome(&err), label, "{err:?}");
         }
     }
@@ -333,7 +350,7 @@ mod tests {
     fn a_refusal_by_state_is_told_as_information_and_a_failure_as_a_warning() {
         let text = told(|| {
             let mismatch = state_mismatch();
-            let failure = backend();
+            let failure = unavailable();
             let (key, check, spent) = (key(), FenceCheck::HolderOnly, Duration::ZERO);
             write_ended("refunds", &key, token(34), check, Err(&mismatch), spent);
             write_ended("refunds", &key, token(34), check, Err(&failure), spent);
@@ -345,7 +362,7 @@ mod tests {
         );
         let failed = fencing_testkit::events::line(&text, "fenced write failed");
         assert!(
-            failed.contains("WARN") && failed.contains("outcome=\"failed\""),
+            failed.contains("WARN") && failed.contains("outcome=\"unavailable\""),
             "{failed}"
         );
     }
@@ -359,7 +376,7 @@ mod tests {
             };
             ambiguous_retry("refunds", &key(), token(34), 1);
             token_advanced(&resource(), token(35), Ok(()));
-            token_advanced(&resource(), token(36), Err(&backend()));
+            token_advanced(&resource(), token(36), Err(&unavailable()));
             effect_looked_up(&key(), true);
             effect_performed(&key(), Ok(()));
             effect_performed(&key(), Err(&"declined".into()));
@@ -409,7 +426,7 @@ mod tests {
             ambiguous_retry("refunds", &key, token(34), 1);
             effect_looked_up(&key, false);
             effect_performed(&key, Ok(()));
-            renewal(&resource(), token(34), Err(&backend()));
+            renewal(&resource(), token(34), Err(&unavailable()));
             let skipped = SkippedRecord {
                 store: "refunds".into(),
                 record: key.clone(),

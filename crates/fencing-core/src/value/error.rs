@@ -24,11 +24,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///   retry is idempotent.
 /// * **Lease outcomes** ([`Error::LeaseBusy`], [`Error::LeaseLost`], [`Error::TokenExhausted`]).
 /// * **Bad input** ([`Error::InvalidInput`]), reported before anything is sent.
+/// * **Failures of the store** that wrote nothing, each with the driver's error as its
+///   `source` and a meaning an operator and a caller act on
+///   ([`Error::is_store_failure`]): [`Error::Unavailable`] (try again later),
+///   [`Error::Misconfigured`] (fix the schema or the configuration),
+///   [`Error::PermissionDenied`] (fix the credentials), [`Error::Corrupt`] (a stored value
+///   the library cannot read, left as it is), [`Error::NotSupported`] (the server lacks what
+///   the library needs) and [`Error::Backend`] (none of these: an answer the request cannot
+///   produce, or a driver failure of no known kind).
 /// * **Everything else**: [`Error::BatchAborted`] (a batch already stopped at a rejection
-///   refuses later writes unsent), [`Error::Effect`] (the side effect itself failed; the record
-///   stays in flight under this holder's fence) and [`Error::Backend`] (the store failed in a
-///   way that is none of the above and wrote nothing: unreachable, misconfigured, corrupt
-///   data).
+///   refuses later writes unsent) and [`Error::Effect`] (the side effect itself failed; the
+///   record stays in flight under this holder's fence).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -169,12 +175,67 @@ pub enum Error {
         source: BoxError,
     },
 
-    /// The store failed for a reason that is none of the above (not reachable, misconfigured).
+    /// The store could not serve the request and wrote nothing: it could not be reached, it
+    /// refused the connection, it timed out a read, it is shutting down, failing over (a
+    /// server that is no longer the primary) or overloaded. Try again later; an operator's
+    /// alert is "the store is down".
+    #[error("{store}: {source}")]
+    Unavailable {
+        /// The store.
+        store: String,
+        /// The driver's error, or what the adapter found.
+        source: BoxError,
+    },
+
+    /// The store lacks what the request needs and wrote nothing: a table, column or index that
+    /// is missing, a key that is not unique, a pooler that breaks the driver's statements.
+    /// Retrying does not help; the message names the fix.
+    #[error("{store}: {source}")]
+    Misconfigured {
+        /// The store.
+        store: String,
+        /// The driver's error, or what the adapter found.
+        source: BoxError,
+    },
+
+    /// The store refused the credentials or the permission the request needs, and wrote
+    /// nothing. Fix the credentials or the grants.
+    #[error("{store}: {source}")]
+    PermissionDenied {
+        /// The store.
+        store: String,
+        /// The driver's error, or what the adapter found.
+        source: BoxError,
+    },
+
+    /// A value the store holds breaks the library's format (a fence that is not a token, a
+    /// state that is not a state, an object the codec cannot read). It is left as it is and
+    /// never written over; nothing was written.
+    #[error("{store}: {source}")]
+    Corrupt {
+        /// The store.
+        store: String,
+        /// The driver's error, or what the adapter found.
+        source: BoxError,
+    },
+
+    /// The store or its server lacks a feature the library needs (a conditional write, a
+    /// command a script must call, a server version), so nothing was written.
+    #[error("{store}: {source}")]
+    NotSupported {
+        /// The store.
+        store: String,
+        /// The driver's error, or what the adapter found.
+        source: BoxError,
+    },
+
+    /// The store failed in a way that is none of the above and wrote nothing: an answer the
+    /// request cannot produce, or a driver failure of no known kind.
     #[error("{store}: {source}")]
     Backend {
         /// The store.
         store: String,
-        /// The driver's error.
+        /// The driver's error, or what the adapter found.
         source: BoxError,
     },
 }
@@ -267,10 +328,31 @@ impl Error {
     pub fn is_ambiguous(&self) -> bool {
         matches!(self, Error::Ambiguous { .. })
     }
+
+    /// True for the failures of a store that wrote nothing ([`Error::Unavailable`],
+    /// [`Error::Misconfigured`], [`Error::PermissionDenied`], [`Error::Corrupt`],
+    /// [`Error::NotSupported`], [`Error::Backend`]), with [`Failure`] naming which.
+    pub fn is_store_failure(&self) -> bool {
+        self.failure().is_some()
+    }
+
+    /// Which failure of a store this is ([`Error::is_store_failure`]); `None` for every other
+    /// error, [`Error::Ambiguous`] included (its request may have been applied).
+    pub fn failure(&self) -> Option<Failure> {
+        Some(match self {
+            Error::Unavailable { .. } => Failure::Unavailable,
+            Error::Misconfigured { .. } => Failure::Misconfigured,
+            Error::PermissionDenied { .. } => Failure::PermissionDenied,
+            Error::Corrupt { .. } => Failure::Corrupt,
+            Error::NotSupported { .. } => Failure::NotSupported,
+            Error::Backend { .. } => Failure::Unexpected,
+            _ => return None,
+        })
+    }
 }
 
-/// Whether a request that failed could have changed the store: the one fact, besides the
-/// driver's error, that decides between [`Error::Ambiguous`] and [`Error::Backend`].
+/// Whether a request that failed could have changed the store: with the [`Failure`], the one
+/// fact besides the driver's error that decides which error a failed request is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequestEffect {
     /// The request only reads (or was refused before it was sent): it changed nothing.
@@ -279,24 +361,85 @@ pub enum RequestEffect {
     Writes,
 }
 
+/// What kind of failure a request to a store met: the one classification an adapter makes of
+/// its driver's errors (in its own `error.rs`), given its meaning by [`Error::failed_request`].
+/// [`Error::failure`] answers it back for a failure of a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The request may have reached the store and its answer was lost: the connection broke
+    /// after it was sent, no answer came in time, the answer could not be read.
+    AnswerLost,
+    /// The store could not serve the request and never ran it: refused or unreachable
+    /// connection, a server shutting down, failing over, overloaded or throttling.
+    Unavailable,
+    /// The store lacks what the request needs (schema, index, configuration).
+    Misconfigured,
+    /// The credentials or grants were refused.
+    PermissionDenied,
+    /// A stored value breaks the library's format.
+    Corrupt,
+    /// The server lacks a feature the library needs.
+    NotSupported,
+    /// None of the above.
+    Unexpected,
+}
+
 impl Error {
-    /// The error for a request to `store` that failed with `source`, the one place the rule
-    /// lives: a failure whose answer was lost in flight (`answer_lost`: the connection dropped,
-    /// the request timed out, the response could not be read) after a request that
-    /// [`RequestEffect::Writes`] is [`Error::Ambiguous`]; every other failure is
-    /// [`Error::Backend`] and wrote nothing. Adapters only classify their driver's errors.
+    /// The error for a request to `store` that met `failure`, its cause kept as `source`: the
+    /// one place the rule lives. A lost answer ([`Failure::AnswerLost`]) after a request that
+    /// [`RequestEffect::Writes`] is [`Error::Ambiguous`]; after one that only reads it is
+    /// [`Error::Unavailable`] (nothing was changed, try again). Every other failure is the
+    /// variant of its name and wrote nothing. Adapters only classify their driver's errors.
     pub fn failed_request(
         store: &str,
         effect: RequestEffect,
-        answer_lost: bool,
+        failure: Failure,
         source: BoxError,
     ) -> Error {
         let store = store.to_owned();
-        if answer_lost && effect == RequestEffect::Writes {
-            Error::Ambiguous { store, source }
-        } else {
-            Error::Backend { store, source }
+        match failure {
+            Failure::AnswerLost if effect == RequestEffect::Writes => {
+                Error::Ambiguous { store, source }
+            }
+            Failure::AnswerLost | Failure::Unavailable => Error::Unavailable { store, source },
+            Failure::Misconfigured => Error::Misconfigured { store, source },
+            Failure::PermissionDenied => Error::PermissionDenied { store, source },
+            Failure::Corrupt => Error::Corrupt { store, source },
+            Failure::NotSupported => Error::NotSupported { store, source },
+            Failure::Unexpected => Error::Backend { store, source },
         }
+    }
+}
+
+/// A driver's error with a message that says what it means for the request (how to fix a
+/// missing table, what an SDK's answer was): the message is its `Display`, the driver's error
+/// its `source`, so nothing the driver said is flattened to text.
+#[derive(Debug)]
+pub struct Explained {
+    message: String,
+    source: BoxError,
+}
+
+impl Explained {
+    /// `source`, explained by `message`.
+    pub fn new(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Explained {
+            message: message.into(),
+            source: source.into(),
+        }
+    }
+}
+
+impl fmt::Display for Explained {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Explained {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
     }
 }
 
@@ -377,8 +520,12 @@ mod tests {
             presented: FencingToken::MIN,
             found: FoundFence::Unknown,
         };
-        let backend =
-            Error::failed_request("refunds", RequestEffect::ReadOnly, false, "down".into());
+        let backend = Error::failed_request(
+            "refunds",
+            RequestEffect::ReadOnly,
+            Failure::Unavailable,
+            "down".into(),
+        );
         assert!(missing.is_mismatch());
         assert!(!fenced.is_mismatch() && fenced.is_rejection());
         assert!(!backend.is_mismatch());
@@ -386,20 +533,55 @@ mod tests {
 
     #[test]
     fn a_lost_answer_is_ambiguous_only_after_a_request_that_writes() {
-        let failed = |effect, answer_lost| {
-            Error::failed_request("refunds", effect, answer_lost, "connection reset".into())
+        let failed = |effect, failure| {
+            Error::failed_request("refunds", effect, failure, "connection reset".into())
         };
-        assert!(failed(RequestEffect::Writes, true).is_ambiguous());
-        for (effect, answer_lost) in [
-            (RequestEffect::Writes, false),
-            (RequestEffect::ReadOnly, true),
-            (RequestEffect::ReadOnly, false),
+        let write = failed(RequestEffect::Writes, Failure::AnswerLost);
+        assert!(
+            write.is_ambiguous() && !write.is_store_failure(),
+            "{write:?}"
+        );
+        let read = failed(RequestEffect::ReadOnly, Failure::AnswerLost);
+        assert!(
+            matches!(&read, Error::Unavailable { store, .. } if store == "refunds"),
+            "{read:?}"
+        );
+    }
+
+    #[test]
+    fn every_other_failure_is_the_meaning_of_its_name_whatever_the_request() {
+        for failure in [
+            Failure::Unavailable,
+            Failure::Misconfigured,
+            Failure::PermissionDenied,
+            Failure::Corrupt,
+            Failure::NotSupported,
+            Failure::Unexpected,
         ] {
-            let err = failed(effect, answer_lost);
-            assert!(
-                matches!(&err, Error::Backend { store, .. } if store == "refunds"),
-                "{effect:?}, lost {answer_lost}: {err:?}"
-            );
+            for effect in [RequestEffect::ReadOnly, RequestEffect::Writes] {
+                let err = Error::failed_request("refunds", effect, failure, "said no".into());
+                assert_eq!(err.failure(), Some(failure), "{effect:?}: {err:?}");
+                assert!(!err.is_ambiguous() && !err.is_rejection());
+                assert_eq!(err.to_string(), "refunds: said no");
+            }
         }
+    }
+
+    #[test]
+    fn an_explained_failure_keeps_the_drivers_error_as_its_source() {
+        let driver = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let err = Error::failed_request(
+            "refunds",
+            RequestEffect::Writes,
+            Failure::Unavailable,
+            Box::new(Explained::new("the server refused the connection", driver)),
+        );
+        assert_eq!(
+            err.to_string(),
+            "refunds: the server refused the connection"
+        );
+        let explained = std::error::Error::source(&err).expect("the explanation");
+        let beneath = explained.source().expect("the driver's error beneath");
+        assert!(beneath.downcast_ref::<std::io::Error>().is_some());
     }
 }

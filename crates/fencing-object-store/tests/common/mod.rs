@@ -175,7 +175,7 @@ pub(crate) async fn an_object_that_is_not_an_envelope_is_never_written_over(
             .await
             .unwrap_err(),
     ] {
-        assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+        assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
         assert!(err.to_string().contains("not written over"), "{err}");
     }
     assert_eq!(raw(&backend, &store.location(&k)).await.0, theirs);
