@@ -22,7 +22,7 @@ fn lease(conn: SentinelConnection, epochs: PgEpochSource) -> RedisLease<Sentinel
 }
 ```
 
-```compile_fail
+```compile_fail,E0277
 use std::sync::Arc;
 use fencing::postgres::PgTokenSource;
 use fencing::redis::{RedisLease, SentinelConnection};
@@ -44,23 +44,23 @@ fn lease(conn: SentinelConnection, counters: PgTokenSource) -> RedisLease<Sentin
 //! ```
 //! use fencing::prelude::*;
 //!
-//! async fn claim(guard: &LeaseGuard, store: &MemoryStore, key: &RecordKey) -> Result<()> {
+//! async fn claim(guard: &LeaseGuard, store: &MemoryStore, key: &RecordKey) -> fencing::Result<()> {
 //!     guard.holder().write(store, key, &fencing::FencedWrite::claim()).await?;
 //!     Ok(())
 //! }
 //! ```
 //!
-//! ```compile_fail
+//! ```compile_fail,E0599
 //! use fencing::prelude::*;
 //!
 //! // error[E0599]: `write` is `StoreWrites`'s, an adapter's trait the prelude does not bring.
-//! async fn claim(token: FencingToken, store: &MemoryStore, key: &RecordKey) -> Result<()> {
+//! async fn claim(token: FencingToken, store: &MemoryStore, key: &RecordKey) -> fencing::Result<()> {
 //!     store.write(key, token, &fencing::FencedWrite::claim()).await?;
 //!     Ok(())
 //! }
 //! ```
 //!
-//! ```compile_fail
+//! ```compile_fail,E0599
 //! use fencing::prelude::*;
 //!
 //! // error[E0599]: `Holder::new` is `HolderExt`'s, on the adapter surface.
@@ -68,11 +68,32 @@ fn lease(conn: SentinelConnection, counters: PgTokenSource) -> RedisLease<Sentin
 //!     Holder::new(r, token, source)
 //! }
 //! ```
+//!
+//! The prelude shadows nothing of the standard library's: after `use fencing::prelude::*;`,
+//! `Result` is still `std::result::Result`, so a `Result` with one argument does not compile
+//! (write `fencing::Result<T>`, or import it by name):
+//!
+//! ```compile_fail,E0107
+//! use fencing::prelude::*;
+//!
+//! // error[E0107]: `std::result::Result` takes two generic arguments.
+//! fn key(text: &str) -> Result<RecordKey> {
+//!     Ok(RecordKey::new(text)?)
+//! }
+//! ```
+//!
+//! ```
+//! use fencing::prelude::*;
+//!
+//! fn key(text: &str) -> Result<RecordKey, fencing::Error> {
+//!     Ok(RecordKey::new(text)?)
+//! }
+//! ```
 
 /// The core's job-facing names, each listed: what an adapter author needs besides is in
 /// `fencing_core::adapter`, which this crate does not re-export.
 pub use fencing_core::{
-    BatchScope, BoxError, CounterHistory, EffectOutcome, EffectStart, EpochSource, Error,
+    BatchScope, BoxError, CounterHistory, EffectOutcome, EffectStart, EpochSource, Error, Failure,
     FenceCheck, FenceFloor, FencedBatch, FencedStore, FencedWrite, FencingToken, Finished,
     FoundFence, Holder, InputKind, InvalidInput, Lease, LeaseGuard, LeaseRenewal, LeaseStatus,
     Lifecycle, MemoryEpochSource, MemoryLease, MemoryStore, MemoryTokenSource, Mismatch,
@@ -81,25 +102,27 @@ pub use fencing_core::{
     WriteWith, Written, acquire, async_trait, seed_from_floors,
 };
 
-/// What a job names: `use fencing::prelude::*;` brings the handful of core names a job writes
-/// down (the lease and its guard, the holder, the batch, the store, the effect it implements,
-/// the names and tokens, the errors, the in-memory lease and store), and the stores and leases
-/// of the enabled adapters. Everything else is at the crate root (`fencing::RetryPolicy`,
-/// `fencing::seed_from_floors`, …). It leaves the names `redis`, `postgres`, `dynamodb`,
-/// `s3`, `etcd` and `object_store` to the crates (and modules) of your own, so `redis::Client`
-/// still means the `redis` crate. What an adapter author needs is in `fencing_core::adapter`.
+/// What a job names: `use fencing::prelude::*;` brings the traits a job calls or implements
+/// (the lease, the store, the side effect), the handful of core names a job writes down (the
+/// guard and its holder, the batch, the names and tokens, the in-memory lease and store), and
+/// the stores and leases of the enabled adapters. Nothing in it shadows a name of the standard
+/// library's prelude: the error and result types are `fencing::Error` and `fencing::Result`.
+/// Everything else is at the crate root (`fencing::RetryPolicy`, `fencing::seed_from_floors`,
+/// …). It leaves the names `redis`, `postgres`, `dynamodb`, `s3`, `etcd` and `object_store`
+/// to the crates (and modules) of your own, so `redis::Client` still means the `redis` crate.
+/// What an adapter author needs is in `fencing_core::adapter`.
 pub mod prelude {
     pub use fencing_core::{
-        BoxError, EffectOutcome, Error, FencedBatch, FencedStore, FencingToken, Finished, Holder,
-        Lease, LeaseGuard, Lifecycle, MemoryLease, MemoryStore, Record, RecordKey, ResourceName,
-        Result, SideEffect, Ttl, async_trait,
+        BoxError, EffectOutcome, FencedBatch, FencedStore, FencingToken, Finished, Holder, Lease,
+        LeaseGuard, Lifecycle, MemoryLease, MemoryStore, Record, RecordKey, ResourceName,
+        SideEffect, Ttl, async_trait,
     };
 
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub use fencing_postgres::{
         PgEpochSource, PgFenceFloor, PgKeyType, PgLease, PgQualifiedName, PgStore, PgTable,
-        PgTokenSource, PgValue, PgWrite, PgWrittenTogether,
+        PgTokenSource, PgWrite, PgWrittenTogether,
     };
 
     #[cfg(feature = "redis")]

@@ -80,11 +80,11 @@ impl DynamoStore {
         &self.client
     }
 
-    /// Applies up to [`MAX_TRANSACTION_ITEMS`] fenced writes under `fence`'s token in one
+    /// Applies up to [`MAX_TRANSACTION_ITEMS`] fenced writes under `holder`'s token in one
     /// `TransactWriteItems`: all or nothing.
     ///
     /// A refusal is mapped back to the write that caused it, with the fence found, exactly as
-    /// a single write reports it (and through `fence`, so a counter that went backwards is a
+    /// a single write reports it (and through `holder`, so a counter that went backwards is a
     /// [`Error::TokenRegression`]); nothing was applied. An empty list, more than 100 writes,
     /// one key twice, or more than DynamoDB's 4 MB are refused before sending. The request's
     /// `ClientRequestToken` is derived from the token and the writes, so a retry after an
@@ -349,7 +349,7 @@ impl StoreWrites for DynamoStore {
 }
 
 impl DynamoStore {
-    /// Writes `key` under `fence`'s token as [`Holder::write`] does (a lost answer sent again
+    /// Writes `key` under `holder`'s token as [`Holder::write`] does (a lost answer sent again
     /// and its own earlier success recognised, a refusal explained, the outcome reported),
     /// also setting the write's own attributes in the same `UpdateItem`.
     pub async fn write_with(

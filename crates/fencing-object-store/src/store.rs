@@ -93,7 +93,7 @@ impl FencedObjectStore {
         self.cas.inner().check_updates().await
     }
 
-    /// Deletes `key` as its holder: accepted only with `fence`'s token, the record's fence.
+    /// Deletes `key` as its holder: accepted only with `holder`'s token, the record's fence.
     /// This writes a **tombstone** over the record by a conditional update on the version just
     /// read (the object stays, holding the fence and no record): readers
     /// ([`FencedStore::read`]) find no record, a write from a token below the kept fence is

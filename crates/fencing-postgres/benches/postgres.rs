@@ -250,7 +250,9 @@ impl Bench {
             .await
             .expect("connect");
         let schema = fencing_testkit::unique_name("bench").replace('-', "_");
-        let table = PgTable::refunds(&schema).unwrap();
+        let table = PgTable::new(&schema, "refund")
+            .and_then(|t| t.with_payload_column("payload"))
+            .unwrap();
         table.create_if_missing(&pool).await.unwrap();
         let store = PgStore::new(pool.clone(), table);
         let keys = bench::pending_records(&store, ROWS).await;

@@ -47,7 +47,7 @@ impl PgKeyType {
     }
 
     /// Checks that `key` is this type's one spelling of a value, before anything is sent.
-    pub fn check(self, key: &RecordKey) -> Result<(), InvalidInput> {
+    pub(crate) fn check(self, key: &RecordKey) -> Result<(), InvalidInput> {
         let text = key.as_str();
         let integer = "in canonical decimal (no sign +, no leading zeros)";
         let (fits, needs) = match self {

@@ -53,6 +53,7 @@ pub fn push_fence_condition(
 /// What `rows_affected` of a fenced statement on one record meant, as 0.1 read it: none was
 /// called [`Error::Fenced`] with the fence unknown, a missing row included, and no regression
 /// check was made.
+#[doc(hidden)]
 #[deprecated(
     since = "0.2.0",
     note = "use PgStore::explain_unapplied(&holder, key, &write) when your statement changed no \

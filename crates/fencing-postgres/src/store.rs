@@ -286,7 +286,7 @@ impl PgStore {
     }
 
     /// A [`PgWrite`] (a fenced write that may set other columns too) of `key` under
-    /// `fence`'s token on the store's pool, with [`Holder::write`]'s rules: an ambiguous
+    /// `holder`'s token on the store's pool, with [`Holder::write`]'s rules: an ambiguous
     /// outcome sent again, a refused retry recognised as this holder's own, a refusal
     /// explained. The pool's form of [`Self::write_in`].
     pub async fn write_with(
@@ -303,7 +303,7 @@ impl PgStore {
             .await
     }
 
-    /// Applies one fenced write of `key` under `fence`'s token on the caller's connection or
+    /// Applies one fenced write of `key` under `holder`'s token on the caller's connection or
     /// transaction; `write` is a [`FencedWrite`] or a [`PgWrite`] that also sets other
     /// columns.
     ///
@@ -337,7 +337,7 @@ impl PgStore {
     ///
     /// Rows are locked in key order (so concurrent batches cannot deadlock), decided by the
     /// contract, and the accepted ones changed by one `UPDATE … WHERE key = ANY($1)`. A fence
-    /// refusal on any row rolls the whole statement back and is returned through `fence`
+    /// refusal on any row rolls the whole statement back and is returned through `holder`
     /// (so a counter that went backwards is reported as such). Missing rows and rows outside
     /// the required states are skipped and listed. Missing rows are not created.
     ///

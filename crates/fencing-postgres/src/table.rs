@@ -34,6 +34,12 @@ impl PgTable {
     }
 
     /// The worked example's refund table, `schema.refund`, with a `payload` column for the amount.
+    #[deprecated(
+        since = "0.2.0",
+        note = "the worked example's table is no part of the API: use \
+                PgTable::new(schema, \"refund\")?.with_payload_column(\"payload\")"
+    )]
+    #[doc(hidden)]
     pub fn refunds(schema: &str) -> Result<Self, InvalidInput> {
         Self::new(schema, "refund")?.with_payload_column("payload")
     }

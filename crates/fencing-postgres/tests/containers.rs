@@ -21,7 +21,9 @@ async fn a_write_stuck_in_a_paused_database_past_the_ttl_cannot_overwrite_the_ne
         .connect(&database.url())
         .await
         .unwrap();
-    let table = PgTable::refunds("public").unwrap();
+    let table = PgTable::new("public", "refund")
+        .and_then(|t| t.with_payload_column("payload"))
+        .unwrap();
     table.create_if_missing(&pool).await.unwrap();
     let store = PgStore::new(pool, table);
     let lifecycle = Lifecycle::default();

@@ -93,6 +93,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
     /// `2` when missing, its epoch used up or bound to another server history), a floor and
     /// the opening it was opened for (both empty in the common case), and an opening this
     /// client proposes.
+    #[doc(hidden)]
     pub fn acquire_script_hash(&self) -> &str {
         self.tokens.client().scripts().acquire.get_hash()
     }

@@ -97,7 +97,7 @@ impl S3Store {
         .await
     }
 
-    /// Deletes `key` as its holder: accepted only with `fence`'s token, the object's fence.
+    /// Deletes `key` as its holder: accepted only with `holder`'s token, the object's fence.
     /// This puts a **tombstone** over the object with `If-Match` on the ETag just read, never
     /// a `DeleteObject`: with the object gone, a stale holder's claim could create the record
     /// again under its lower token. The tombstone keeps the fence (the object stays, a few

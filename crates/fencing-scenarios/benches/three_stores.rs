@@ -97,7 +97,9 @@ async fn main() {
         .await
         .expect("connect");
     let schema = fencing_testkit::unique_name("bench").replace('-', "_");
-    let table = PgTable::refunds(&schema).unwrap();
+    let table = PgTable::new(&schema, "refund")
+        .and_then(|t| t.with_payload_column("payload"))
+        .unwrap();
     table.create_if_missing(&pool).await.unwrap();
     let refunds = PgStore::new(pool.clone(), table);
     let keys = bench::pending_records(&refunds, REFUNDS).await;

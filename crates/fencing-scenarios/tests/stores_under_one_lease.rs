@@ -46,7 +46,9 @@ impl Refunds {
             .await
             .unwrap();
         let schema = unique_name("stores").replace('-', "_");
-        let table = PgTable::refunds(&schema).unwrap();
+        let table = PgTable::new(&schema, "refund")
+            .and_then(|t| t.with_payload_column("payload"))
+            .unwrap();
         table.create_if_missing(&pool).await.unwrap();
         let store = Arc::new(PgStore::new(pool.clone(), table));
         Refunds {

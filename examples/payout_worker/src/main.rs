@@ -44,7 +44,7 @@ struct Options {
     stall: Option<(usize, u64)>,
 }
 
-fn options() -> std::result::Result<Options, String> {
+fn options() -> Result<Options, String> {
     let mut options = Options {
         queue: 25,
         ttl_secs: 30,
@@ -53,7 +53,7 @@ fn options() -> std::result::Result<Options, String> {
     let (mut stall_on, mut stall_secs) = (None, 40);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let mut value = |name: &str| -> std::result::Result<u64, String> {
+        let mut value = |name: &str| -> Result<u64, String> {
             args.next()
                 .and_then(|v| v.parse().ok())
                 .ok_or(format!("{name} takes a whole number"))
@@ -76,7 +76,7 @@ fn options() -> std::result::Result<Options, String> {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> std::result::Result<(), BoxError> {
+async fn main() -> Result<(), BoxError> {
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

@@ -14,9 +14,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use fencing::postgres::PgValue;
 use fencing::prelude::*;
 use fencing::{
-    FencedWrite, LeaseRenewal, MismatchPolicy, RecordWrites, RetryPolicy, State, Written,
+    FencedWrite, LeaseRenewal, MismatchPolicy, RecordWrites, Result, RetryPolicy, State, Written,
 };
 use sqlx::{AssertSqlSafe, PgPool, Row};
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use fencing::postgres::{PgEpochSource, PgQualifiedName};
 use fencing::prelude::*;
-use fencing::{FencedWrite, FoundFence};
+use fencing::{Error, FencedWrite, FoundFence, Result};
 use fencing_core::adapter::HolderExt;
 use fencing_test_support::{aws, services};
 use fencing_testkit::unique_name;

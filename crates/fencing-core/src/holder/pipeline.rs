@@ -96,22 +96,22 @@ impl<E: SideEffect + ?Sized> std::fmt::Debug for Pipeline<'_, E> {
 ///
 /// # Contract
 ///
-/// * `claim` makes [`Lifecycle::claim`]'s write of `key` under `fence`'s token (it may set
+/// * `claim` makes [`Lifecycle::claim`]'s write of `key` under `holder`'s token (it may set
 ///   more with it). What it returns is the store's answer for `key`: on success, the record
 ///   in flight under that token, or the pipeline stops with [`Error::InvalidInput`] before
 ///   any effect of it.
 /// * `confirm` runs once the effect of `key` happened (or was found), with its receipt, and
-///   ends with [`Lifecycle::confirm`]'s holder-only write under `fence`'s token; whatever
+///   ends with [`Lifecycle::confirm`]'s holder-only write under `holder`'s token; whatever
 ///   else it writes goes under the same fence. It returns that confirm's answer.
 /// * Both return refusals as the adapters' fence-taking methods do (a fence above everything
 ///   issued explained as a regression); any error stops the pipeline as a grouped write's
 ///   would.
 #[async_trait]
 pub trait RecordWrites<R>: Send + Sync {
-    /// Claims `key` under `fence`'s token.
+    /// Claims `key` under `holder`'s token.
     async fn claim(&self, holder: &Holder, key: &RecordKey) -> Result<Written>;
 
-    /// Makes `key` done under `fence`'s token, its effect's `receipt` in hand.
+    /// Makes `key` done under `holder`'s token, its effect's `receipt` in hand.
     async fn confirm(&self, holder: &Holder, key: &RecordKey, receipt: &R) -> Result<Written>;
 }
 
