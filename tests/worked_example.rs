@@ -1,9 +1,6 @@
 //! The worked example (docs/protocol.md), asserted to the event: worker A (token 33) stalls at r_815, B takes over
 //! with token 34 at 31 s, A's stale confirm is refused at 34 s and A claims nothing further.
 
-#[path = "../examples/settlement/job.rs"]
-mod job;
-
 use std::time::Duration;
 
 use fencing::{FenceCheck, FencingToken, RecordKey};
@@ -15,7 +12,7 @@ use fencing_simulation::settlement::{
 async fn worked_example(fencing: Fencing, gateway: GatewayMode) -> SettlementReport {
     settlement::run(
         &SettlementConfig::worked_example(fencing, gateway),
-        job::Settle,
+        settlement_job::Settle,
     )
     .await
 }
@@ -199,7 +196,7 @@ async fn the_same_configuration_gives_the_same_journal() {
 async fn pipelined_the_job_finishes_inside_its_ttl_with_the_same_tally() {
     let config =
         SettlementConfig::worked_example(Fencing::On, GatewayMode::Idempotent).with_concurrency(32);
-    let report = settlement::run(&config, job::Settle).await;
+    let report = settlement::run(&config, settlement_job::Settle).await;
     let audit = &report.audit;
     assert_eq!(audit.violations(), Vec::<String>::new(), "{audit:?}");
     assert_eq!(audit.rows_sent, 1200);
@@ -237,7 +234,7 @@ async fn the_docs_pictures_are_the_worked_example_as_drawn_now() {
         (Fencing::Off, "worked-example-no-fence.svg", " --no-fence"),
     ] {
         let config = SettlementConfig::worked_example(fencing, GatewayMode::Idempotent);
-        let report = settlement::run(&config, job::Settle).await;
+        let report = settlement::run(&config, settlement_job::Settle).await;
         let drawn =
             fencing_timeline::Picture::draw(&fencing_timeline::settlement(&config, &report))
                 .expect("the worked example draws");

@@ -1,6 +1,6 @@
 //! The worked example (docs/protocol.md): merchant m_4471's settlement of 1,200 refunds, worker A stalled
 //! at r_815 past its 30-second lease, worker B taking over with token 34, A's stale confirm
-//! refused. The job (job.rs) is the library's lease, holder and pipeline; the world around it
+//! refused. The job (examples/settlement_job) is the library's lease, holder and pipeline; the world around it
 //! (the queue, the stalls, the gateway, the in-memory stores) is simulated in virtual time, so
 //! 45 seconds pass in an instant.
 //!
@@ -12,8 +12,6 @@
 //! RUST_LOG=fencing=info cargo run --example settlement   # and the library's events
 //! cargo run --example settlement -- --timeline run.svg   # and a picture of the run
 //! ```
-
-mod job;
 
 use fencing_simulation::Fencing;
 use fencing_simulation::settlement::{self, GatewayMode, SettlementConfig, SettlementReport};
@@ -47,7 +45,7 @@ fn main() {
         .start_paused(true)
         .build()
         .expect("a tokio runtime");
-    let report = runtime.block_on(settlement::run(&config, job::Settle));
+    let report = runtime.block_on(settlement::run(&config, settlement_job::Settle));
     if let Some(file) = &options.picture_file {
         let drawn = Picture::draw(&fencing_timeline::settlement(&config, &report))
             .map_err(|e| e.to_string())

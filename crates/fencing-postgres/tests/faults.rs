@@ -3,11 +3,6 @@
 
 mod common;
 
-extern crate fencing_core as fencing;
-
-#[path = "../../../examples/settlement/job.rs"]
-mod job;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -203,7 +198,7 @@ async fn the_worked_example_with_refunds_in_postgres() {
             .unwrap();
     let report = settlement::run_on(
         &config,
-        job::Settle,
+        settlement_job::Settle,
         Arc::new(MemoryLease::new()),
         Arc::new(schema.store()),
     )

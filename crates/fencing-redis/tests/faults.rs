@@ -2,11 +2,6 @@
 //! middle of a batch, a holder whose connection dies, a counter key holding garbage, and the
 //! worked example with a real pause past a real TTL.
 
-extern crate fencing_core as fencing;
-
-#[path = "../../../examples/settlement/job.rs"]
-mod job;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -350,7 +345,7 @@ async fn the_worked_example_with_the_lease_on_redis_and_a_real_pause() {
         RetryPolicy::new(200, Duration::from_millis(100), Duration::from_millis(100)).unwrap();
     let report = settlement::run_on(
         &config,
-        job::Settle,
+        settlement_job::Settle,
         Arc::new(lease),
         Arc::new(MemoryStore::new("refunds")),
     )

@@ -4,11 +4,6 @@
 //! pipelined workers: 2–8 refunds in flight per worker, claims and confirms grouped, stalls
 //! mid-window.
 
-extern crate fencing_core as fencing;
-
-#[path = "../../../examples/settlement/job.rs"]
-mod job;
-
 use std::time::Duration;
 
 use fencing_core::{RetryPolicy, Ttl};
@@ -86,7 +81,8 @@ async fn all_safe_with_fences(schedules: u64, mode: Mode) {
     let mut takeovers = 0;
     let mut stale_rejected = 0;
     for seed in 0..schedules {
-        let report = settlement::run(&schedule(seed, Fencing::On, mode), job::Settle).await;
+        let report =
+            settlement::run(&schedule(seed, Fencing::On, mode), settlement_job::Settle).await;
         let audit = &report.audit;
         assert_eq!(
             audit.violations(),
@@ -121,7 +117,8 @@ async fn all_safe_with_fences(schedules: u64, mode: Mode) {
 async fn unsafe_without_fences(schedules: u64, mode: Mode) {
     let mut unsafe_schedules = 0;
     for seed in 0..schedules {
-        let report = settlement::run(&schedule(seed, Fencing::Off, mode), job::Settle).await;
+        let report =
+            settlement::run(&schedule(seed, Fencing::Off, mode), settlement_job::Settle).await;
         if !report.audit.violations().is_empty() {
             unsafe_schedules += 1;
         }

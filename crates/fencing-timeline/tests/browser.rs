@@ -4,11 +4,6 @@
 //! workers' lanes are there, and so is the refusal of A's confirm of r_815, in the SVG's text
 //! and as ink where the picture says it drew them.
 
-extern crate fencing_core as fencing;
-
-#[path = "../../../examples/settlement/job.rs"]
-mod job;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -130,7 +125,7 @@ fn out_dir() -> PathBuf {
 #[tokio::test(start_paused = true)]
 async fn the_worked_examples_picture_renders_in_a_browser_with_both_lanes_and_the_refusal() {
     let config = SettlementConfig::worked_example(Fencing::On, GatewayMode::Idempotent);
-    let report = settlement::run(&config, job::Settle).await;
+    let report = settlement::run(&config, settlement_job::Settle).await;
     let picture = Picture::draw(&fencing_timeline::settlement(&config, &report)).unwrap();
     let dir = out_dir();
     let svg = dir.join("worked-example.svg");

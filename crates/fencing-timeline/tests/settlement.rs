@@ -1,10 +1,5 @@
 //! The worked example's run as the timeline draws it: the settlement example's own job
-//! (examples/settlement/job.rs), with fences on and off.
-
-extern crate fencing_core as fencing;
-
-#[path = "../../../examples/settlement/job.rs"]
-mod job;
+//! (examples/settlement_job), with fences on and off.
 
 use std::time::Duration;
 
@@ -23,7 +18,10 @@ fn token(n: u64) -> FencingToken {
 
 async fn worked_example(fencing: Fencing) -> Timeline {
     let config = SettlementConfig::worked_example(fencing, GatewayMode::Idempotent);
-    fencing_timeline::settlement(&config, &settlement::run(&config, job::Settle).await)
+    fencing_timeline::settlement(
+        &config,
+        &settlement::run(&config, settlement_job::Settle).await,
+    )
 }
 
 #[tokio::test(start_paused = true)]

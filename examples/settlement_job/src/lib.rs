@@ -3,15 +3,16 @@
 //! the gateway, confirm the row; release. The simulation around it ([`Delivery`]) supplies
 //! the lease, the rows, the gateway and the queue's redeliveries, and watches each of them.
 //!
-//! The scenario tests that run the settlement (the worked example, the torture schedules,
-//! the timeline's pictures, PostgreSQL and Redis under faults) include this file, so every
-//! run they check is this job's.
+//! A package of its own so that what runs it sees it as Cargo does: `cargo run --example
+//! settlement` and the scenario tests that run the settlement (the worked example, the torture
+//! schedules, the timeline's pictures, PostgreSQL and Redis under faults) depend on it, so
+//! every run they check is this job's.
 
 use fencing::{Error, Holder, Result, acquire, async_trait};
 use fencing_simulation::settlement::{Delivery, Job};
 
 /// The job: one merchant's refunds, settled under a lease.
-pub(crate) struct Settle;
+pub struct Settle;
 
 #[async_trait]
 impl Job for Settle {
