@@ -15,9 +15,9 @@
 ```
 use std::sync::Arc;
 use fencing::postgres::PgEpochSource;
-use fencing::redis::{RedisLease, SentinelConnection};
+use fencing::redis::{RedisLease, RedisSentinelConnection};
 
-fn lease(conn: SentinelConnection, epochs: PgEpochSource) -> RedisLease<SentinelConnection> {
+fn lease(conn: RedisSentinelConnection, epochs: PgEpochSource) -> RedisLease<RedisSentinelConnection> {
     RedisLease::new(conn, Arc::new(epochs))
 }
 ```
@@ -25,11 +25,11 @@ fn lease(conn: SentinelConnection, epochs: PgEpochSource) -> RedisLease<Sentinel
 ```compile_fail,E0277
 use std::sync::Arc;
 use fencing::postgres::PgTokenSource;
-use fencing::redis::{RedisLease, SentinelConnection};
+use fencing::redis::{RedisLease, RedisSentinelConnection};
 
 // A counter of tokens where the epochs go: error[E0277], `PgTokenSource: EpochSource` is not
 // satisfied.
-fn lease(conn: SentinelConnection, counters: PgTokenSource) -> RedisLease<SentinelConnection> {
+fn lease(conn: RedisSentinelConnection, counters: PgTokenSource) -> RedisLease<RedisSentinelConnection> {
     RedisLease::new(conn, Arc::new(counters))
 }
 ```
@@ -150,7 +150,7 @@ pub mod prelude {
 
     #[cfg(feature = "object-store")]
     #[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
-    pub use fencing_object_store::FencedObjectStore;
+    pub use fencing_object_store::ObjectStoreStore;
 }
 
 /// PostgreSQL: fenced tables, batch claims, a durable token source and a database-clock lease.

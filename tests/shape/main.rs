@@ -7,5 +7,6 @@ mod facade;
 mod first_steps;
 mod long_functions;
 mod module_graph;
+mod names;
 mod prelude;
 mod sources;

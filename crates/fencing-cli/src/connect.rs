@@ -9,7 +9,7 @@ use fencing_core::{Lease, RateBound, ResourceName, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
 use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
 use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgTokenSource};
-use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource, SentinelConnection};
+use fencing_redis::{RedisKeys, RedisLease, RedisSentinelConnection, RedisTokenSource};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use sqlx::PgPool;
@@ -187,8 +187,8 @@ impl Settings {
     /// deployment out of reach is said before anything else.
     async fn redis_primary(&self, service: &str) -> Result<RedisConnection, Failure> {
         let sentinels = self.redis_sentinels.join(",");
-        let mut conn =
-            SentinelConnection::to_service(&self.redis_sentinels, service).map_err(|e| {
+        let mut conn = RedisSentinelConnection::to_service(&self.redis_sentinels, service)
+            .map_err(|e| {
                 Failure::usage(format!(
                     "REDIS_SENTINELS (or --redis-sentinels) is not a list of Redis URLs ({e}): \
                      write it as redis://HOST:PORT,redis://HOST:PORT"
@@ -462,7 +462,7 @@ impl Settings {
 #[derive(Clone, Debug)]
 pub(crate) enum RedisConnection {
     Direct(MultiplexedConnection),
-    Sentinel(SentinelConnection),
+    Sentinel(RedisSentinelConnection),
 }
 
 impl ConnectionLike for RedisConnection {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use fencing_core::{FenceFloor, FencedStore, RecordKey};
 use fencing_dynamodb::{DynamoFenceFloor, DynamoKeyType, DynamoStore, DynamoTable};
-use fencing_object_store::FencedObjectStore;
+use fencing_object_store::ObjectStoreStore;
 use fencing_postgres::{PgFenceFloor, PgStore, PgTable};
 use fencing_s3::{JsonCodec, S3Bucket, S3FenceFloor, S3Store};
 
@@ -55,7 +55,7 @@ impl Opened {
 /// A store that swaps on versions: a probe checks its server's conditional writes first.
 pub(crate) enum ObjectStore {
     S3(Arc<S3Store>),
-    Any(Arc<FencedObjectStore>),
+    Any(Arc<ObjectStoreStore>),
 }
 
 impl ObjectStore {
@@ -280,7 +280,7 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
                 object_store::parse_url_opts(&url, std::env::vars()).map_err(|e| {
                     Failure::usage(format!("{spec:?}: the backend cannot be built: {e}"))
                 })?;
-            let store = Arc::new(FencedObjectStore::new(Arc::from(backend), prefix));
+            let store = Arc::new(ObjectStoreStore::new(Arc::from(backend), prefix));
             objects = Some(ObjectStore::Any(store.clone()));
             (store, None)
         }

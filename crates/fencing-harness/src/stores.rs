@@ -13,7 +13,7 @@ use fencing_core::{EpochSource, Lease, Result};
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
 use fencing_etcd::{EtcdKeys, EtcdLease};
 use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
-use fencing_redis::{RedisKeys, RedisLease, SentinelConnection};
+use fencing_redis::{RedisKeys, RedisLease, RedisSentinelConnection};
 use fencing_s3::{S3Bucket, S3Store};
 use fencing_test_support::aws;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -428,7 +428,7 @@ pub enum LeaseServer {
     /// One Redis, for [`LeaseKind::Redis`].
     Redis(redis::aio::ConnectionManager),
     /// Redis behind Sentinel, for [`LeaseKind::Redis`]: the primary the sentinels name.
-    RedisSentinel(SentinelConnection),
+    RedisSentinel(RedisSentinelConnection),
     /// A PostgreSQL of the lease's own, for [`LeaseKind::Postgres`] (unless given, the lease
     /// lives in the run's database).
     Postgres(PgPool),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use fencing_core::adapter::StoreWrites;
 use fencing_core::{FencedWrite, FencingToken, RecordKey};
-use fencing_object_store::FencedObjectStore;
+use fencing_object_store::ObjectStoreStore;
 use fencing_test_support::{bench, object_stores};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -43,7 +43,7 @@ async fn main() {
     ] {
         println!("{name}: {OBJECTS} objects, {ROUNDS} rounds, median per round\n");
         let bench = Bench {
-            warm: FencedObjectStore::new(backend.clone(), Path::from("receipts")),
+            warm: ObjectStoreStore::new(backend.clone(), Path::from("receipts")),
             backend,
             keys: bench::record_keys(OBJECTS),
         };
@@ -67,7 +67,7 @@ async fn main() {
 struct Bench {
     backend: Arc<dyn ObjectStore>,
     /// One holder's store: it remembers the version each of its own puts returned.
-    warm: FencedObjectStore,
+    warm: ObjectStoreStore,
     keys: Vec<RecordKey>,
 }
 
@@ -93,7 +93,7 @@ impl Bench {
             COLD => {
                 // A store that has seen nothing: the put reads first. Its probe of the
                 // backend's conditional updates runs before the clock starts.
-                let cold = FencedObjectStore::new(self.backend.clone(), Path::from("cold"));
+                let cold = ObjectStoreStore::new(self.backend.clone(), Path::from("cold"));
                 let probe = RecordKey::new(format!("probe-{k}-{token}")).unwrap();
                 cold.write(&probe, token, &write).await.unwrap();
                 let start = Instant::now();

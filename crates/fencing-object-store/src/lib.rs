@@ -2,10 +2,10 @@
 //! [`object_store::PutMode::Update`] — the in-memory store, S3 (with ETag matching), Azure
 //! Blob Storage, Google Cloud Storage — with the fence inside the object.
 //!
-//! An object store compares versions (an ETag, a generation), never numbers. [`FencedObjectStore`]
+//! An object store compares versions (an ETag, a generation), never numbers. [`ObjectStoreStore`]
 //! is the core's compare-and-swap loop ([`fencing_core::adapter::CasStore`]) on two calls:
 //! `get` returns the object's body (an envelope, [`fencing_core::adapter::envelope`]: fence,
-//! state, write id, payload; or the team's own JSON with [`FencedObjectStore::with_codec`]
+//! state, write id, payload; or the team's own JSON with [`ObjectStoreStore::with_codec`]
 //! and [`JsonCodec`]) with its ETag and version, and `put` with `PutMode::Update` (or
 //! `PutMode::Create` for a new record) stores the next body only if nothing changed in
 //! between. Both the ETag and the version `object_store` reports are kept, since backends
@@ -15,7 +15,7 @@
 //! * A backend that cannot update conditionally (the local file system answers
 //!   `NotImplemented`) is refused with [`fencing_core::Error::NotSupported`] at the first write,
 //!   naming the backend; nothing is ever written unconditionally.
-//! * [`FencedObjectStore::delete`] writes a **tombstone** over the record (a conditional
+//! * [`ObjectStoreStore::delete`] writes a **tombstone** over the record (a conditional
 //!   update like any write): readers see no record, and a write that creates the record
 //!   again needs a token at least the fence the tombstone keeps.
 //! * An object the codec cannot read is never written over: the write fails naming it.
@@ -28,4 +28,8 @@ mod objects;
 mod store;
 
 pub use fencing_core::adapter::{EnvelopeCodec, JsonCodec, ObjectCodec};
-pub use store::FencedObjectStore;
+pub use store::ObjectStoreStore;
+
+/// The name [`ObjectStoreStore`] had before every adapter's types followed `<Backend><Role>`.
+#[deprecated(since = "0.2.0", note = "renamed `ObjectStoreStore`")]
+pub type FencedObjectStore = ObjectStoreStore;

@@ -25,16 +25,16 @@ use crate::objects::Objects;
 /// writes leave the same bytes, so a stale holder's update can never land on a newer holder's
 /// byte-identical object.
 #[derive(Debug)]
-pub struct FencedObjectStore {
+pub struct ObjectStoreStore {
     cas: CasStore<Objects>,
 }
 
-impl FencedObjectStore {
+impl ObjectStoreStore {
     /// The fenced records under `prefix` (the root for none) of `store`, a backend the caller
     /// built with its own configuration. Its conditional updates are first used at the first
     /// write; a backend without them is refused there, before anything is written.
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
-        FencedObjectStore {
+        ObjectStoreStore {
             cas: CasStore::new(Objects::new(store, prefix)),
         }
     }
@@ -44,7 +44,7 @@ impl FencedObjectStore {
     /// control or format characters.
     pub fn named(self, name: &str) -> Result<Self, InvalidInput> {
         check_store_name(name)?;
-        Ok(FencedObjectStore {
+        Ok(ObjectStoreStore {
             cas: self.cas.map_inner(|objects| objects.named(name.to_owned())),
         })
     }
@@ -55,7 +55,7 @@ impl FencedObjectStore {
     /// to read back as what it holds before it is written, and an object the codec cannot read
     /// is never written over.
     pub fn with_codec(self, codec: impl ObjectCodec + 'static) -> Self {
-        FencedObjectStore {
+        ObjectStoreStore {
             cas: self.cas.with_codec(codec),
         }
     }
@@ -110,7 +110,7 @@ impl FencedObjectStore {
 }
 
 #[async_trait]
-impl FencedStore for FencedObjectStore {
+impl FencedStore for ObjectStoreStore {
     fn name(&self) -> &str {
         self.cas.name()
     }
@@ -121,7 +121,7 @@ impl FencedStore for FencedObjectStore {
 }
 
 #[async_trait]
-impl StoreWrites for FencedObjectStore {
+impl StoreWrites for ObjectStoreStore {
     /// A write on a record deleted by a holder of a higher token is refused as stale
     /// ([`fencing_core::Error::Fenced`], the fence the tombstone keeps); every other token
     /// finds the record absent.

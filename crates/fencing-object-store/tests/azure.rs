@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use fencing_object_store::FencedObjectStore;
+use fencing_object_store::ObjectStoreStore;
 use fencing_test_support::object_stores;
 use fencing_testkit::conformance::Capabilities;
 use object_store::ObjectStore;
@@ -17,8 +17,8 @@ fn backend() -> Arc<dyn ObjectStore> {
     object_stores::azurite_container()
 }
 
-fn store() -> FencedObjectStore {
-    FencedObjectStore::new(backend(), Path::from("m_4471"))
+fn store() -> ObjectStoreStore {
+    ObjectStoreStore::new(backend(), Path::from("m_4471"))
 }
 
 /// Azurite checks a condition and stores the blob in one step: the suite's races run

@@ -5,13 +5,13 @@ mod common;
 
 use std::sync::Arc;
 
-use fencing_object_store::FencedObjectStore;
+use fencing_object_store::ObjectStoreStore;
 use fencing_testkit::conformance::Capabilities;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 
-fn store() -> FencedObjectStore {
-    FencedObjectStore::new(Arc::new(InMemory::new()), Path::from("m_4471"))
+fn store() -> ObjectStoreStore {
+    ObjectStoreStore::new(Arc::new(InMemory::new()), Path::from("m_4471"))
 }
 
 fn caps() -> Capabilities {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use common::{Answer, Scripted, key, store_on, token};
 use fencing_core::adapter::{ConditionalPutDefect, StoreWrites};
 use fencing_core::{Error, FencedStore, FencedWrite, Lifecycle};
-use fencing_object_store::FencedObjectStore;
+use fencing_object_store::ObjectStoreStore;
 use futures_util::StreamExt;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
@@ -40,7 +40,7 @@ async fn a_key_stays_one_path_segment_under_the_prefix() {
     common::a_key_stays_one_path_segment_under_the_prefix(memory()).await;
     assert_eq!(store_on(&memory()).prefix(), &Path::from("m_4471"));
     assert!(
-        FencedObjectStore::new(memory(), Path::default())
+        ObjectStoreStore::new(memory(), Path::default())
             .named("bad\u{7}")
             .is_err()
     );

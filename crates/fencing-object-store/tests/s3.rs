@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use fencing_object_store::FencedObjectStore;
+use fencing_object_store::ObjectStoreStore;
 use fencing_test_support::{aws, object_stores};
 use fencing_testkit::conformance::Capabilities;
 use object_store::ObjectStore;
@@ -17,8 +17,8 @@ async fn backend() -> Arc<dyn ObjectStore> {
     object_stores::s3_bucket().await
 }
 
-async fn store() -> FencedObjectStore {
-    FencedObjectStore::new(backend().await, Path::from("m_4471"))
+async fn store() -> ObjectStoreStore {
+    ObjectStoreStore::new(backend().await, Path::from("m_4471"))
 }
 
 fn caps() -> Capabilities {

@@ -13,7 +13,7 @@
 //!
 //! Both work over a multiplexed connection, a `ConnectionManager` (which reconnects), an
 //! async cluster connection (which follows the cluster's failovers), or, with the feature
-//! `sentinel`, a [`SentinelConnection`] (which follows Sentinel's).
+//! `sentinel`, a [`RedisSentinelConnection`] (which follows Sentinel's).
 //!
 //! A lease alone is not safe, however it is renewed: a paused process cannot renew, and when
 //! it resumes it does not know time passed. Present the guard's token on every protected
@@ -31,5 +31,11 @@ mod tokens;
 pub use keys::RedisKeys;
 pub use lease::RedisLease;
 #[cfg(feature = "sentinel")]
-pub use sentinel::SentinelConnection;
+pub use sentinel::RedisSentinelConnection;
 pub use tokens::RedisTokenSource;
+
+/// The name [`RedisSentinelConnection`] had before every type of an adapter carried its
+/// prefix.
+#[cfg(feature = "sentinel")]
+#[deprecated(since = "0.2.0", note = "renamed `RedisSentinelConnection`")]
+pub type SentinelConnection = RedisSentinelConnection;

@@ -26,26 +26,26 @@ use crate::error::NOT_PRIMARY;
 ///
 /// Clones share the sentinels' client and the connection.
 #[derive(Clone)]
-pub struct SentinelConnection {
+pub struct RedisSentinelConnection {
     sentinels: Arc<Mutex<SentinelClient>>,
     primary: Arc<Mutex<Option<MultiplexedConnection>>>,
     db: i64,
 }
 
-impl fmt::Debug for SentinelConnection {
+impl fmt::Debug for RedisSentinelConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SentinelConnection")
+        f.debug_struct("RedisSentinelConnection")
             .field("db", &self.db)
             .finish_non_exhaustive()
     }
 }
 
-impl SentinelConnection {
+impl RedisSentinelConnection {
     /// A connection to the primary `sentinels` name (a client built with
     /// `SentinelServerType::Master`), on database `db` (the one its node connection info
     /// selects; 0 unless set). Nothing is sent until the first request.
     pub fn new(sentinels: SentinelClient, db: i64) -> Self {
-        SentinelConnection {
+        RedisSentinelConnection {
             sentinels: Arc::new(Mutex::new(sentinels)),
             primary: Arc::new(Mutex::new(None)),
             db,
@@ -65,7 +65,7 @@ impl SentinelConnection {
             None,
             SentinelServerType::Master,
         )?;
-        Ok(SentinelConnection::new(client, 0))
+        Ok(RedisSentinelConnection::new(client, 0))
     }
 
     /// The connection to the primary, asking the sentinels for it if there is none.
@@ -88,7 +88,7 @@ impl SentinelConnection {
     }
 }
 
-impl ConnectionLike for SentinelConnection {
+impl ConnectionLike for RedisSentinelConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let mut conn = self.primary().await?;

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use fencing_core::{
     EpochSource, Failure, Lease, LeaseGuard, MemoryEpochSource, ResourceName, TokenSource, Ttl,
 };
-use fencing_redis::{RedisKeys, RedisLease, RedisTokenSource, SentinelConnection};
+use fencing_redis::{RedisKeys, RedisLease, RedisSentinelConnection, RedisTokenSource};
 use fencing_test_support::services::{RedisSentinels, RedisServer, redis_cli};
 use fencing_testkit::conformance::{
     Capabilities, ServedFromBehind, a_counter_served_from_behind_never_reissues,
@@ -153,7 +153,7 @@ impl SentinelFailover {
     }
 
     /// A connection that follows the sentinels to whichever server is the primary.
-    fn connection(&self) -> SentinelConnection {
+    fn connection(&self) -> RedisSentinelConnection {
         // A `String`, which both forms of `build` take (its argument's type depends on the
         // redis crate's TLS features).
         let service: String = self.sentinels.service().into();
@@ -164,7 +164,7 @@ impl SentinelFailover {
             SentinelServerType::Master,
         )
         .unwrap();
-        SentinelConnection::new(client, 0)
+        RedisSentinelConnection::new(client, 0)
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing::dynamodb::{DynamoStore, DynamoTable};
-use fencing::object_store::FencedObjectStore;
+use fencing::object_store::ObjectStoreStore;
 use fencing::postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing::redis::RedisLease;
 use fencing::{
@@ -195,7 +195,7 @@ async fn a_stale_holder_refused_by_an_azure_container_sends_nothing_more_to_eith
     tokens.create_if_missing().await.unwrap();
     let pg_lease = PgLease::new(PgQualifiedName::new(&schema, "leases").unwrap(), tokens);
     pg_lease.create_if_missing().await.unwrap();
-    let receipts = FencedObjectStore::new(
+    let receipts = ObjectStoreStore::new(
         object_stores::azurite_container(),
         ObjectPath::from("m_4471"),
     )

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use fencing_core::adapter::{ConditionalPutDefect, StoreWrites};
 use fencing_core::{Error, FencedStore, FencedWrite, FencingToken, FoundFence, RecordKey};
-use fencing_object_store::FencedObjectStore;
+use fencing_object_store::ObjectStoreStore;
 use fencing_testkit::conformance;
 use futures_util::stream::BoxStream;
 use object_store::memory::InMemory;
@@ -95,8 +95,8 @@ pub(crate) fn token(n: u64) -> FencingToken {
     FencingToken::new(n).unwrap()
 }
 
-pub(crate) fn store_on(backend: &Arc<dyn ObjectStore>) -> FencedObjectStore {
-    FencedObjectStore::new(backend.clone(), Path::from("m_4471"))
+pub(crate) fn store_on(backend: &Arc<dyn ObjectStore>) -> ObjectStoreStore {
+    ObjectStoreStore::new(backend.clone(), Path::from("m_4471"))
 }
 
 pub(crate) async fn raw(
@@ -150,7 +150,7 @@ pub(crate) async fn a_delete_leaves_a_tombstone_that_keeps_the_fence(
     conformance::a_delete_leaves_a_tombstone_that_keeps_the_fence(
         &store,
         &stale,
-        FencedObjectStore::delete,
+        ObjectStoreStore::delete,
         async |k| raw(&backend, &store.location(k)).await.0,
     )
     .await;

@@ -23,7 +23,7 @@ fn is_fenced_by(err: &Error, kept: u64) -> bool {
 ///
 /// `store` is the holder's; `stale` another handle on the same objects (a second worker, with
 /// nothing of its own remembered). `delete` is the store's fenced delete
-/// (`S3Store::delete`, `FencedObjectStore::delete`), and `body` reads an object's raw bytes
+/// (`S3Store::delete`, `ObjectStoreStore::delete`), and `body` reads an object's raw bytes
 /// past the store. Tokens 33 to 35 are issued for the fences it deletes with.
 pub async fn a_delete_leaves_a_tombstone_that_keeps_the_fence<S, D, B>(
     store: &S,

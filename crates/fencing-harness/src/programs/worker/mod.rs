@@ -32,7 +32,7 @@ use fencing_harness::history;
 use fencing_harness::plan::LeaseKind;
 use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
-use fencing_redis::SentinelConnection;
+use fencing_redis::RedisSentinelConnection;
 use fencing_simulation::SubstitutedLease;
 
 /// Which worker of which run a worker process is, the lease it takes and the servers it
@@ -408,9 +408,9 @@ async fn lease_database(url: &str, application_name: &str) -> Result<sqlx::PgPoo
 fn sentinel_connection(
     sentinels: &[String],
     service: Option<&str>,
-) -> Result<SentinelConnection, String> {
+) -> Result<RedisSentinelConnection, String> {
     let service = service.ok_or("the Redis lease behind Sentinel needs --redis-service")?;
-    SentinelConnection::to_service(sentinels, service)
+    RedisSentinelConnection::to_service(sentinels, service)
         .map_err(|e| format!("sentinels {}: {e}", sentinels.join(",")))
 }
 
