@@ -2,9 +2,9 @@
 
 use fencing_core::{InputKind, InvalidInput, ResourceName};
 
-/// The key layout: `<lock prefix>{<resource>}`, `<counter prefix>{<resource>}`, the
-/// counter's history `<counter prefix>{<resource>}:history` and the opening of its loss
-/// `<counter prefix>{<resource>}:opening`, e.g. `lock:{settle:m_4471}`,
+/// The key layout: `<lock prefix>{<resource>}`, `<token prefix>{<resource>}`, the
+/// counter's history `<token prefix>{<resource>}:history` and the opening of its loss
+/// `<token prefix>{<resource>}:opening`, e.g. `lock:{settle:m_4471}`,
 /// `fence:{settle:m_4471}`, `fence:{settle:m_4471}:history` and
 /// `fence:{settle:m_4471}:opening`.
 ///
@@ -14,17 +14,17 @@ use fencing_core::{InputKind, InvalidInput, ResourceName};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisKeys {
     lock_prefix: String,
-    counter_prefix: String,
+    token_prefix: String,
 }
 
 impl RedisKeys {
     /// A layout with these prefixes, which must differ and contain no brace.
     pub fn new(
         lock_prefix: impl Into<String>,
-        counter_prefix: impl Into<String>,
+        token_prefix: impl Into<String>,
     ) -> Result<Self, InvalidInput> {
-        let (lock_prefix, counter_prefix) = (lock_prefix.into(), counter_prefix.into());
-        for prefix in [&lock_prefix, &counter_prefix] {
+        let (lock_prefix, token_prefix) = (lock_prefix.into(), token_prefix.into());
+        for prefix in [&lock_prefix, &token_prefix] {
             if prefix.contains(['{', '}']) || prefix.chars().any(char::is_control) {
                 return Err(InvalidInput::new(
                     InputKind::Identifier,
@@ -32,15 +32,15 @@ impl RedisKeys {
                 ));
             }
         }
-        if lock_prefix == counter_prefix {
+        if lock_prefix == token_prefix {
             return Err(InvalidInput::new(
                 InputKind::Identifier,
-                format!("the lock and counter prefixes are both {lock_prefix:?}"),
+                format!("the lock and token prefixes are both {lock_prefix:?}"),
             ));
         }
         Ok(RedisKeys {
             lock_prefix,
-            counter_prefix,
+            token_prefix,
         })
     }
 
@@ -51,7 +51,7 @@ impl RedisKeys {
 
     /// The counter key of `resource`.
     pub fn token_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
-        Ok(format!("{}{{{}}}", self.counter_prefix, tag(resource)?))
+        Ok(format!("{}{{{}}}", self.token_prefix, tag(resource)?))
     }
 
     /// The key that binds the counter of `resource` to the server history that last
@@ -75,7 +75,7 @@ impl Default for RedisKeys {
     fn default() -> Self {
         RedisKeys {
             lock_prefix: "lock:".into(),
-            counter_prefix: "fence:".into(),
+            token_prefix: "fence:".into(),
         }
     }
 }
