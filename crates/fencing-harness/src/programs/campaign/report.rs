@@ -476,7 +476,7 @@ system's business, so the interleavings, unlike the plan, can differ.
   1.5 to 2 TTLs, then healed. A partition holds every byte both ways: nothing is refused and
   nothing answered, so what the worker sent meanwhile has an unknown outcome to it and
   reaches the server only at the heal, after the other worker may have taken the lease over
-  and written. The workers give up on an attempt unanswered for a quarter of the TTL
+  and written. The workers give up on an attempt unanswered for a TTL
   (`Holder::with_request_timeout`) and send it again with the same token, twice, so a write
   cut off for longer returns with its outcome unknown and the next holder settles it. The worker process runs on throughout (unlike a stall): its Redis, DynamoDB
   or etcd lease may be renewed meanwhile, and then no one takes over.

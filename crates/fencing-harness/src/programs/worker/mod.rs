@@ -234,9 +234,12 @@ impl Worker {
                 stores: stores.clone(),
                 gateway: args.of.gateway.clone(),
                 stop_after_call: args.stop_after_call.clone(),
-                // Three attempts (the holder's default retries) give up within the TTL, so a
-                // partition longer than the TTL leaves writes whose outcome is unknown.
-                request_timeout: ttl.duration() / 4,
+                // An attempt unanswered for a TTL is dropped and sent again, so a partition
+                // (1.5 to 2 TTLs) still leaves a write whose outcome is unknown to its holder.
+                // Not shorter: with 8 refunds in flight per worker, the AWS emulator (one
+                // request at a time) answers in up to a second on a busy 2-core machine, and a
+                // shorter limit ended jobs that were only waiting (2 of 2 CI runs, 2026-12-07).
+                request_timeout: ttl.duration(),
             },
             stores,
             lease,
