@@ -28,6 +28,9 @@ pub const MODE_VAR: &str = "FENCING_TEST_SERVICES";
 /// The environment variable that names a PostgreSQL server explicitly.
 pub const POSTGRES_URL_VAR: &str = "FENCING_POSTGRES_URL";
 
+/// The environment variable that names a MySQL or MariaDB server explicitly.
+pub const MYSQL_URL_VAR: &str = "FENCING_MYSQL_URL";
+
 /// The environment variable that names a Redis server explicitly.
 pub const REDIS_URL_VAR: &str = "FENCING_REDIS_URL";
 
@@ -179,6 +182,27 @@ pub fn postgres_url() -> String {
             Err("a local postgres binary: not supported (initdb refuses to run as root)".into())
         },
         container: || shared_container(&CONTAINER, TestContainer::postgres),
+    })
+}
+
+/// A MySQL or MariaDB URL for tests (user `root` without a password, database `test`), found
+/// as [`ServiceMode`] says: `$FENCING_MYSQL_URL` or the server on 127.0.0.1:3306 (MariaDB on
+/// every machine of this project's kind; `scripts/setup` starts it where it stopped).
+///
+/// # Panics
+///
+/// When none is available, with a message naming everything tried.
+pub fn mysql_url() -> String {
+    find(Service {
+        name: "MySQL or MariaDB",
+        env_var: MYSQL_URL_VAR,
+        standard: ("mysql://root@127.0.0.1:3306/test", || {
+            listening(([127, 0, 0, 1], 3306).into())
+        }),
+        local_binary: || {
+            Err("a mariadbd of the tests' own: not yet (scripts/setup starts the machine's)".into())
+        },
+        container: || Err("a MariaDB container: no image in containers/ yet".into()),
     })
 }
 

@@ -1,0 +1,29 @@
+//! MySQL and MariaDB for `fencing`: fenced claims and confirms on any table, a durable token
+//! source bound to the server's history and a lease judged by the database's clock, on sqlx.
+//!
+//! * [`MySqlTable`] names the table and its key, fence, state and payload columns; every
+//!   name is checked and quoted here ([`MySqlIdent`]), since sqlx quotes none.
+//! * [`MySqlStore`] implements [`fencing_core::FencedStore`]: each write is one transaction
+//!   that locks the record's row, decides by the core's rules (so a refusal names the fence
+//!   or state that refused it and changes nothing) and applies.
+//! * [`MySqlTokenSource`] and [`MySqlLease`] keep counters and leases in tables: durable
+//!   tokens bound to the server history that issued them (a promoted replica or a restored
+//!   backup never issues a token twice), and expiry judged by the server's clock.
+//!
+//! MariaDB 10.11 is what the tests run on; the SQL is what MySQL 8 takes too.
+
+mod checkout;
+mod ddl;
+mod error;
+mod ident;
+mod lease;
+mod schema;
+mod store;
+mod table;
+mod tokens;
+
+pub use ident::{MySqlIdent, MySqlQualifiedName};
+pub use lease::MySqlLease;
+pub use store::MySqlStore;
+pub use table::MySqlTable;
+pub use tokens::MySqlTokenSource;

@@ -1,0 +1,144 @@
+//! What the store reads of a table before its first request: that the columns it names
+//! exist with types it can use, that the key is unique, and how keys are compared.
+
+use fencing_core::{InputKind, InvalidInput, RecordKey};
+use sqlx::{MySqlConnection, Row};
+
+use crate::error::MySqlFailure;
+use crate::table::MySqlTable;
+
+/// How the table's keys are spelled in a statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyType {
+    /// Text compared byte for byte (a binary type or a `_bin` collation).
+    Text,
+    /// An integer column: a key is its decimal spelling.
+    Integer,
+}
+
+/// A key as a statement binds it.
+pub(crate) enum KeyValue<'k> {
+    Text(&'k str),
+    Integer(i64),
+}
+
+impl KeyType {
+    /// `key` as this column takes it, or why it cannot be one of its values (nothing sent).
+    pub(crate) fn value<'k>(self, key: &'k RecordKey) -> Result<KeyValue<'k>, InvalidInput> {
+        match self {
+            KeyType::Text => Ok(KeyValue::Text(key.as_str())),
+            KeyType::Integer => key.as_str().parse().map(KeyValue::Integer).map_err(|_| {
+                InvalidInput::new(
+                    InputKind::RecordKey,
+                    format!("{key:?} is not an integer, and the table's key column is one"),
+                )
+            }),
+        }
+    }
+}
+
+/// Reads the table's shape: the key's type, or what is wrong with the table and how to fix
+/// it.
+pub(crate) async fn read(
+    conn: &mut MySqlConnection,
+    table: &MySqlTable,
+) -> Result<KeyType, MySqlFailure> {
+    let name = table.name();
+    let columns = sqlx::query(
+        "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+    )
+    .bind(name.database().as_str())
+    .bind(name.name().as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    if columns.is_empty() {
+        return Err(MySqlFailure::Schema(format!(
+            "the table {name} does not exist: create it (MySqlTable::create_table_sql gives \
+             the SQL)"
+        )));
+    }
+    let column = |wanted: &str| -> Result<Option<(String, Option<String>)>, MySqlFailure> {
+        for row in &columns {
+            let column: String = row.try_get(0)?;
+            if column.to_lowercase() == wanted.to_lowercase() {
+                return Ok(Some((
+                    row.try_get::<String, _>(1)?.to_lowercase(),
+                    row.try_get(2)?,
+                )));
+            }
+        }
+        Ok(None)
+    };
+    let missing = |what: &str, column: &str| {
+        MySqlFailure::Schema(format!(
+            "the table {name} has no {what} column {column:?}: name the column the table has \
+             (MySqlTable::with_{what}_column) or add it"
+        ))
+    };
+    let (key_type, collation) = column(table.key_column().as_str())?
+        .ok_or_else(|| missing("key", table.key_column().as_str()))?;
+    let (fence_type, _) = column(table.fence_column().as_str())?
+        .ok_or_else(|| missing("fence", table.fence_column().as_str()))?;
+    column(table.state_column().as_str())?
+        .ok_or_else(|| missing("state", table.state_column().as_str()))?;
+    if let Some(payload) = table.payload_column() {
+        let (payload_type, _) =
+            column(payload.as_str())?.ok_or_else(|| missing("payload", payload.as_str()))?;
+        if !payload_type.ends_with("blob") && !payload_type.ends_with("binary") {
+            return Err(MySqlFailure::Schema(format!(
+                "the payload column {payload} of {name} is {payload_type}: a payload is \
+                 bytes, kept in a BLOB or VARBINARY column"
+            )));
+        }
+    }
+    if fence_type != "bigint" {
+        return Err(MySqlFailure::Schema(format!(
+            "the fence column {} of {name} is {fence_type}: a fence is a BIGINT",
+            table.fence_column()
+        )));
+    }
+    let key = match key_type.as_str() {
+        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" => KeyType::Integer,
+        "binary" | "varbinary" | "tinyblob" | "blob" => KeyType::Text,
+        "char" | "varchar" | "tinytext" | "text" => match collation {
+            Some(collation) if collation.ends_with("_bin") => KeyType::Text,
+            collation => {
+                return Err(MySqlFailure::Schema(format!(
+                    "the key column {key} of {name} compares keys with the collation \
+                     {collation:?}, under which keys that differ in case or trailing spaces \
+                     are one row, so one record's write could change another's: give it a \
+                     binary collation (ALTER TABLE {name} MODIFY {key} {key_type}(…) \
+                     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL) or make it VARBINARY",
+                    key = table.key_column(),
+                    collation = collation.unwrap_or_default(),
+                )));
+            }
+        },
+        other => {
+            return Err(MySqlFailure::Schema(format!(
+                "the key column {} of {name} is {other}: a key is text or an integer",
+                table.key_column()
+            )));
+        }
+    };
+    let unique: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
+         GROUP BY INDEX_NAME HAVING COUNT(*) = 1 AND LOWER(MAX(COLUMN_NAME)) = LOWER(?)) u",
+    )
+    .bind(name.database().as_str())
+    .bind(name.name().as_str())
+    .bind(table.key_column().as_str())
+    .fetch_one(&mut *conn)
+    .await?;
+    if unique == 0 {
+        return Err(MySqlFailure::Schema(format!(
+            "the key column {key} of {name} has no unique index of its own, so one write could \
+             change several rows and nothing was written: the key column must be unique \
+             (ALTER TABLE {name} ADD UNIQUE ({key}))",
+            key = table.key_column()
+        )));
+    }
+    Ok(key)
+}

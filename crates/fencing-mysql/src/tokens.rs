@@ -1,0 +1,403 @@
+//! A durable token source: one row per resource in a counter table, bound to the server
+//! history that last wrote it.
+
+use async_trait::async_trait;
+use fencing_core::adapter::RequestEffect;
+use fencing_core::adapter::history::{BoundCounter, binding_here, next_token};
+use fencing_core::{
+    CounterHistory, Error, FencingToken, InvalidInput, RateBound, ResourceName, Result, TokenSource,
+};
+use sqlx::{AssertSqlSafe, MySqlConnection, MySqlPool, Row};
+
+use crate::checkout::Checkout;
+use crate::ddl::run_ddl;
+use crate::error::MySqlFailure;
+use crate::ident::MySqlQualifiedName;
+
+/// The server's clock in milliseconds since the Unix epoch, in SQL.
+pub(crate) const NOW_MS: &str = "CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
+
+/// The resource name of the row that binds the whole table: no [`ResourceName`] is empty.
+const TABLE_BINDING: &str = "";
+
+/// Tokens from a table of counters, `(resource, value, history, written_ms)`: each `next` is
+/// one `UPDATE … SET value = LAST_INSERT_ID(value + 1)` where the row is on the history of
+/// the server answering, the value carried back in the statement's own answer.
+///
+/// **Failovers and restores.** A row is bound to the server history that last wrote it: the
+/// server's `server_id` (distinct for every server of a replication topology, so a promoted
+/// replica is another history) and a marker drawn at every start of the server, kept in a
+/// `MEMORY` table beside the counters (`<table>_start`, empty after every restart, a restored
+/// physical backup's included). A counter found on another history may be behind the tokens
+/// issued (an asynchronous replica promoted before it applied the last increments, a backup
+/// restored, a crash with `innodb_flush_log_at_trx_commit` other than 1), so it is raised
+/// first by [`Self::with_max_rate`] tokens for every second since the row was last written,
+/// and one more: every increment lost happened after that write, at most that many a second.
+///
+/// A counter the new history does not have at all (first used during the replication lag,
+/// or after the backup was taken) starts at the table's binding: the row of the empty
+/// resource name, which [`Self::create_if_missing`] writes, holds the first token a counter
+/// new to the table starts at and its history; the first request on another history raises
+/// it the same way, so a counter missing there starts above every token a lost one issued.
+/// These requests (another history, a missing counter, an exhausted one) are one transaction
+/// that locks the binding and the counter and decides by the core's rules
+/// ([`fencing_core::adapter::history`]).
+///
+/// Not covered: a logical dump (`mysqldump`) restored into a server that has not restarted
+/// since the dump was taken brings back rows bound to the history still running, which
+/// cannot tell them from current ones. Restart the server after such a restore, or raise the
+/// counters above the fences the stores hold ([`fencing_core::seed_from_floors`]).
+#[derive(Clone, Debug)]
+pub struct MySqlTokenSource {
+    pool: MySqlPool,
+    table: MySqlQualifiedName,
+    start: MySqlQualifiedName,
+    store: String,
+    max_rate: RateBound,
+    fast: String,
+    locked: String,
+}
+
+impl MySqlTokenSource {
+    /// The rate bound unless told otherwise: 2^20 tokens a second per resource.
+    pub const DEFAULT_MAX_RATE: u64 = RateBound::DEFAULT.per_second();
+
+    /// Counters in `table` (create it with [`Self::create_if_missing`]).
+    pub fn new(pool: MySqlPool, table: MySqlQualifiedName) -> Self {
+        let start = table.sibling("_start");
+        let here = format!("CONCAT(@@server_id, '/', (SELECT started FROM {start} WHERE id = 1))");
+        MySqlTokenSource {
+            fast: format!(
+                "UPDATE {table} SET value = LAST_INSERT_ID(value + 1), written_ms = {NOW_MS} \
+                 WHERE resource = ? AND history = {here} AND value < {max}",
+                max = i64::MAX
+            ),
+            locked: format!(
+                "SELECT resource, value, history, written_ms, {here}, {NOW_MS} FROM {table} \
+                 WHERE resource IN ('{TABLE_BINDING}', ?) FOR UPDATE"
+            ),
+            store: table.store_name(),
+            max_rate: RateBound::DEFAULT,
+            start,
+            table,
+            pool,
+        }
+    }
+
+    /// The same source, raising a counter found on another server history by `per_second`
+    /// for every second since its row was last written (1 ..= 2^32).
+    pub fn with_max_rate(self, per_second: u64) -> Result<Self, InvalidInput> {
+        Ok(MySqlTokenSource {
+            max_rate: RateBound::new(per_second)?,
+            ..self
+        })
+    }
+
+    /// The counter table.
+    pub fn table(&self) -> &MySqlQualifiedName {
+        &self.table
+    }
+
+    pub(crate) fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// Creates the counter table and its start marker, if missing, with the row that binds
+    /// the whole table to the server history it is on.
+    pub async fn create_if_missing(&self) -> Result<()> {
+        let (table, start) = (&self.table, &self.start);
+        for ddl in [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {table} (resource VARBINARY(200) NOT NULL PRIMARY \
+                 KEY, value BIGINT NOT NULL CHECK (value > 0), history VARCHAR(100) NOT NULL, \
+                 written_ms BIGINT NOT NULL) ENGINE = InnoDB"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {start} (id TINYINT NOT NULL PRIMARY KEY, \
+                 started CHAR(36) NOT NULL) ENGINE = MEMORY"
+            ),
+            format!("INSERT IGNORE INTO {start} (id, started) VALUES (1, UUID())"),
+            format!(
+                "INSERT IGNORE INTO {table} (resource, value, history, written_ms) SELECT \
+                 '{TABLE_BINDING}', 1, CONCAT(@@server_id, '/', started), {NOW_MS} \
+                 FROM {start} WHERE id = 1"
+            ),
+        ] {
+            run_ddl(&self.pool, &self.store, ddl).await?;
+        }
+        Ok(())
+    }
+
+    /// The server history the counter of `resource` is bound to, and the history of the
+    /// server answering (a restarted server draws its marker here).
+    pub async fn history(&self, resource: &ResourceName) -> Result<CounterHistory> {
+        let read = async |conn: &mut MySqlConnection| -> Result<CounterHistory, MySqlFailure> {
+            self.mark_start(conn).await?;
+            let row = sqlx::query(AssertSqlSafe(format!(
+                "SELECT (SELECT history FROM {table} WHERE resource = ?), \
+                 CONCAT(@@server_id, '/', started) FROM {start} WHERE id = 1",
+                table = self.table,
+                start = self.start
+            )))
+            .bind(resource.as_str())
+            .fetch_one(&mut *conn)
+            .await?;
+            Ok(CounterHistory {
+                bound: row.try_get(0)?,
+                serving: row.try_get(1)?,
+            })
+        };
+        Checkout::run(&self.pool, read)
+            .await
+            .map_err(|failure| failure.into_error(&self.store, RequestEffect::ReadOnly))
+    }
+
+    /// Draws this start's marker where the server has none yet (it restarted).
+    async fn mark_start(&self, conn: &mut MySqlConnection) -> Result<(), MySqlFailure> {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT IGNORE INTO {} (id, started) VALUES (1, UUID())",
+            self.start
+        )))
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    /// The next token of `resource` on `conn`, inside the caller's transaction where it has
+    /// one: the one-statement increment where the counter is on this history, else
+    /// [`Self::next_locked`]. `None` at `i64::MAX`.
+    pub(crate) async fn next_on(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &ResourceName,
+    ) -> Result<Option<FencingToken>, MySqlFailure> {
+        match self.next_in_place(conn, resource).await? {
+            Some(token) => Ok(Some(token)),
+            None => self.next_locked(conn, resource).await,
+        }
+    }
+
+    /// The one-statement increment: the token, or `None` where the counter is missing, on
+    /// another history or exhausted.
+    async fn next_in_place(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &ResourceName,
+    ) -> Result<Option<FencingToken>, MySqlFailure> {
+        let done = sqlx::query(AssertSqlSafe(self.fast.clone()))
+            .bind(resource.as_str())
+            .execute(conn)
+            .await?;
+        match done.rows_affected() {
+            1 => decode_token(done.last_insert_id() as i64).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The next token by the core's rules, the binding and the counter locked (inside a
+    /// transaction on `conn`). `None` at `i64::MAX`.
+    async fn next_locked(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &ResourceName,
+    ) -> Result<Option<FencingToken>, MySqlFailure> {
+        self.mark_start(conn).await?;
+        let (counter, binding, here, now_ms) = self.locked(conn, resource).await?;
+        let bound = binding_here(&binding, &here, now_ms, self.max_rate);
+        let Some(bound) = bound else {
+            return Ok(None);
+        };
+        let Some(token) = next_token(counter.as_ref(), &bound, &here, now_ms, self.max_rate) else {
+            return Ok(None);
+        };
+        if bound != binding {
+            self.put(conn, TABLE_BINDING, &bound).await?;
+        }
+        let issued = BoundCounter {
+            value: token,
+            history: here,
+            written_ms: now_ms,
+        };
+        self.put(conn, resource.as_str(), &issued).await?;
+        Ok(Some(token))
+    }
+
+    /// The counter of `resource` and the table's binding, locked, with the history here and
+    /// the server's time.
+    #[allow(clippy::type_complexity)]
+    async fn locked(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &ResourceName,
+    ) -> Result<
+        (
+            Option<BoundCounter<String>>,
+            BoundCounter<String>,
+            String,
+            u64,
+        ),
+        MySqlFailure,
+    > {
+        let rows = sqlx::query(AssertSqlSafe(self.locked.clone()))
+            .bind(resource.as_str())
+            .fetch_all(&mut *conn)
+            .await?;
+        let (mut counter, mut binding, mut here) = (None, None, None);
+        for row in &rows {
+            let name: Vec<u8> = row.try_get(0)?;
+            let value: i64 = row.try_get(1)?;
+            let written_ms: i64 = row.try_get(3)?;
+            let bound = BoundCounter {
+                value: decode_token(value)?,
+                history: row.try_get(2)?,
+                written_ms: written_ms.max(0) as u64,
+            };
+            let now_ms: i64 = row.try_get(5)?;
+            here = Some((row.try_get::<String, _>(4)?, now_ms.max(0) as u64));
+            if name.is_empty() {
+                binding = Some(bound);
+            } else {
+                counter = Some(bound);
+            }
+        }
+        let (Some(binding), Some((here, now_ms))) = (binding, here) else {
+            return Err(unbound(&self.table));
+        };
+        Ok((counter, binding, here, now_ms))
+    }
+
+    /// Writes a counter row as `counter` says.
+    async fn put(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &str,
+        counter: &BoundCounter<String>,
+    ) -> Result<(), MySqlFailure> {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {} (resource, value, history, written_ms) VALUES (?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE value = VALUES(value), history = VALUES(history), \
+             written_ms = VALUES(written_ms)",
+            self.table
+        )))
+        .bind(resource)
+        .bind(counter.value.as_i64())
+        .bind(&counter.history)
+        .bind(counter.written_ms as i64)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    /// Raises the counter of `resource` to at least `floor` on `conn`'s transaction: a
+    /// counter the table lacks starts there or at the table's start, whichever is higher.
+    async fn advance_on(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &ResourceName,
+        floor: FencingToken,
+    ) -> Result<FencingToken, MySqlFailure> {
+        self.mark_start(conn).await?;
+        let (counter, binding, here, now_ms) = self.locked(conn, resource).await?;
+        let raised = match counter {
+            Some(counter) if counter.value >= floor => return Ok(counter.value),
+            Some(counter) => BoundCounter {
+                value: floor,
+                ..counter
+            },
+            None => {
+                let start = binding_here(&binding, &here, now_ms, self.max_rate)
+                    .map(|bound| bound.value.get() - 1)
+                    .unwrap_or(u64::MAX);
+                let value = FencingToken::new(start.max(floor.get()).min(FencingToken::MAX.get()))
+                    .map_err(|e| MySqlFailure::Corrupt(format!("counter start {start}"), e))?;
+                BoundCounter {
+                    value,
+                    history: here,
+                    written_ms: now_ms,
+                }
+            }
+        };
+        self.put(conn, resource.as_str(), &raised).await?;
+        Ok(raised.value)
+    }
+}
+
+/// A counter value read back: a token, or corrupt.
+pub(crate) fn decode_token(value: i64) -> Result<FencingToken, MySqlFailure> {
+    FencingToken::from_i64(value)
+        .map_err(|e| MySqlFailure::Corrupt(format!("counter value {value}"), e))
+}
+
+/// The failure of a request on a counter table without its binding row.
+pub(crate) fn unbound(table: &MySqlQualifiedName) -> MySqlFailure {
+    MySqlFailure::Schema(format!(
+        "the counter table {table} has no binding row (resource ''), which keeps a counter it \
+         lacks after a failover from starting again below tokens already issued: run \
+         create_if_missing() once"
+    ))
+}
+
+#[async_trait]
+impl TokenSource for MySqlTokenSource {
+    async fn next(&self, resource: &ResourceName) -> Result<FencingToken> {
+        let draw = async |conn: &mut MySqlConnection| -> Result<_, MySqlFailure> {
+            if let Some(token) = self.next_in_place(conn, resource).await? {
+                return Ok(Some(token));
+            }
+            let mut tx = sqlx::Connection::begin(conn).await?;
+            let token = self.next_locked(&mut tx, resource).await?;
+            tx.commit().await?;
+            Ok(token)
+        };
+        Checkout::run(&self.pool, draw)
+            .await
+            .map_err(|failure| failure.into_error(&self.store, RequestEffect::Writes))?
+            .ok_or_else(|| Error::TokenExhausted {
+                resource: resource.clone(),
+            })
+    }
+
+    async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+        let value: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT value FROM {} WHERE resource = ?",
+            self.table
+        )))
+        .bind(resource.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| MySqlFailure::from(e).into_error(&self.store, RequestEffect::ReadOnly))?;
+        value
+            .map(decode_token)
+            .transpose()
+            .map_err(|failure| failure.into_error(&self.store, RequestEffect::ReadOnly))
+    }
+
+    /// Asked only when the pool has a connection idle or room to open one: with neither, the
+    /// caller's transaction may hold the one it would wait for.
+    async fn current_at_once(
+        &self,
+        resource: &ResourceName,
+    ) -> Option<Result<Option<FencingToken>>> {
+        let room = self.pool.size() < self.pool.options().get_max_connections();
+        if self.pool.num_idle() == 0 && !room {
+            return None;
+        }
+        Some(self.current(resource).await)
+    }
+
+    async fn advance_to(
+        &self,
+        resource: &ResourceName,
+        floor: FencingToken,
+    ) -> Result<FencingToken> {
+        let advance = async |conn: &mut MySqlConnection| -> Result<_, MySqlFailure> {
+            let mut tx = sqlx::Connection::begin(conn).await?;
+            let value = self.advance_on(&mut tx, resource, floor).await?;
+            tx.commit().await?;
+            Ok(value)
+        };
+        Checkout::run(&self.pool, advance)
+            .await
+            .map_err(|failure| failure.into_error(&self.store, RequestEffect::Writes))
+    }
+}
