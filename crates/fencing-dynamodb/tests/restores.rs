@@ -261,9 +261,9 @@ async fn a_table_restored_to_a_point_in_time_under_a_new_name_never_reissues_a_t
     assert!(next > highest, "{next} after {highest}");
 }
 
-/// The raise is the rate bound for every second (begun) since the counter was last written,
-/// and one second more: with a bound of 1000 a second, a counter restored at 5 goes on from
-/// 5 + 1000 × (seconds + 1).
+/// The raise is the rate bound for the time since the counter was last written, to the
+/// millisecond, and one second more: with a bound of 1000 a second, a counter restored at 5
+/// goes on from 5 + milliseconds + 1000.
 #[tokio::test]
 async fn a_counter_bound_to_another_table_is_raised_by_the_bound_for_each_second_since_it_was_written()
  {
@@ -289,11 +289,11 @@ async fn a_counter_bound_to_another_table_is_raised_by_the_bound_for_each_second
         .unwrap();
     let next = fresh.next(&r).await.unwrap().get();
     let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let seconds = |d: Duration| d.as_millis().div_ceil(1000) as u64;
-    // Written at most `after - before` ago, at least 1.2 s ago.
+    // Written at most `after - before` ago, at least 1.2 s ago: raised by 1,000 a second for
+    // that time, to the millisecond, and one second more.
     let (least, most) = (
-        5 + 1000 * (2 + 1) + 1,
-        5 + 1000 * (seconds(after - before) + 1) + 1,
+        5 + 1200 + 1000 + 1,
+        5 + (after - before).as_millis() as u64 + 1000 + 1,
     );
     assert!(
         (least..=most).contains(&next),

@@ -13,6 +13,9 @@ pub(crate) enum MySqlFailure {
     Corrupt(String, InvalidInput),
     /// The server answered something the statement cannot produce.
     Inconsistent(&'static str),
+    /// The server is read-only (a replica, or `read_only` set), and a counter is issued only
+    /// by a primary: even a user whose privileges pass `read_only` is refused.
+    ReadOnly,
     /// The table does not have the shape the store needs (missing, a key that is not unique,
     /// a key compared without regard to case); the message says how to fix it.
     Schema(String),
@@ -121,6 +124,12 @@ impl MySqlFailure {
                 Box::new(Explained::new(format!("{what}: {why}"), why)),
             ),
             MySqlFailure::Schema(what) => (Failure::Misconfigured, what.into()),
+            MySqlFailure::ReadOnly => (
+                Failure::Unavailable,
+                "the server is read-only (a replica, or read_only is set): a token is issued \
+                 only by the primary, whatever the user's privileges"
+                    .into(),
+            ),
             MySqlFailure::Inconsistent(what) => (Failure::Unexpected, what.into()),
         };
         Error::failed_request(store, effect, failure, source)
@@ -193,6 +202,9 @@ mod tests {
             MySqlFailure::Schema("the key column must be unique".into()),
         );
         assert_eq!(err.failure(), Some(Failure::Misconfigured), "{err:?}");
+        let err = after(RequestEffect::Writes, MySqlFailure::ReadOnly);
+        assert_eq!(err.failure(), Some(Failure::Unavailable), "{err:?}");
+        assert!(err.to_string().contains("read-only"), "{err}");
         let err = after(RequestEffect::Writes, MySqlFailure::Inconsistent("odd"));
         assert_eq!(err.failure(), Some(Failure::Unexpected), "{err:?}");
     }

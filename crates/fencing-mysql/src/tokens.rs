@@ -43,6 +43,9 @@ const TABLE_BINDING: &str = "";
 /// that locks the binding and the counter and decides by the core's rules
 /// ([`fencing_core::adapter::history`]).
 ///
+/// A read-only server (a replica, or one with `read_only` set) issues nothing, even to a user
+/// whose privileges pass `read_only`: [`fencing_core::Error::Unavailable`].
+///
 /// Not covered: a logical dump (`mysqldump`) restored into a server that has not restarted
 /// since the dump was taken brings back rows bound to the history still running, which
 /// cannot tell them from current ones. Restart the server after such a restore, or raise the
@@ -69,11 +72,13 @@ impl MySqlTokenSource {
         MySqlTokenSource {
             fast: format!(
                 "UPDATE {table} SET value = LAST_INSERT_ID(value + 1), written_ms = {NOW_MS} \
-                 WHERE resource = ? AND history = {here} AND value < {max}",
+                 WHERE resource = ? AND history = {here} AND value < {max} \
+                 AND @@global.read_only = 0",
                 max = i64::MAX
             ),
             locked: format!(
-                "SELECT resource, value, history, written_ms, {here}, {NOW_MS} FROM {table} \
+                "SELECT resource, value, history, written_ms, {here}, {NOW_MS}, \
+                 @@global.read_only FROM {table} \
                  WHERE resource IN ('{TABLE_BINDING}', ?) FOR UPDATE"
             ),
             store: table.store_name(),
@@ -253,6 +258,9 @@ impl MySqlTokenSource {
                 written_ms: written_ms.max(0) as u64,
             };
             let now_ms: i64 = row.try_get(5)?;
+            if row.try_get::<i64, _>(6)? != 0 {
+                return Err(MySqlFailure::ReadOnly);
+            }
             here = Some((row.try_get::<String, _>(4)?, now_ms.max(0) as u64));
             if name.is_empty() {
                 binding = Some(bound);

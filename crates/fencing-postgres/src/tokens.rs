@@ -145,12 +145,13 @@ impl PgTokenSource {
         "SELECT (SELECT value FROM issued), EXISTS (SELECT 1 FROM m)"
     }
 
-    /// `value` raised by the rate bound for every second from `written_at` to `at`, begun,
-    /// and one more (numeric).
+    /// `value` raised by the rate bound for the time from `written_at` to `at` (to the
+    /// microsecond) and one second more, rounded up to a whole token (numeric), as
+    /// [`RateBound::raise`] does.
     fn raised(&self, value: &str, at: &str, written_at: &str) -> String {
         format!(
-            "{value}::numeric + {rate}::numeric * \
-             (ceil(GREATEST(extract(epoch FROM {at} - {written_at}), 0)) + 1)",
+            "{value}::numeric + ceil({rate}::numeric * \
+             (GREATEST(extract(epoch FROM {at} - {written_at}), 0) + 1))",
             rate = self.max_rate.per_second()
         )
     }

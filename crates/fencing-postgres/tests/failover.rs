@@ -274,16 +274,25 @@ impl ServedFromBehind for StandbyPromotion {
 }
 
 /// A primary and a base backup: the copy is the backup, taken then; the event the primary
-/// killed and the backup started at its port.
+/// killed and the backup started at its port. With `restart_after_the_copy`, the primary is
+/// also restarted right after the backup (a crash it recovers from: another history, which
+/// raises every counter it finds and issues above), so the backup, restored within the same
+/// second, raises the same rows as the restarted primary did and must pass what it issued:
+/// three histories in a row.
 struct BackupRestore {
     primary: LocalPostgres,
     backup: Option<LocalPostgres>,
+    restart_after_the_copy: bool,
 }
 
 #[async_trait]
 impl ServedFromBehind for BackupRestore {
     async fn keep_a_copy(&mut self) {
         self.backup = Some(LocalPostgres::backup_of(&self.primary));
+        if self.restart_after_the_copy {
+            self.primary.kill();
+            self.primary.start();
+        }
     }
 
     async fn serve_the_copy(&mut self) {
@@ -305,7 +314,8 @@ async fn prepared() -> (LocalPostgres, PgPool) {
 }
 
 /// The shared guarantee, for `PgTokenSource` and `PgLease`, on a standby promoted behind the
-/// counters and on a base backup restored after tokens were drawn.
+/// counters, on a base backup restored after tokens were drawn, and on one restored after the
+/// primary restarted and drew more (three histories in a row).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promoted_standbys_and_restored_backups_serve_no_token_twice_to_the_shared_suite() {
     let caps = Capabilities::real_server();
@@ -319,15 +329,22 @@ async fn promoted_standbys_and_restored_backups_serve_no_token_twice_to_the_shar
     let (mut failover, pool) = standby_promotion().await;
     a_lease_served_from_behind_never_reissues(&lease(&pool), &mut failover, caps).await;
 
-    let backup_restore = async || {
+    let backup_restore = async |restart_after_the_copy| {
         let (primary, pool) = prepared().await;
         let backup = None;
-        (BackupRestore { primary, backup }, pool)
+        let deployment = BackupRestore {
+            primary,
+            backup,
+            restart_after_the_copy,
+        };
+        (deployment, pool)
     };
-    let (mut restore, pool) = backup_restore().await;
-    a_counter_served_from_behind_never_reissues(&tokens(&pool), &mut restore).await;
-    let (mut restore, pool) = backup_restore().await;
-    a_lease_served_from_behind_never_reissues(&lease(&pool), &mut restore, caps).await;
+    for restart_after_the_copy in [false, true] {
+        let (mut restore, pool) = backup_restore(restart_after_the_copy).await;
+        a_counter_served_from_behind_never_reissues(&tokens(&pool), &mut restore).await;
+        let (mut restore, pool) = backup_restore(restart_after_the_copy).await;
+        a_lease_served_from_behind_never_reissues(&lease(&pool), &mut restore, caps).await;
+    }
 }
 
 /// A standby given by mistake issues nothing, and a rate bound out of range is refused.

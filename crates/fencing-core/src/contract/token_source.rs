@@ -195,9 +195,16 @@ impl CounterHistory {
 
 /// The most tokens a counter is taken to issue per second for one resource: what a source
 /// that binds its counters to a server history raises a counter found on another history by,
-/// for every second since the counter was last written (plus one for clocks a little apart),
-/// so that the next token passes every token the lost history could have issued after that
-/// write.
+/// for the time since the counter was last written (plus one second for clocks a little
+/// apart), so that the next token passes every token the lost history could have issued after
+/// that write.
+///
+/// The time is counted to the millisecond, so two histories that each find the same lost
+/// counter (a replica promoted, lost, then an older backup restored) raise it to different
+/// values whenever they do so a millisecond or more apart at a bound of 1,000 a second or
+/// more: the later one passes the earlier one's raise and everything issued since, at most
+/// the bound a second. (At a bound below 1,000 a second, as for epochs, two such raises
+/// within the same `1000 / bound` milliseconds give the same value.)
 ///
 /// It rests on the clocks of the servers (or writers) that stamp the counter agreeing to within
 /// the seconds a failover or restore takes, and on no counter outrunning the bound.
@@ -231,15 +238,16 @@ impl RateBound {
 
     /// Where a counter at `counter`, last written at `written_ms` and found on another history
     /// at `now_ms` (milliseconds since the Unix epoch), goes on from: raised by the bound for
-    /// every second since, rounded up, and one second more. `None` past `i64::MAX`.
+    /// the time since, to the millisecond, and one second more, rounded up to a whole token.
+    /// `None` past `i64::MAX`.
     pub fn raise(
         self,
         counter: FencingToken,
         written_ms: u64,
         now_ms: u64,
     ) -> Option<FencingToken> {
-        let seconds = now_ms.saturating_sub(written_ms).div_ceil(1000) + 1;
-        let raised = u128::from(counter.get()) + u128::from(self.0) * u128::from(seconds);
+        let millis = u128::from(now_ms.saturating_sub(written_ms)) + 1000;
+        let raised = u128::from(counter.get()) + (u128::from(self.0) * millis).div_ceil(1000);
         u64::try_from(raised)
             .ok()
             .and_then(|raised| FencingToken::new(raised).ok())
@@ -261,15 +269,32 @@ mod rate_bound_tests {
     }
 
     #[test]
-    fn a_counter_on_another_history_is_raised_by_the_bound_for_every_second_begun_and_one_more() {
+    fn a_counter_on_another_history_is_raised_by_the_bound_for_the_time_since_and_one_second_more()
+    {
         let bound = RateBound::new(10).unwrap();
         assert_eq!(bound.raise(token(5), 1_000, 1_000), Some(token(15)));
-        assert_eq!(bound.raise(token(5), 1_000, 1_001), Some(token(25)));
+        // 1.001 s at 10 a second: 10.01, a whole token more.
+        assert_eq!(bound.raise(token(5), 1_000, 1_001), Some(token(16)));
+        assert_eq!(bound.raise(token(5), 1_000, 1_350), Some(token(19)));
         assert_eq!(bound.raise(token(5), 1_000, 3_000), Some(token(35)));
         // A writer's clock ahead of this one's: still one second.
         assert_eq!(bound.raise(token(5), 9_000, 1_000), Some(token(15)));
         assert_eq!(RateBound::EPOCHS.raise(token(7), 0, 2_500), Some(token(11)));
         assert_eq!(RateBound::default(), RateBound::DEFAULT);
+    }
+
+    #[test]
+    fn two_histories_raising_one_lost_counter_a_millisecond_apart_raise_it_apart() {
+        // A counter at 2 written at 0 ms; one history raises it at 600 ms and issues as fast
+        // as the bound allows; another raises it from the same row at 601 ms: above all that.
+        let bound = RateBound::DEFAULT;
+        let first = bound.raise(token(2), 0, 600).unwrap();
+        let second = bound.raise(token(2), 0, 601).unwrap();
+        let issued_in_a_millisecond = bound.per_second() / 1000;
+        assert!(
+            second.get() >= first.get() + issued_in_a_millisecond,
+            "{first} then {second}"
+        );
     }
 
     #[test]

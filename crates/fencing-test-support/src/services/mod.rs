@@ -13,6 +13,7 @@ mod containers;
 mod dynamodb_local;
 mod etcd;
 mod local;
+mod mariadb;
 mod postgres;
 
 pub use azurite::{AZURITE_ACCOUNT, AZURITE_KEY, Azurite, create_azure_container};
@@ -20,6 +21,7 @@ pub use containers::TestContainer;
 pub use dynamodb_local::DynamoDbLocal;
 pub use etcd::EtcdCluster;
 pub use local::{MotoServer, PgBouncer, RedisSentinels, RedisServer, TestCertificates, redis_cli};
+pub use mariadb::LocalMariaDb;
 pub use postgres::{LocalPostgres, PgRelease};
 
 /// The environment variable that chooses how tests get their servers.
