@@ -108,7 +108,7 @@ pub use fencing_core::{
 /// the stores and leases of the enabled adapters. Nothing in it shadows a name of the standard
 /// library's prelude: the error and result types are `fencing::Error` and `fencing::Result`.
 /// Everything else is at the crate root (`fencing::RetryPolicy`, `fencing::seed_from_floors`,
-/// …). It leaves the names `redis`, `postgres`, `dynamodb`, `s3`, `etcd` and `object_store`
+/// …). It leaves the names `redis`, `postgres`, `mysql`, `dynamodb`, `s3`, `etcd` and `object_store`
 /// to the crates (and modules) of your own, so `redis::Client` still means the `redis` crate.
 /// What an adapter author needs is in `fencing_core::adapter`.
 pub mod prelude {
@@ -123,6 +123,12 @@ pub mod prelude {
     pub use fencing_postgres::{
         PgEpochSource, PgFenceFloor, PgKeyType, PgLease, PgQualifiedName, PgStore, PgTable,
         PgTokenSource, PgWrite, PgWrittenTogether,
+    };
+
+    #[cfg(feature = "mysql")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+    pub use fencing_mysql::{
+        MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource,
     };
 
     #[cfg(feature = "redis")]
@@ -157,6 +163,12 @@ pub mod prelude {
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use fencing_postgres as postgres;
+
+/// MySQL and MariaDB: fenced tables, a durable token source bound to the server's history and
+/// a database-clock lease.
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use fencing_mysql as mysql;
 
 /// Redis: a lease that issues its fencing token in the same round trip, and its token source.
 #[cfg(feature = "redis")]

@@ -5,9 +5,10 @@
 use crate::sources::{before_unit_tests, rust_files, workspace};
 
 /// Each store crate and its backend's short name.
-const BACKENDS: [(&str, &str); 7] = [
+const BACKENDS: [(&str, &str); 8] = [
     ("fencing-core/src/memory", "Memory"),
     ("fencing-postgres/src", "Pg"),
+    ("fencing-mysql/src", "MySql"),
     ("fencing-redis/src", "Redis"),
     ("fencing-dynamodb/src", "Dynamo"),
     ("fencing-s3/src", "S3"),

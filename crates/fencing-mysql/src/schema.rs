@@ -2,7 +2,7 @@
 //! exist with types it can use, that the key is unique, and how keys are compared.
 
 use fencing_core::{InputKind, InvalidInput, RecordKey};
-use sqlx::{MySqlConnection, Row};
+use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
 use crate::error::MySqlFailure;
 use crate::table::MySqlTable;
@@ -43,68 +43,100 @@ pub(crate) async fn read(
     conn: &mut MySqlConnection,
     table: &MySqlTable,
 ) -> Result<KeyType, MySqlFailure> {
-    let name = table.name();
-    let columns = sqlx::query(
-        "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME FROM information_schema.COLUMNS \
-         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-    )
-    .bind(name.database().as_str())
-    .bind(name.name().as_str())
-    .fetch_all(&mut *conn)
-    .await?;
-    if columns.is_empty() {
-        return Err(MySqlFailure::Schema(format!(
-            "the table {name} does not exist: create it (MySqlTable::create_table_sql gives \
-             the SQL)"
-        )));
-    }
-    let column = |wanted: &str| -> Result<Option<(String, Option<String>)>, MySqlFailure> {
-        for row in &columns {
-            let column: String = row.try_get(0)?;
-            if column.to_lowercase() == wanted.to_lowercase() {
-                return Ok(Some((
+    let columns = Columns::read(conn, table).await?;
+    let key = columns.key_type(table)?;
+    check_unique_key(conn, table).await?;
+    Ok(key)
+}
+
+/// The table's columns as `information_schema` lists them: name, type, collation.
+struct Columns {
+    name: String,
+    columns: Vec<(String, String, Option<String>)>,
+}
+
+impl Columns {
+    async fn read(conn: &mut MySqlConnection, table: &MySqlTable) -> Result<Self, MySqlFailure> {
+        let name = table.name();
+        let rows = sqlx::query(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+        )
+        .bind(name.database().as_str())
+        .bind(name.name().as_str())
+        .fetch_all(&mut *conn)
+        .await?;
+        if rows.is_empty() {
+            // The catalog shows only what the user may see: the table itself says whether it
+            // is missing or refused to this user, with the server's own error.
+            sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {name} LIMIT 0")))
+                .execute(&mut *conn)
+                .await?;
+            return Err(MySqlFailure::Schema(format!(
+                "the table {name} does not exist: create it (MySqlTable::create_table_sql gives \
+                 the SQL)"
+            )));
+        }
+        let columns = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<String, _>(0)?.to_lowercase(),
                     row.try_get::<String, _>(1)?.to_lowercase(),
                     row.try_get(2)?,
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(Columns {
+            name: name.to_string(),
+            columns,
+        })
+    }
+
+    /// The type and collation of the `what` column `column` (column names never differ by
+    /// case), or the failure that names it missing.
+    fn get(&self, what: &str, column: &str) -> Result<(&str, Option<&str>), MySqlFailure> {
+        let wanted = column.to_lowercase();
+        self.columns
+            .iter()
+            .find(|(name, _, _)| *name == wanted)
+            .map(|(_, data_type, collation)| (data_type.as_str(), collation.as_deref()))
+            .ok_or_else(|| {
+                MySqlFailure::Schema(format!(
+                    "the table {} has no {what} column {column:?}: name the column the table \
+                     has (MySqlTable::with_{what}_column) or add it",
+                    self.name
+                ))
+            })
+    }
+
+    /// Checks the fence, state and payload columns, and reads how the key is spelled.
+    fn key_type(&self, table: &MySqlTable) -> Result<KeyType, MySqlFailure> {
+        let name = &self.name;
+        let (key_type, collation) = self.get("key", table.key_column().as_str())?;
+        let (fence_type, _) = self.get("fence", table.fence_column().as_str())?;
+        self.get("state", table.state_column().as_str())?;
+        if let Some(payload) = table.payload_column() {
+            let (payload_type, _) = self.get("payload", payload.as_str())?;
+            if !payload_type.ends_with("blob") && !payload_type.ends_with("binary") {
+                return Err(MySqlFailure::Schema(format!(
+                    "the payload column {payload} of {name} is {payload_type}: a payload is \
+                     bytes, kept in a BLOB or VARBINARY column"
                 )));
             }
         }
-        Ok(None)
-    };
-    let missing = |what: &str, column: &str| {
-        MySqlFailure::Schema(format!(
-            "the table {name} has no {what} column {column:?}: name the column the table has \
-             (MySqlTable::with_{what}_column) or add it"
-        ))
-    };
-    let (key_type, collation) = column(table.key_column().as_str())?
-        .ok_or_else(|| missing("key", table.key_column().as_str()))?;
-    let (fence_type, _) = column(table.fence_column().as_str())?
-        .ok_or_else(|| missing("fence", table.fence_column().as_str()))?;
-    column(table.state_column().as_str())?
-        .ok_or_else(|| missing("state", table.state_column().as_str()))?;
-    if let Some(payload) = table.payload_column() {
-        let (payload_type, _) =
-            column(payload.as_str())?.ok_or_else(|| missing("payload", payload.as_str()))?;
-        if !payload_type.ends_with("blob") && !payload_type.ends_with("binary") {
+        if fence_type != "bigint" {
             return Err(MySqlFailure::Schema(format!(
-                "the payload column {payload} of {name} is {payload_type}: a payload is \
-                 bytes, kept in a BLOB or VARBINARY column"
+                "the fence column {} of {name} is {fence_type}: a fence is a BIGINT",
+                table.fence_column()
             )));
         }
-    }
-    if fence_type != "bigint" {
-        return Err(MySqlFailure::Schema(format!(
-            "the fence column {} of {name} is {fence_type}: a fence is a BIGINT",
-            table.fence_column()
-        )));
-    }
-    let key = match key_type.as_str() {
-        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" => KeyType::Integer,
-        "binary" | "varbinary" | "tinyblob" | "blob" => KeyType::Text,
-        "char" | "varchar" | "tinytext" | "text" => match collation {
-            Some(collation) if collation.ends_with("_bin") => KeyType::Text,
-            collation => {
-                return Err(MySqlFailure::Schema(format!(
+        match key_type {
+            "tinyint" | "smallint" | "mediumint" | "int" | "bigint" => Ok(KeyType::Integer),
+            "binary" | "varbinary" | "tinyblob" | "blob" => Ok(KeyType::Text),
+            "char" | "varchar" | "tinytext" | "text" => match collation {
+                Some(collation) if collation.ends_with("_bin") => Ok(KeyType::Text),
+                collation => Err(MySqlFailure::Schema(format!(
                     "the key column {key} of {name} compares keys with the collation \
                      {collation:?}, under which keys that differ in case or trailing spaces \
                      are one row, so one record's write could change another's: give it a \
@@ -112,16 +144,22 @@ pub(crate) async fn read(
                      CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL) or make it VARBINARY",
                     key = table.key_column(),
                     collation = collation.unwrap_or_default(),
-                )));
-            }
-        },
-        other => {
-            return Err(MySqlFailure::Schema(format!(
+                ))),
+            },
+            other => Err(MySqlFailure::Schema(format!(
                 "the key column {} of {name} is {other}: a key is text or an integer",
                 table.key_column()
-            )));
+            ))),
         }
-    };
+    }
+}
+
+/// Checks that a unique index covers the key column alone.
+async fn check_unique_key(
+    conn: &mut MySqlConnection,
+    table: &MySqlTable,
+) -> Result<(), MySqlFailure> {
+    let name = table.name();
     let unique: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
@@ -140,5 +178,5 @@ pub(crate) async fn read(
             key = table.key_column()
         )));
     }
-    Ok(key)
+    Ok(())
 }

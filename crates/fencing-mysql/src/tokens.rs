@@ -46,10 +46,12 @@ const TABLE_BINDING: &str = "";
 /// A read-only server (a replica, or one with `read_only` set) issues nothing, even to a user
 /// whose privileges pass `read_only`: [`fencing_core::Error::Unavailable`].
 ///
-/// Not covered: a logical dump (`mysqldump`) restored into a server that has not restarted
-/// since the dump was taken brings back rows bound to the history still running, which
-/// cannot tell them from current ones. Restart the server after such a restore, or raise the
-/// counters above the fences the stores hold ([`fencing_core::seed_from_floors`]).
+/// **A logical dump restored** (`mariadb-dump`, `mysqldump`) into a server that has not
+/// restarted since the dump was taken brings back rows bound to the history still running,
+/// which no statement can tell from current ones without a look at the catalog that would
+/// cost more than the increment itself. After such a restore, call
+/// [`Self::after_restore`] once (or restart the server) before any token is drawn: every
+/// counter is then raised as if found on another history.
 #[derive(Clone, Debug)]
 pub struct MySqlTokenSource {
     pool: MySqlPool,
@@ -155,6 +157,19 @@ impl MySqlTokenSource {
         Checkout::run(&self.pool, read)
             .await
             .map_err(|failure| failure.into_error(&self.store, RequestEffect::ReadOnly))
+    }
+
+    /// Binds every counter of the table, its binding included, to no history, so that the
+    /// next token of each is raised as on another history (by the rate bound for the time
+    /// since it was last written, and one second more): what a logical dump restored into a
+    /// running server needs before its counters issue again. Idempotent; a jump in the
+    /// numbers, never a token issued twice.
+    pub async fn after_restore(&self) -> Result<()> {
+        let sql = format!(
+            "UPDATE {} SET history = 'restored' WHERE history <> 'restored'",
+            self.table
+        );
+        run_ddl(&self.pool, &self.store, sql).await
     }
 
     /// Draws this start's marker where the server has none yet (it restarted).
