@@ -15,8 +15,9 @@ pub(crate) struct Checkout {
 }
 
 impl Checkout {
-    /// Runs `op` on a connection of `pool`: returned to the pool when `op` ends, closed if
-    /// `op` is dropped before.
+    /// Runs `op` on a connection of `pool`: returned to the pool when `op` succeeds, closed if
+    /// it fails (a statement sent in one packet with others may have left a transaction open
+    /// behind the one that failed) or is dropped before it ends.
     pub(crate) async fn run<T, E: From<sqlx::Error>>(
         pool: &MySqlPool,
         op: impl AsyncFnOnce(&mut MySqlConnection) -> Result<T, E>,
@@ -26,7 +27,7 @@ impl Checkout {
             ended: false,
         };
         let value = op(&mut checkout.conn).await;
-        checkout.ended = true;
+        checkout.ended = value.is_ok();
         value
     }
 }

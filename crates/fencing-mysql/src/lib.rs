@@ -17,6 +17,7 @@ mod ddl;
 mod error;
 mod ident;
 mod lease;
+mod literal;
 mod schema;
 mod store;
 mod table;

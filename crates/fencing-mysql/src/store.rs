@@ -4,18 +4,20 @@
 use async_trait::async_trait;
 use fencing_core::adapter::{RequestEffect, StoreIdentity, StoreWrites};
 use fencing_core::{
-    FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput, Record, RecordKey, Result,
-    State, Written,
+    FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput, Record, RecordKey,
+    Result, State, Written,
 };
+use futures_util::TryStreamExt;
 use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, MySql, MySqlConnection, MySqlPool, Row};
+use sqlx::{AssertSqlSafe, Either, MySql, MySqlConnection, MySqlPool, Row};
 use tokio::sync::OnceCell;
 
 use std::sync::Arc;
 
 use crate::checkout::Checkout;
 use crate::error::{MySqlFailure, is_duplicate, is_rolled_back};
+use crate::literal;
 use crate::schema::{self, KeyType, KeyValue};
 use crate::table::MySqlTable;
 
@@ -47,8 +49,68 @@ pub struct MySqlStore {
 /// The statements that do not depend on the write.
 #[derive(Debug)]
 struct Statements {
-    locked: String,
     read: String,
+    refused_in_state: String,
+}
+
+impl Statements {
+    /// One write as one packet of four statements: `BEGIN`; the locked read of the row (what
+    /// the write found); the update under the core's conditions, which applies iff
+    /// `FencedWrite::decide` admits what the read found (the fence, then the states) and the
+    /// key names one row; `COMMIT`. Values are written into the text as hex literals and
+    /// digits, never as SQL, since several statements cannot be prepared as one.
+    fn write(
+        &self,
+        table: &MySqlTable,
+        value: &KeyValue<'_>,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> String {
+        let (name, key, fence) = (table.name(), table.key_column(), table.fence_column());
+        let key_value = literal::key(value);
+        let token = token.as_i64();
+        let (set_fence, fence_condition) = match write.check() {
+            FenceCheck::Claim => (format!("{fence} = {token}"), format!("{fence} <= {token}")),
+            FenceCheck::HolderOnly => (format!("{fence} = {fence}"), format!("{fence} = {token}")),
+        };
+        let mut sets = set_fence;
+        if let Some(state) = write.new_state() {
+            sets += &format!(
+                ", {} = {}",
+                table.state_column(),
+                literal::text(state.as_str())
+            );
+        }
+        if let (Some(payload), Some(column)) = (write.new_payload(), table.payload_column()) {
+            sets += &format!(", {column} = {}", literal::bytes(payload));
+        }
+        let states = write
+            .required_states()
+            .map(|states| {
+                let listed: Vec<String> =
+                    states.iter().map(|s| literal::text(s.as_str())).collect();
+                format!(" AND {} IN ({})", table.state_column(), listed.join(", "))
+            })
+            .unwrap_or_default();
+        // A row whose fence or state this crate could not read back is refused inside the
+        // statement, so nothing is written over it (the caller gets an `Error::Corrupt`).
+        let state = table.state_column();
+        let readable = format!(
+            "{fence} >= 0 AND ({state} IS NULL OR ({state} <> '' AND OCTET_LENGTH({state}) <= \
+             {max} AND {state} NOT REGEXP {refused}))",
+            max = State::MAX_BYTES,
+            refused = self.refused_in_state,
+        );
+        format!(
+            "BEGIN; {read} FOR UPDATE; UPDATE {name} SET {sets} WHERE {key} = {key_value} \
+             AND {fence_condition}{states} AND {readable} AND (SELECT COUNT(*) FROM \
+             (SELECT 1 FROM {name} WHERE {key} = {key_value} LIMIT 2) AS fencing_rows) = 1 \
+             LIMIT 1; COMMIT",
+            read = self
+                .read
+                .replace("= ? LIMIT 2", &format!("= {key_value} LIMIT 2")),
+        )
+    }
 }
 
 impl MySqlStore {
@@ -70,8 +132,8 @@ impl MySqlStore {
             identity: StoreIdentity::new(),
             key_type: Arc::default(),
             statements: Arc::new(Statements {
-                locked: format!("{read} FOR UPDATE"),
                 read,
+                refused_in_state: literal::refused_in_state(),
             }),
             pool,
             table,
@@ -102,32 +164,25 @@ impl MySqlStore {
             .map_err(|failure| self.failed(failure, RequestEffect::ReadOnly))
     }
 
-    /// The record of `key` as a statement found it, unless several rows have its key.
+    /// The record of `key` as the read statement finds it, unless several rows have its key.
     async fn found(
         &self,
         conn: &mut MySqlConnection,
-        sql: &str,
         key: &RecordKey,
         value: &KeyValue<'_>,
     ) -> Result<Option<Record>, MySqlFailure> {
-        let rows = bind_key(sqlx::query(AssertSqlSafe(sql.to_owned())), value)
-            .fetch_all(&mut *conn)
-            .await?;
-        match rows.as_slice() {
-            [] => Ok(None),
-            [row] => record_from(row, key).map(Some),
-            _ => Err(MySqlFailure::Schema(format!(
-                "several rows of {} have key {key:?}, so nothing was written: the key column \
-                 {} must be unique (ALTER TABLE {} ADD UNIQUE ({}))",
-                self.table.name(),
-                self.table.key_column(),
-                self.table.name(),
-                self.table.key_column()
-            ))),
-        }
+        let rows = bind_key(
+            sqlx::query(AssertSqlSafe(self.statements.read.clone())),
+            value,
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        self.found_in(&rows, key)
     }
 
-    /// One attempt: lock the row, decide, apply, commit.
+    /// One attempt, one round trip for a record that exists: the row locked and read, the
+    /// conditional update, the commit. A claim of a record that does not exist then inserts
+    /// it.
     async fn write_once(
         &self,
         key: &RecordKey,
@@ -135,89 +190,94 @@ impl MySqlStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Result<Written>, MySqlFailure> {
-        Checkout::run(&self.pool, async |conn| {
-            self.write_on(conn, key, value, token, write).await
+        let sql = self.statements.write(&self.table, value, token, write);
+        let (rows, applied) = Checkout::run(&self.pool, async |conn| {
+            let mut answers = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_many(&mut *conn);
+            let (mut rows, mut counts) = (Vec::new(), Vec::new());
+            while let Some(answer) = answers.try_next().await? {
+                match answer {
+                    Either::Left(done) => counts.push(done.rows_affected()),
+                    Either::Right(row) => rows.push(row),
+                }
+            }
+            // BEGIN, SELECT, UPDATE, COMMIT: the update's count is the third.
+            match counts[..] {
+                [_, _, applied, _] => Ok((rows, applied)),
+                _ => Err(MySqlFailure::Inconsistent(
+                    "the write's four statements did not answer four times",
+                )),
+            }
         })
-        .await
-    }
-
-    /// [`Self::write_once`] on `conn`.
-    async fn write_on(
-        &self,
-        conn: &mut MySqlConnection,
-        key: &RecordKey,
-        value: &KeyValue<'_>,
-        token: FencingToken,
-        write: &FencedWrite,
-    ) -> Result<Result<Written>, MySqlFailure> {
-        let mut tx = sqlx::Connection::begin(conn).await?;
-        let found = self
-            .found(&mut tx, &self.statements.locked, key, value)
-            .await?;
+        .await?;
+        let found = self.found_in(&rows, key)?;
         if let Err(refusal) = write.decide(&self.name, key, token, found.as_ref()) {
-            tx.rollback().await?;
-            return Ok(Err(refusal));
+            return match applied {
+                0 => Ok(Err(refusal)),
+                _ => Err(MySqlFailure::Inconsistent(
+                    "the update applied a write its row refuses",
+                )),
+            };
         }
         let record = write.apply(key, token, found.as_ref());
-        let fence = record.fence.map_or(0, FencingToken::as_i64);
-        let state = record.state.as_ref().map(State::as_str);
-        let payload = write
-            .new_payload()
-            .filter(|_| self.table.payload_column().is_some());
-        match &found {
-            None => {
-                let (column, placeholder) = match payload {
-                    Some(_) => (
-                        format!(", {}", self.table.payload_column().expect("filtered")),
-                        ", ?",
-                    ),
-                    None => (String::new(), ""),
-                };
-                let sql = format!(
-                    "INSERT INTO {name} ({key}, {fence_column}, {state_column}{column}) \
-                     VALUES (?, ?, ?{placeholder})",
-                    name = self.table.name(),
-                    key = self.table.key_column(),
-                    fence_column = self.table.fence_column(),
-                    state_column = self.table.state_column(),
-                );
-                let query = bind_key(sqlx::query(AssertSqlSafe(sql)), value)
-                    .bind(fence)
-                    .bind(state);
-                let query = match payload {
-                    Some(payload) => query.bind(payload),
-                    None => query,
-                };
-                query.execute(&mut *tx).await?;
-            }
-            Some(before)
-                if before.fence != record.fence
-                    || before.state != record.state
-                    || payload.is_some() =>
-            {
-                let payload_set = payload
-                    .map(|_| format!(", {} = ?", self.table.payload_column().expect("filtered")))
-                    .unwrap_or_default();
-                let sql = format!(
-                    "UPDATE {name} SET {fence_column} = ?, {state_column} = ?{payload_set} \
-                     WHERE {key} = ? LIMIT 1",
-                    name = self.table.name(),
-                    key = self.table.key_column(),
-                    fence_column = self.table.fence_column(),
-                    state_column = self.table.state_column(),
-                );
-                let query = sqlx::query(AssertSqlSafe(sql)).bind(fence).bind(state);
-                let query = match payload {
-                    Some(payload) => query.bind(payload),
-                    None => query,
-                };
-                bind_key(query, value).execute(&mut *tx).await?;
-            }
-            // A holder's write that changes nothing: the lock was the check.
-            Some(_) => {}
+        match (&found, applied) {
+            (Some(_), 1) => Ok(Ok(Written::new(found.as_ref(), record))),
+            (None, _) => self
+                .insert(value, &record)
+                .await
+                .map(|()| Ok(Written::new(None, record))),
+            (Some(_), _) => Err(MySqlFailure::Inconsistent(
+                "the update refused a write its row admits",
+            )),
         }
-        tx.commit().await?;
-        Ok(Ok(Written::new(found.as_ref(), record)))
+    }
+
+    /// The record a write's locked read found, unless several rows have its key.
+    fn found_in(&self, rows: &[MySqlRow], key: &RecordKey) -> Result<Option<Record>, MySqlFailure> {
+        match rows {
+            [] => Ok(None),
+            [row] => record_from(row, key).map(Some),
+            _ => Err(self.not_unique(key)),
+        }
+    }
+
+    fn not_unique(&self, key: &RecordKey) -> MySqlFailure {
+        MySqlFailure::Schema(format!(
+            "several rows of {} have key {key:?}, so nothing was written: the key column {} \
+             must be unique (ALTER TABLE {} ADD UNIQUE ({}))",
+            self.table.name(),
+            self.table.key_column(),
+            self.table.name(),
+            self.table.key_column()
+        ))
+    }
+
+    /// Creates the record a claim found missing; a row another claim inserted first is a race
+    /// lost, and the write is sent again.
+    async fn insert(&self, value: &KeyValue<'_>, record: &Record) -> Result<(), MySqlFailure> {
+        let payload = self.table.payload_column();
+        let sql = format!(
+            "INSERT INTO {name} ({key}, {fence}, {state}{payload_column}) VALUES \
+             ({key_value}, {fence_value}, {state_value}{payload_value})",
+            name = self.table.name(),
+            key = self.table.key_column(),
+            fence = self.table.fence_column(),
+            state = self.table.state_column(),
+            payload_column = payload.map(|p| format!(", {p}")).unwrap_or_default(),
+            key_value = literal::key(value),
+            fence_value = record.fence.map_or(0, FencingToken::as_i64),
+            state_value = record
+                .state
+                .as_ref()
+                .map_or("NULL".to_owned(), |s| literal::text(s.as_str())),
+            payload_value = payload
+                .map(|_| format!(", {}", literal::bytes(&record.payload)))
+                .unwrap_or_default(),
+        );
+        Checkout::run(&self.pool, async |conn| {
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?;
+            Ok(())
+        })
+        .await
     }
 
     fn failed(&self, failure: MySqlFailure, effect: RequestEffect) -> fencing_core::Error {
@@ -274,11 +334,9 @@ impl FencedStore for MySqlStore {
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
         let key_type = self.key_type().await?;
         let value = key_type.value(key)?;
-        Checkout::run(&self.pool, async |conn| {
-            self.found(conn, &self.statements.read, key, &value).await
-        })
-        .await
-        .map_err(|failure| self.failed(failure, RequestEffect::ReadOnly))
+        Checkout::run(&self.pool, async |conn| self.found(conn, key, &value).await)
+            .await
+            .map_err(|failure| self.failed(failure, RequestEffect::ReadOnly))
     }
 }
 

@@ -219,8 +219,9 @@ async fn an_unreadable_row_is_corrupt_and_never_written_over() {
     database
         .execute(
             "CREATE TABLE raw (id VARBINARY(50) PRIMARY KEY, fence BIGINT NOT NULL, \
-             state VARCHAR(64)); INSERT INTO raw VALUES ('negative', -3, 'pending'), \
-             ('blank', 1, '')"
+             state VARCHAR(100)); INSERT INTO raw VALUES ('negative', -3, 'pending'), \
+             ('blank', 1, ''), ('control', 1, CONCAT('a', CHAR(7))), \
+             ('long', 1, REPEAT('s', 65))"
                 .to_owned(),
         )
         .await;
@@ -228,7 +229,7 @@ async fn an_unreadable_row_is_corrupt_and_never_written_over() {
         database.pool.clone(),
         MySqlTable::new(&database.name, "raw").unwrap(),
     );
-    for name in ["negative", "blank"] {
+    for name in ["negative", "blank", "control", "long"] {
         let err = store
             .write(&key(name), token(9), &FencedWrite::claim())
             .await
@@ -241,7 +242,7 @@ async fn an_unreadable_row_is_corrupt_and_never_written_over() {
         .fetch_one(&database.pool)
         .await
         .unwrap();
-    assert_eq!(untouched, -2);
+    assert_eq!(untouched, 0, "-3 + 1 + 1 + 1");
     database.drop_database().await;
 }
 
