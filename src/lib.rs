@@ -128,7 +128,7 @@ pub mod prelude {
     #[cfg(feature = "mysql")]
     #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
     pub use fencing_mysql::{
-        MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource,
+        MySqlEpochSource, MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource,
     };
 
     #[cfg(feature = "redis")]

@@ -9,11 +9,13 @@
 //! * [`MySqlTokenSource`] and [`MySqlLease`] keep counters and leases in tables: durable
 //!   tokens bound to the server history that issued them (a promoted replica or a restored
 //!   backup never issues a token twice), and expiry judged by the server's clock.
+//!   [`MySqlEpochSource`] keeps the epochs of a Redis lease's tokens.
 //!
 //! MariaDB 10.11 is what the tests run on; the SQL is what MySQL 8 takes too.
 
 mod checkout;
 mod ddl;
+mod epochs;
 mod error;
 mod ident;
 mod lease;
@@ -23,6 +25,7 @@ mod store;
 mod table;
 mod tokens;
 
+pub use epochs::MySqlEpochSource;
 pub use ident::{MySqlIdent, MySqlQualifiedName};
 pub use lease::MySqlLease;
 pub use store::MySqlStore;

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use fencing_core::adapter::RequestEffect;
-use fencing_core::adapter::history::{BoundCounter, binding_here, next_token};
+use fencing_core::adapter::history::{BoundCounter, binding_here, may_open_another, next_token};
 use fencing_core::{
     CounterHistory, Error, FencingToken, InvalidInput, RateBound, ResourceName, Result, TokenSource,
 };
@@ -61,6 +61,26 @@ pub struct MySqlTokenSource {
     max_rate: RateBound,
     fast: String,
     locked: String,
+    /// The counters are epochs: each row also keeps the opening it was opened for.
+    epochs: bool,
+}
+
+/// A counter and the table's binding as a locked read found them, with the history of the
+/// server answering, its time, and the opening an epoch counter was last opened for.
+pub(crate) struct Locked {
+    pub(crate) counter: Option<BoundCounter<String>>,
+    pub(crate) opened_for: Option<String>,
+    binding: BoundCounter<String>,
+    here: String,
+    now_ms: u64,
+}
+
+/// What one try at opening an epoch found.
+pub(crate) enum Opened {
+    Epoch(FencingToken),
+    /// Less than a second since the last epoch: wait this long.
+    Wait(u64),
+    Exhausted,
 }
 
 impl MySqlTokenSource {
@@ -78,13 +98,10 @@ impl MySqlTokenSource {
                  AND @@global.read_only = 0",
                 max = i64::MAX
             ),
-            locked: format!(
-                "SELECT resource, value, history, written_ms, {here}, {NOW_MS}, \
-                 @@global.read_only FROM {table} \
-                 WHERE resource IN ('{TABLE_BINDING}', ?) FOR UPDATE"
-            ),
+            locked: Self::locked_sql(&table, &here, "NULL"),
             store: table.store_name(),
             max_rate: RateBound::DEFAULT,
+            epochs: false,
             start,
             table,
             pool,
@@ -100,6 +117,36 @@ impl MySqlTokenSource {
         })
     }
 
+    /// The locked read of a counter and the table's binding, with `opened_for` (a column, or
+    /// `NULL`).
+    fn locked_sql(table: &MySqlQualifiedName, here: &str, opened_for: &str) -> String {
+        format!(
+            "SELECT resource, value, history, written_ms, {here}, {NOW_MS}, \
+             @@global.read_only, {opened_for} FROM {table} \
+             WHERE resource IN ('{TABLE_BINDING}', ?) FOR UPDATE"
+        )
+    }
+
+    /// The same counters as epochs: raised by one a second on another history, each row
+    /// keeping the opening its epoch was opened for.
+    pub(crate) fn for_epochs(self) -> Self {
+        let here = format!(
+            "CONCAT(@@server_id, '/', (SELECT started FROM {} WHERE id = 1))",
+            self.start
+        );
+        MySqlTokenSource {
+            locked: Self::locked_sql(&self.table, &here, "opened_for"),
+            max_rate: RateBound::EPOCHS,
+            epochs: true,
+            ..self
+        }
+    }
+
+    /// The name errors carry.
+    pub(crate) fn store(&self) -> &str {
+        &self.store
+    }
+
     /// The counter table.
     pub fn table(&self) -> &MySqlQualifiedName {
         &self.table
@@ -113,11 +160,16 @@ impl MySqlTokenSource {
     /// the whole table to the server history it is on.
     pub async fn create_if_missing(&self) -> Result<()> {
         let (table, start) = (&self.table, &self.start);
+        let opened_for = if self.epochs {
+            ", opened_for VARCHAR(255) NULL"
+        } else {
+            ""
+        };
         for ddl in [
             format!(
                 "CREATE TABLE IF NOT EXISTS {table} (resource VARBINARY(200) NOT NULL PRIMARY \
                  KEY, value BIGINT NOT NULL CHECK (value > 0), history VARCHAR(100) NOT NULL, \
-                 written_ms BIGINT NOT NULL) ENGINE = InnoDB"
+                 written_ms BIGINT NOT NULL{opened_for}) ENGINE = InnoDB"
             ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {start} (id TINYINT NOT NULL PRIMARY KEY, \
@@ -222,47 +274,86 @@ impl MySqlTokenSource {
         resource: &ResourceName,
     ) -> Result<Option<FencingToken>, MySqlFailure> {
         self.mark_start(conn).await?;
-        let (counter, binding, here, now_ms) = self.locked(conn, resource).await?;
-        let bound = binding_here(&binding, &here, now_ms, self.max_rate);
-        let Some(bound) = bound else {
+        let locked = self.locked(conn, resource).await?;
+        self.issue(conn, resource, locked, None).await
+    }
+
+    /// Issues the next value after what `locked` found, recording `opened_for` with it: the
+    /// binding moved to this history where it was on another, the counter raised where it
+    /// was, started at the binding where it was missing. `None` at `i64::MAX`.
+    async fn issue(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &ResourceName,
+        locked: Locked,
+        opened_for: Option<&str>,
+    ) -> Result<Option<FencingToken>, MySqlFailure> {
+        let Locked {
+            counter,
+            binding,
+            here,
+            now_ms,
+            ..
+        } = locked;
+        let Some(bound) = binding_here(&binding, &here, now_ms, self.max_rate) else {
             return Ok(None);
         };
         let Some(token) = next_token(counter.as_ref(), &bound, &here, now_ms, self.max_rate) else {
             return Ok(None);
         };
         if bound != binding {
-            self.put(conn, TABLE_BINDING, &bound).await?;
+            self.put(conn, TABLE_BINDING, &bound, None).await?;
         }
         let issued = BoundCounter {
             value: token,
             history: here,
             written_ms: now_ms,
         };
-        self.put(conn, resource.as_str(), &issued).await?;
+        self.put(conn, resource.as_str(), &issued, opened_for)
+            .await?;
         Ok(Some(token))
+    }
+
+    /// One try at opening an epoch of `resource` for the loss named `opening`, inside a
+    /// transaction on `conn`: the epoch already opened for it, a new one a second or more
+    /// after the last (or on another history), or how long to wait.
+    pub(crate) async fn open_locked(
+        &self,
+        conn: &mut MySqlConnection,
+        resource: &ResourceName,
+        opening: &str,
+    ) -> Result<Opened, MySqlFailure> {
+        self.mark_start(conn).await?;
+        let locked = self.locked(conn, resource).await?;
+        if let Some(last) = &locked.counter {
+            if locked.opened_for.as_deref() == Some(opening) {
+                return Ok(Opened::Epoch(last.value));
+            }
+            if !may_open_another(last, &locked.here, locked.now_ms) {
+                let since = locked.now_ms.saturating_sub(last.written_ms);
+                return Ok(Opened::Wait(1000u64.saturating_sub(since).clamp(1, 1000)));
+            }
+        }
+        Ok(
+            match self.issue(conn, resource, locked, Some(opening)).await? {
+                Some(epoch) => Opened::Epoch(epoch),
+                None => Opened::Exhausted,
+            },
+        )
     }
 
     /// The counter of `resource` and the table's binding, locked, with the history here and
     /// the server's time.
-    #[allow(clippy::type_complexity)]
     async fn locked(
         &self,
         conn: &mut MySqlConnection,
         resource: &ResourceName,
-    ) -> Result<
-        (
-            Option<BoundCounter<String>>,
-            BoundCounter<String>,
-            String,
-            u64,
-        ),
-        MySqlFailure,
-    > {
+    ) -> Result<Locked, MySqlFailure> {
         let rows = sqlx::query(AssertSqlSafe(self.locked.clone()))
             .bind(resource.as_str())
             .fetch_all(&mut *conn)
             .await?;
-        let (mut counter, mut binding, mut here) = (None, None, None);
+        let (mut counter, mut opened_for, mut binding, mut here) = (None, None, None, None);
         for row in &rows {
             let name: Vec<u8> = row.try_get(0)?;
             let value: i64 = row.try_get(1)?;
@@ -281,33 +372,49 @@ impl MySqlTokenSource {
                 binding = Some(bound);
             } else {
                 counter = Some(bound);
+                opened_for = row.try_get(7)?;
             }
         }
         let (Some(binding), Some((here, now_ms))) = (binding, here) else {
             return Err(unbound(&self.table));
         };
-        Ok((counter, binding, here, now_ms))
+        Ok(Locked {
+            counter,
+            opened_for,
+            binding,
+            here,
+            now_ms,
+        })
     }
 
-    /// Writes a counter row as `counter` says.
+    /// Writes a counter row as `counter` says, and the opening its epoch was opened for where
+    /// one is given (else that column is left as it is).
     async fn put(
         &self,
         conn: &mut MySqlConnection,
         resource: &str,
         counter: &BoundCounter<String>,
+        opened_for: Option<&str>,
     ) -> Result<(), MySqlFailure> {
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {} (resource, value, history, written_ms) VALUES (?, ?, ?, ?) \
-             ON DUPLICATE KEY UPDATE value = VALUES(value), history = VALUES(history), \
-             written_ms = VALUES(written_ms)",
+        let (column, placeholder, set) = match opened_for {
+            Some(_) => (", opened_for", ", ?", ", opened_for = VALUES(opened_for)"),
+            None => ("", "", ""),
+        };
+        let query = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {} (resource, value, history, written_ms{column}) \
+             VALUES (?, ?, ?, ?{placeholder}) ON DUPLICATE KEY UPDATE value = VALUES(value), \
+             history = VALUES(history), written_ms = VALUES(written_ms){set}",
             self.table
         )))
         .bind(resource)
         .bind(counter.value.as_i64())
         .bind(&counter.history)
-        .bind(counter.written_ms as i64)
-        .execute(conn)
-        .await?;
+        .bind(counter.written_ms as i64);
+        let query = match opened_for {
+            Some(opening) => query.bind(opening),
+            None => query,
+        };
+        query.execute(conn).await?;
         Ok(())
     }
 
@@ -320,7 +427,13 @@ impl MySqlTokenSource {
         floor: FencingToken,
     ) -> Result<FencingToken, MySqlFailure> {
         self.mark_start(conn).await?;
-        let (counter, binding, here, now_ms) = self.locked(conn, resource).await?;
+        let Locked {
+            counter,
+            binding,
+            here,
+            now_ms,
+            ..
+        } = self.locked(conn, resource).await?;
         let raised = match counter {
             Some(counter) if counter.value >= floor => return Ok(counter.value),
             Some(counter) => BoundCounter {
@@ -340,7 +453,7 @@ impl MySqlTokenSource {
                 }
             }
         };
-        self.put(conn, resource.as_str(), &raised).await?;
+        self.put(conn, resource.as_str(), &raised, None).await?;
         Ok(raised.value)
     }
 }

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencing_core::{FencingToken, Lease, ResourceName, TokenSource, Ttl};
-use fencing_mysql::{MySqlLease, MySqlQualifiedName, MySqlTokenSource};
+use fencing_core::{EpochSource, FencingToken, Lease, ResourceName, TokenSource, Ttl};
+use fencing_mysql::{MySqlEpochSource, MySqlLease, MySqlQualifiedName, MySqlTokenSource};
 use fencing_test_support::relay::Relay;
 use fencing_test_support::services::LocalMariaDb;
 use fencing_testkit::conformance::{
@@ -44,6 +44,13 @@ fn tokens(pool: &MySqlPool) -> MySqlTokenSource {
     )
 }
 
+fn epochs(pool: &MySqlPool) -> MySqlEpochSource {
+    MySqlEpochSource::new(
+        pool.clone(),
+        MySqlQualifiedName::new("test", "epochs").unwrap(),
+    )
+}
+
 fn lease(pool: &MySqlPool) -> MySqlLease {
     MySqlLease::new(
         MySqlQualifiedName::new("test", "leases").unwrap(),
@@ -67,8 +74,9 @@ fn counted(server: &LocalMariaDb) -> i64 {
 type Drawn = BTreeMap<(&'static str, String), BTreeSet<FencingToken>>;
 
 /// One token of each source for resource `name`, through failures while the deployment
-/// comes back: a `MySqlTokenSource` token and a `MySqlLease` token (acquired and released).
-async fn draw(pool: &MySqlPool, name: &str, drawn: &mut Drawn) -> [FencingToken; 2] {
+/// comes back: a `MySqlTokenSource` token, a `MySqlLease` token (acquired and released), and
+/// an epoch of `MySqlEpochSource` for a loss no one named before.
+async fn draw(pool: &MySqlPool, name: &str, drawn: &mut Drawn) -> [FencingToken; 3] {
     let r = resource(name);
     let token = through_failures(async || tokens(pool).next(&r).await).await;
     let leased = through_failures(async || {
@@ -87,11 +95,17 @@ async fn draw(pool: &MySqlPool, name: &str, drawn: &mut Drawn) -> [FencingToken;
         }
     })
     .await;
-    for (source, token) in [("MySqlTokenSource", token), ("MySqlLease", leased)] {
+    let opening = fencing_testkit::unique_name("loss");
+    let epoch = through_failures(async || epochs(pool).open(&r, &opening).await).await;
+    for (source, token) in [
+        ("MySqlTokenSource", token),
+        ("MySqlLease", leased),
+        ("MySqlEpochSource", epoch),
+    ] {
         let issued = drawn.entry((source, name.to_owned())).or_default();
         assert!(issued.insert(token), "{source} {name}: {token} twice");
     }
-    [token, leased]
+    [token, leased, epoch]
 }
 
 /// Tokens and lease tokens drawn on the primary for a resource used before the lag; the
@@ -107,6 +121,7 @@ async fn a_replica_promoted_behind_the_counters_never_reissues_a_token_for_kept_
     let relay = Relay::start(primary.port()).unwrap();
     let deployment = pool(&relay).await;
     lease(&deployment).create_if_missing().await.unwrap();
+    epochs(&deployment).create_if_missing().await.unwrap();
 
     let mut drawn = Drawn::new();
     for _ in 0..3 {
@@ -140,7 +155,10 @@ async fn a_replica_promoted_behind_the_counters_never_reissues_a_token_for_kept_
 
     for name in ["kept", "missing", "current"] {
         let after = draw(&deployment, name, &mut drawn).await;
-        for (source, after) in ["MySqlTokenSource", "MySqlLease"].iter().zip(after) {
+        for (source, after) in ["MySqlTokenSource", "MySqlLease", "MySqlEpochSource"]
+            .iter()
+            .zip(after)
+        {
             let before = &drawn[&(*source, name.to_owned())];
             let highest_before = before.iter().filter(|t| **t != after).max().unwrap();
             assert!(
@@ -148,6 +166,8 @@ async fn a_replica_promoted_behind_the_counters_never_reissues_a_token_for_kept_
                 "{source} {name}: {after} after the promotion is not above {before:?}"
             );
         }
+        // Epochs stay small (the rate bound of 1 a second): a Redis token of this epoch fits.
+        assert!(after[2].get() < 1 << 31, "epoch {}", after[2]);
     }
     let r = resource("missing");
     let last = tokens(&deployment).current(&r).await.unwrap().unwrap();

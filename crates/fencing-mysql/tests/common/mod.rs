@@ -2,7 +2,9 @@
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
-use fencing_mysql::{MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource};
+use fencing_mysql::{
+    MySqlEpochSource, MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource,
+};
 use fencing_test_support::services;
 use fencing_testkit::unique_name;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
@@ -51,6 +53,15 @@ impl Database {
             self.pool.clone(),
             MySqlQualifiedName::new(&self.name, "tokens").unwrap(),
         )
+    }
+
+    pub(crate) async fn epochs(&self) -> MySqlEpochSource {
+        let epochs = MySqlEpochSource::new(
+            self.pool.clone(),
+            MySqlQualifiedName::new(&self.name, "epochs").unwrap(),
+        );
+        epochs.create_if_missing().await.unwrap();
+        epochs
     }
 
     pub(crate) async fn lease(&self) -> MySqlLease {
