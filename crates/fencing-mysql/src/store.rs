@@ -84,27 +84,29 @@ impl Statements {
         if let (Some(payload), Some(column)) = (write.new_payload(), table.payload_column()) {
             sets += &format!(", {column} = {}", literal::bytes(payload));
         }
-        let states = write
-            .required_states()
-            .map(|states| {
+        // A row whose fence or state this crate could not read back is refused inside the
+        // statement, so nothing is written over it (the caller gets an `Error::Corrupt`). A
+        // state the write requires is a state name already: only a write that takes any state
+        // checks the stored one.
+        let state = table.state_column();
+        let readable_state = match write.required_states() {
+            Some(states) => {
                 let listed: Vec<String> =
                     states.iter().map(|s| literal::text(s.as_str())).collect();
-                format!(" AND {} IN ({})", table.state_column(), listed.join(", "))
-            })
-            .unwrap_or_default();
-        // A row whose fence or state this crate could not read back is refused inside the
-        // statement, so nothing is written over it (the caller gets an `Error::Corrupt`).
-        let state = table.state_column();
-        let readable = format!(
-            "{fence} >= 0 AND ({state} IS NULL OR ({state} <> '' AND OCTET_LENGTH({state}) <= \
-             {max} AND {state} NOT REGEXP {refused}))",
-            max = State::MAX_BYTES,
-            refused = self.refused_in_state,
-        );
+                format!("{state} IN ({})", listed.join(", "))
+            }
+            None => format!(
+                "({state} IS NULL OR ({state} <> '' AND OCTET_LENGTH({state}) <= {max} \
+                 AND {state} NOT REGEXP {refused}))",
+                max = State::MAX_BYTES,
+                refused = self.refused_in_state,
+            ),
+        };
+        // FOUND_ROWS() is what the locked read found (it reads at most two): the key names one
+        // row, or nothing is written.
         format!(
             "BEGIN; {read} FOR UPDATE; UPDATE {name} SET {sets} WHERE {key} = {key_value} \
-             AND {fence_condition}{states} AND {readable} AND (SELECT COUNT(*) FROM \
-             (SELECT 1 FROM {name} WHERE {key} = {key_value} LIMIT 2) AS fencing_rows) = 1 \
+             AND {fence_condition} AND {fence} >= 0 AND {readable_state} AND FOUND_ROWS() = 1 \
              LIMIT 1; COMMIT",
             read = self
                 .read

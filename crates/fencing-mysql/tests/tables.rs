@@ -353,3 +353,33 @@ async fn each_kind_of_failure_reaches_the_caller_with_its_meaning_and_its_cause(
         .await;
     database.drop_database().await;
 }
+
+/// The key's unique index dropped after the store read the table, and a second row given the
+/// same key: the next write names the fault and changes neither row.
+#[tokio::test]
+async fn a_key_made_not_unique_after_the_first_write_is_refused_and_no_row_changes() {
+    let database = Database::new().await;
+    let store = database.store();
+    let lifecycle = Lifecycle::default();
+    let create = FencedWrite::claim().set_state(lifecycle.pending().clone());
+    store.write(&key("r_815"), token(1), &create).await.unwrap();
+    database
+        .execute(
+            "ALTER TABLE records DROP PRIMARY KEY; \
+             INSERT INTO records (id, fence, state) VALUES ('r_815', 1, 'pending')"
+                .to_owned(),
+        )
+        .await;
+    let err = store
+        .write(&key("r_815"), token(34), &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert_eq!(err.failure(), Some(Failure::Misconfigured), "{err:?}");
+    assert!(err.to_string().contains("must be unique"), "{err}");
+    let fences: Vec<i64> = sqlx::query_scalar("SELECT fence FROM records")
+        .fetch_all(&database.pool)
+        .await
+        .unwrap();
+    assert_eq!(fences, [1, 1], "neither row changed");
+    database.drop_database().await;
+}
