@@ -128,7 +128,8 @@ pub mod prelude {
     #[cfg(feature = "mysql")]
     #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
     pub use fencing_mysql::{
-        MySqlEpochSource, MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource,
+        MySqlEpochSource, MySqlFenceFloor, MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable,
+        MySqlTokenSource,
     };
 
     #[cfg(feature = "redis")]

@@ -16,6 +16,7 @@ fn backend_name(backend: Backend) -> &'static str {
     match backend {
         Backend::Redis => "redis",
         Backend::Postgres => "postgres",
+        Backend::Mysql => "mysql",
         Backend::Dynamodb => "dynamodb",
         Backend::Etcd => "etcd",
     }

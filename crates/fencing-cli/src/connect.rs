@@ -8,12 +8,14 @@ use clap::Args;
 use fencing_core::{Lease, RateBound, ResourceName, TokenSource};
 use fencing_dynamodb::{DynamoLease, DynamoTokenSource};
 use fencing_etcd::{EtcdKeys, EtcdLease, EtcdTokenSource};
+use fencing_mysql::{MySqlLease, MySqlQualifiedName, MySqlTokenSource};
 use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgTokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisSentinelConnection, RedisTokenSource};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
-use sqlx::PgPool;
+use sqlx::mysql::MySqlConnectOptions;
 use sqlx::postgres::PgConnectOptions;
+use sqlx::{MySqlPool, PgPool};
 
 use crate::Backend;
 use crate::output::Failure;
@@ -25,6 +27,9 @@ pub(crate) struct Settings {
     /// PostgreSQL to talk to.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     database_url: Option<String>,
+    /// MySQL or MariaDB to talk to (mysql://USER:PASSWORD@HOST:PORT/DATABASE).
+    #[arg(long, env = "MYSQL_URL", global = true, hide_env_values = true)]
+    mysql_url: Option<String>,
     /// Redis to talk to.
     #[arg(long, env = "REDIS_URL", global = true, hide_env_values = true)]
     redis_url: Option<String>,
@@ -61,6 +66,14 @@ pub(crate) struct Settings {
     /// The PostgreSQL table of counters (`PgTokenSource`), as SCHEMA.TABLE.
     #[arg(long, global = true, default_value = "public.fencing_tokens")]
     pg_token_table: String,
+    /// The MySQL table of leases (`MySqlLease`), as DATABASE.TABLE, or TABLE in MYSQL_URL's
+    /// database.
+    #[arg(long, global = true, default_value = "fencing_leases")]
+    mysql_lease_table: String,
+    /// The MySQL table of counters (`MySqlTokenSource`), as DATABASE.TABLE, or TABLE in
+    /// MYSQL_URL's database.
+    #[arg(long, global = true, default_value = "fencing_tokens")]
+    mysql_token_table: String,
     /// The DynamoDB table of leases and counters (`DynamoLease`, `DynamoTokenSource`).
     #[arg(long, global = true, default_value = "fencing-leases")]
     dynamodb_table: String,
@@ -152,6 +165,58 @@ impl Settings {
                  server is up"
             ))
         })
+    }
+
+    /// MYSQL_URL's connection options.
+    fn mysql_options(&self) -> Result<MySqlConnectOptions, Failure> {
+        let url = self.mysql_url.as_deref().ok_or_else(|| {
+            Failure::usage("no MySQL to talk to: set MYSQL_URL or pass --mysql-url")
+        })?;
+        MySqlConnectOptions::from_str(url).map_err(|e| {
+            Failure::usage(format!(
+                "MYSQL_URL (or --mysql-url) is not a MySQL URL ({e}): write it as \
+                 mysql://USER:PASSWORD@HOST:PORT/DATABASE"
+            ))
+        })
+    }
+
+    pub(crate) async fn mysql_pool(&self) -> Result<MySqlPool, Failure> {
+        let options = self.mysql_options()?;
+        let tried = format!(
+            "{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or("(no database)")
+        );
+        MySqlPool::connect_with(options).await.map_err(|e| {
+            Failure::service(format!(
+                "cannot reach MySQL at {tried} ({e}): check MYSQL_URL and that the server is up"
+            ))
+        })
+    }
+
+    /// `DATABASE.TABLE`, or `TABLE` in MYSQL_URL's database.
+    pub(crate) fn mysql_name(&self, text: &str) -> Result<MySqlQualifiedName, Failure> {
+        match text.split_once('.') {
+            Some((database, table)) => Ok(MySqlQualifiedName::new(database, table)?),
+            None => {
+                let options = self.mysql_options()?;
+                let database = options.get_database().ok_or_else(|| {
+                    Failure::usage(format!(
+                        "{text:?} names no database and MYSQL_URL has none: write \
+                         DATABASE.{text}"
+                    ))
+                })?;
+                Ok(MySqlQualifiedName::new(database, text)?)
+            }
+        }
+    }
+
+    async fn mysql_tokens(&self) -> Result<MySqlTokenSource, Failure> {
+        Ok(MySqlTokenSource::new(
+            self.mysql_pool().await?,
+            self.mysql_name(&self.mysql_token_table)?,
+        ))
     }
 
     pub(crate) async fn redis(&self) -> Result<RedisConnection, Failure> {
@@ -281,6 +346,18 @@ impl Settings {
                 };
                 format!("the row {:?} of {table}", resource.as_str())
             }
+            Backend::Mysql => {
+                let table = if lease {
+                    &self.mysql_lease_table
+                } else {
+                    &self.mysql_token_table
+                };
+                format!(
+                    "the row {:?} of {}",
+                    resource.as_str(),
+                    self.mysql_name(table)?
+                )
+            }
             Backend::Dynamodb => format!(
                 "the item {:?} of table {}",
                 resource.as_str(),
@@ -400,7 +477,7 @@ impl Settings {
     }
 
     /// Where the counter of `resource` stands against the server answering, for the kinds
-    /// that bind their counters (Redis with its epochs, PostgreSQL, DynamoDB); `None` for the
+    /// that bind their counters (Redis with its epochs, PostgreSQL, MySQL, DynamoDB); `None` for the
     /// others.
     pub(crate) async fn counter_history(
         &self,
@@ -412,6 +489,7 @@ impl Settings {
                 self.redis_tokens().await?.history(resource).await
             }
             Backend::Postgres => self.pg_tokens().await?.history(resource).await,
+            Backend::Mysql => self.mysql_tokens().await?.history(resource).await,
             Backend::Dynamodb => self.dynamo_tokens()?.history(resource).await,
             _ => return Ok(None),
         };
@@ -435,6 +513,10 @@ impl Settings {
                 qualified(&self.pg_lease_table)?,
                 self.pg_tokens().await?,
             )),
+            Backend::Mysql => Box::new(MySqlLease::new(
+                self.mysql_name(&self.mysql_lease_table)?,
+                self.mysql_tokens().await?,
+            )),
             Backend::Dynamodb => Box::new(DynamoLease::new(
                 self.dynamodb()?,
                 self.dynamodb_table.clone(),
@@ -449,6 +531,7 @@ impl Settings {
         Ok(match backend {
             Backend::Redis => Box::new(self.redis_tokens().await?),
             Backend::Postgres => Box::new(self.pg_tokens().await?),
+            Backend::Mysql => Box::new(self.mysql_tokens().await?),
             Backend::Dynamodb => Box::new(self.dynamo_tokens()?),
             Backend::Etcd => {
                 Box::new(EtcdTokenSource::new(self.etcd().await?).with_keys(self.etcd_keys()?))

@@ -138,6 +138,8 @@ enum Backend {
     Redis,
     /// PostgreSQL (DATABASE_URL).
     Postgres,
+    /// MySQL or MariaDB (MYSQL_URL).
+    Mysql,
     /// DynamoDB (the AWS environment variables).
     Dynamodb,
     /// etcd (ETCD_ENDPOINTS).

@@ -1,5 +1,6 @@
 //! Stores named on the command line:
 //! `postgres:SCHEMA.TABLE[:key=…,fence=…,state=…,where=COLUMN=VALUE]`,
+//! `mysql:DATABASE.TABLE[:key=…,fence=…,state=…,where=COLUMN=VALUE]`,
 //! `dynamodb:TABLE[:key=…,sort=NAME[/S|N|B],fence=…,state=…]`,
 //! `s3:BUCKET[/PREFIX][:codec=json]`, and
 //! `object-store:URL` (any backend `object_store` builds from a URL: `az://`, `gs://`,
@@ -9,6 +10,7 @@ use std::sync::Arc;
 
 use fencing_core::{FenceFloor, FencedStore, RecordKey};
 use fencing_dynamodb::{DynamoFenceFloor, DynamoKeyType, DynamoStore, DynamoTable};
+use fencing_mysql::{MySqlFenceFloor, MySqlStore, MySqlTable};
 use fencing_object_store::ObjectStoreStore;
 use fencing_postgres::{PgFenceFloor, PgStore, PgTable};
 use fencing_s3::{JsonCodec, S3Bucket, S3FenceFloor, S3Store};
@@ -92,6 +94,7 @@ fn options<T, E: Into<Failure>>(
 /// any store is touched.
 pub(crate) enum Parsed {
     Postgres(PgSpec),
+    Mysql(MySqlSpec),
     Dynamodb(DynamoTable),
     S3(S3Bucket, Codec),
     ObjectStore(url::Url),
@@ -102,6 +105,13 @@ pub(crate) struct PgSpec {
     table: PgTable,
     /// `where=COLUMN=VALUE`: only the rows whose column holds the value (one resource's rows
     /// in a table many resources share).
+    only: Option<(String, String)>,
+}
+
+/// A MySQL table named on the command line, and the rows its highest fence is read over.
+pub(crate) struct MySqlSpec {
+    table: MySqlTable,
+    /// `where=COLUMN=VALUE`, as for PostgreSQL.
     only: Option<(String, String)>,
 }
 
@@ -149,7 +159,7 @@ pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
     }
     let (kind, rest) = spec.split_once(':').ok_or_else(|| {
         Failure::usage(format!(
-            "{spec:?} names no kind of store: write postgres:SCHEMA.TABLE, dynamodb:TABLE, s3:BUCKET/PREFIX or object-store:URL"
+            "{spec:?} names no kind of store: write postgres:SCHEMA.TABLE, mysql:DATABASE.TABLE, dynamodb:TABLE, s3:BUCKET/PREFIX or object-store:URL"
         ))
     })?;
     let (place, opts) = match rest.split_once(':') {
@@ -179,6 +189,39 @@ pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
                     Some(
                         table
                             .map(|table| PgSpec { table, only })
+                            .map_err(Failure::from),
+                    )
+                },
+            )?)
+        }
+        "mysql" => {
+            let (database, name) = place.split_once('.').ok_or_else(|| {
+                Failure::usage(format!(
+                    "{spec:?}: {place:?} is not DATABASE.TABLE: write mysql:DATABASE.{place}"
+                ))
+            })?;
+            let table = MySqlTable::new(database, name)?;
+            let only = None;
+            Parsed::Mysql(options(
+                spec,
+                MySqlSpec { table, only },
+                opts,
+                "key, fence, state, where",
+                |MySqlSpec { table, only }, name, value| {
+                    let table = match name {
+                        "key" => table.with_key_column(value),
+                        "fence" => table.with_fence_column(value),
+                        "state" => table.with_state_column(value),
+                        "where" => {
+                            return Some(
+                                only_rows(spec, value).map(|only| MySqlSpec { table, only }),
+                            );
+                        }
+                        _ => return None,
+                    };
+                    Some(
+                        table
+                            .map(|table| MySqlSpec { table, only })
                             .map_err(Failure::from),
                     )
                 },
@@ -216,7 +259,7 @@ pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
         }
         other => {
             return Err(Failure::usage(format!(
-                "{spec:?}: unknown kind of store {other:?}: use postgres, dynamodb, s3 or object-store"
+                "{spec:?}: unknown kind of store {other:?}: use postgres, mysql, dynamodb, s3 or object-store"
             )));
         }
     })
@@ -255,6 +298,19 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
                 None => PgFenceFloor::new(pool.clone(), &table),
             };
             (Arc::new(PgStore::new(pool, table)), Some(Box::new(floor)))
+        }
+        Parsed::Mysql(MySqlSpec { table, only }) => {
+            let pool = settings.mysql_pool().await?;
+            let floor = match only {
+                Some((column, value)) => {
+                    MySqlFenceFloor::filtered(pool.clone(), &table, &column, value)?
+                }
+                None => MySqlFenceFloor::new(pool.clone(), &table),
+            };
+            (
+                Arc::new(MySqlStore::new(pool, table)),
+                Some(Box::new(floor)),
+            )
         }
         Parsed::Dynamodb(table) => {
             composite = table.sort_key().is_some().then(|| table.clone());

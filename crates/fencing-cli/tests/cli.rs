@@ -651,7 +651,7 @@ fn errors_are_sentences_that_say_what_to_do_with_their_exit_codes() {
     assert!(out.contains("invalid"), "{out}");
     // Bad usage is exit 2 with the error on stderr, whatever the command.
     for args in [
-        &["probe", "mysql:db.t"][..],
+        &["probe", "cassandra:ks.t"][..],
         &["probe", "bogus:x"],
         &[
             "seed",
@@ -1230,4 +1230,165 @@ async fn token_current_names_the_table_a_dynamodb_counter_is_bound_to() {
     ));
     assert_eq!(report["history"]["moved"], true, "{report}");
     assert_eq!(report["history"]["bound"], "elsewhere@1", "{report}");
+}
+
+/// A MySQL database of one test's own, and `MYSQL_URL` for it.
+struct MySqlDatabase {
+    pool: sqlx::MySqlPool,
+    name: String,
+    url: String,
+}
+
+impl MySqlDatabase {
+    async fn new() -> Self {
+        let server = services::mysql_url();
+        let name = unique_name("cli").replace('-', "_");
+        let admin = sqlx::MySqlPool::connect(&server).await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        let url = format!("{}/{name}", server.rsplit_once('/').unwrap().0);
+        let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
+        MySqlDatabase { pool, name, url }
+    }
+
+    /// `fencing` with MYSQL_URL on this database.
+    fn fencing(&self) -> Command {
+        let mut command = fencing();
+        command.env("MYSQL_URL", &self.url);
+        command
+    }
+
+    async fn execute(&self, sql: String) {
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&self.pool)
+            .await
+            .unwrap();
+    }
+
+    async fn drop(self) {
+        self.execute(format!("DROP DATABASE `{}`", self.name)).await;
+    }
+}
+
+/// Token current and advance on a MySQL counter (named by its table alone: the URL's
+/// database), the history it is bound to, and a seed from a MySQL table's highest fence.
+#[tokio::test]
+async fn token_advance_and_seed_never_lower_a_mysql_counter() {
+    use fencing_core::TokenSource;
+    use fencing_mysql::{MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource};
+
+    let database = MySqlDatabase::new().await;
+    let tokens = MySqlTokenSource::new(
+        database.pool.clone(),
+        MySqlQualifiedName::new(&database.name, "tokens").unwrap(),
+    );
+    tokens.create_if_missing().await.unwrap();
+    let resource = unique_name("settle:m_4471");
+    let token_command = |verb: &str, extra: &[&str]| {
+        let mut command = database.fencing();
+        command
+            .args(["token", verb, &resource, "--tokens", "mysql"])
+            .args(["--mysql-token-table", "tokens"])
+            .args(extra);
+        command
+    };
+    let out = run(&mut token_command("advance", &["--to", "40"]), 0);
+    assert!(out.contains("raised from none issued to 40"), "{out}");
+    let out = run(&mut token_command("advance", &["--to", "30"]), 0);
+    assert!(out.contains("already at 40"), "{out}");
+    let out = run(&mut token_command("current", &["--json"]), 0);
+    assert_eq!(json(&out)["current"], 40, "{out}");
+
+    let table = MySqlTable::new(&database.name, "refund").unwrap();
+    table.create_if_missing(&database.pool).await.unwrap();
+    MySqlStore::new(database.pool.clone(), table)
+        .write(
+            &RecordKey::new("r_815").unwrap(),
+            token(77),
+            &FencedWrite::claim(),
+        )
+        .await
+        .unwrap();
+    let out = run(
+        database
+            .fencing()
+            .args(["seed", &resource, "--tokens", "mysql"])
+            .args(["--mysql-token-table", &format!("{}.tokens", database.name)])
+            .args(["--from", &format!("mysql:{}.refund", database.name)]),
+        0,
+    );
+    assert!(out.contains("highest fence 77"), "{out}");
+    assert!(out.contains("raised from 40 to 77"), "{out}");
+    let r = ResourceName::new(resource.clone()).unwrap();
+    assert_eq!(tokens.current(&r).await.unwrap(), Some(token(77)));
+    let out = run(
+        database.fencing().args([
+            "seed",
+            &resource,
+            "--tokens",
+            "mysql",
+            "--from",
+            "mysql:refund",
+        ]),
+        2,
+    );
+    assert!(out.contains("DATABASE.TABLE"), "{out}");
+    database.drop().await;
+}
+
+/// The probe passes a fenced MySQL table and names one without a fence column and one whose
+/// trigger resets the fence (a stale token accepted).
+#[tokio::test]
+async fn probe_passes_a_fenced_mysql_table_and_names_the_ones_that_are_not() {
+    use fencing_mysql::MySqlTable;
+
+    let database = MySqlDatabase::new().await;
+    MySqlTable::new(&database.name, "good")
+        .unwrap()
+        .create_if_missing(&database.pool)
+        .await
+        .unwrap();
+    database
+        .execute(
+            "CREATE TABLE dropped (id VARBINARY(100) PRIMARY KEY, state VARCHAR(64)); \
+             CREATE TABLE reset (id VARBINARY(100) PRIMARY KEY, fence BIGINT NOT NULL \
+             DEFAULT 0, state VARCHAR(64)); \
+             CREATE TRIGGER reset_insert BEFORE INSERT ON reset FOR EACH ROW SET NEW.fence = 0; \
+             CREATE TRIGGER reset_update BEFORE UPDATE ON reset FOR EACH ROW SET NEW.fence = 0"
+                .to_owned(),
+        )
+        .await;
+    let spec = |table: &str| format!("mysql:{}.{table}", database.name);
+    let out = run(database.fencing().arg("probe").arg(spec("good")), 0);
+    assert_eq!(out.matches("ok ").count(), 1, "{out}");
+    let out = run(
+        database.fencing().args(["probe", "--json"]).args([
+            spec("good"),
+            spec("dropped"),
+            spec("reset"),
+        ]),
+        1,
+    );
+    let report = json(&out);
+    let stores = report["stores"].as_array().unwrap();
+    assert_eq!(stores[0]["passed"], true, "{out}");
+    assert_eq!(stores[1]["passed"], false, "{out}");
+    assert!(
+        stores[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no fence column"),
+        "{out}"
+    );
+    assert_eq!(stores[2]["passed"], false, "{out}");
+    assert!(
+        stores[2]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ACCEPTED stale token"),
+        "{out}"
+    );
+    database.drop().await;
 }

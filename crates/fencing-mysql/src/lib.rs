@@ -10,6 +10,7 @@
 //!   tokens bound to the server history that issued them (a promoted replica or a restored
 //!   backup never issues a token twice), and expiry judged by the server's clock.
 //!   [`MySqlEpochSource`] keeps the epochs of a Redis lease's tokens.
+//! * [`MySqlFenceFloor`] reports `MAX(fence)` to seed any token source.
 //!
 //! MariaDB 10.11 is what the tests run on; the SQL is what MySQL 8 takes too.
 
@@ -17,6 +18,7 @@ mod checkout;
 mod ddl;
 mod epochs;
 mod error;
+mod floor;
 mod ident;
 mod lease;
 mod literal;
@@ -26,6 +28,7 @@ mod table;
 mod tokens;
 
 pub use epochs::MySqlEpochSource;
+pub use floor::MySqlFenceFloor;
 pub use ident::{MySqlIdent, MySqlQualifiedName};
 pub use lease::MySqlLease;
 pub use store::MySqlStore;

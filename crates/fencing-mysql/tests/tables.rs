@@ -383,3 +383,37 @@ async fn a_key_made_not_unique_after_the_first_write_is_refused_and_no_row_chang
     assert_eq!(fences, [1, 1], "neither row changed");
     database.drop_database().await;
 }
+
+/// `MAX(fence)` over the whole table, over the rows of one merchant, and over the rows of the
+/// merchant a resource names: what `seed_from_floors` raises a counter to.
+#[tokio::test]
+async fn a_fence_floor_reads_the_highest_fence_of_the_rows_it_is_given() {
+    use fencing_core::{FenceFloor, ResourceName};
+    use fencing_mysql::MySqlFenceFloor;
+
+    let database = Database::new().await;
+    database
+        .execute(
+            "CREATE TABLE payouts (id VARBINARY(50) PRIMARY KEY, merchant VARCHAR(20), \
+             fence BIGINT NOT NULL DEFAULT 0, state VARCHAR(64)); INSERT INTO payouts VALUES \
+             ('p_1', 'm_4471', 12, 'sent'), ('p_2', 'm_9000', 900, 'sent'), \
+             ('p_3', 'm_4471', 0, 'pending')"
+                .to_owned(),
+        )
+        .await;
+    let table = MySqlTable::new(&database.name, "payouts").unwrap();
+    let r = ResourceName::new("settle:m_4471").unwrap();
+    let whole = MySqlFenceFloor::new(database.pool.clone(), &table);
+    assert_eq!(whole.max_fence(&r).await.unwrap(), Some(token(900)));
+    let fixed =
+        MySqlFenceFloor::filtered(database.pool.clone(), &table, "merchant", "m_4471").unwrap();
+    assert_eq!(fixed.max_fence(&r).await.unwrap(), Some(token(12)));
+    let derived = MySqlFenceFloor::per_resource(database.pool.clone(), &table, "merchant", |r| {
+        r.as_str().trim_start_matches("settle:").to_owned()
+    })
+    .unwrap();
+    assert_eq!(derived.max_fence(&r).await.unwrap(), Some(token(12)));
+    let none = ResourceName::new("settle:m_0001").unwrap();
+    assert_eq!(derived.max_fence(&none).await.unwrap(), None);
+    database.drop_database().await;
+}

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::adapter::RequestEffect;
+use fencing_core::adapter::{FloorFilter, RequestEffect};
 use fencing_core::{FenceFloor, FencingToken, InvalidInput, ResourceName, Result};
 use sqlx::{PgPool, Row};
 
@@ -21,14 +21,8 @@ pub struct PgFenceFloor {
     pool: PgPool,
     store: String,
     sql: String,
-    filter: Option<Filter>,
+    filter: Option<FloorFilter>,
     session: Session,
-}
-
-#[derive(Clone)]
-enum Filter {
-    Fixed(String),
-    PerResource(Arc<dyn Fn(&ResourceName) -> String + Send + Sync>),
 }
 
 impl fmt::Debug for PgFenceFloor {
@@ -70,7 +64,7 @@ impl PgFenceFloor {
         column: &str,
         value: impl Into<String>,
     ) -> Result<Self, InvalidInput> {
-        Self::with_filter(pool, table, column, Filter::Fixed(value.into()))
+        Self::with_filter(pool, table, column, FloorFilter::Fixed(value.into()))
     }
 
     /// The highest fence among rows whose `column` equals `value_of(resource)`, e.g. the
@@ -81,14 +75,19 @@ impl PgFenceFloor {
         column: &str,
         value_of: impl Fn(&ResourceName) -> String + Send + Sync + 'static,
     ) -> Result<Self, InvalidInput> {
-        Self::with_filter(pool, table, column, Filter::PerResource(Arc::new(value_of)))
+        Self::with_filter(
+            pool,
+            table,
+            column,
+            FloorFilter::PerResource(Arc::new(value_of)),
+        )
     }
 
     fn with_filter(
         pool: PgPool,
         table: &PgTable,
         column: &str,
-        filter: Filter,
+        filter: FloorFilter,
     ) -> Result<Self, InvalidInput> {
         let column = PgIdent::new(column)?;
         let mut floor = Self::new(pool, table);
@@ -103,8 +102,7 @@ impl FenceFloor for PgFenceFloor {
     async fn max_fence(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
         let query = self.session.query(self.sql.as_str());
         let query = match &self.filter {
-            Some(Filter::Fixed(value)) => query.bind(value.clone()),
-            Some(Filter::PerResource(value_of)) => query.bind(value_of(resource)),
+            Some(filter) => query.bind(filter.value_for(resource)),
             None => query,
         };
         self.session

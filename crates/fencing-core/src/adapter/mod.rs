@@ -19,8 +19,9 @@
 //!   ([`HolderExt`]: `write_by`, `run_write`, `run_write_once`, and [`RecordOutcomes`] for
 //!   what a write of many records reports), what a lease records on its guards
 //!   ([`LeaseGuardExt`]: `new`, `extended`, `lost`), the key check of a write of many records
-//!   ([`check_distinct`]), which store a store is ([`StoreIdentity`]), and the clock a
-//!   lease's deadline is measured on ([`Clock`]).
+//!   ([`check_distinct`]), which store a store is ([`StoreIdentity`]), the rows a SQL fence
+//!   floor reads ([`FloorFilter`]), and the clock a lease's deadline is measured on
+//!   ([`Clock`]).
 
 pub mod envelope {
     //! The envelope: how a fenced record is kept in an object store, fence inside the body.
@@ -91,6 +92,7 @@ pub use crate::cas::object::{Contents, WriteId};
 pub use crate::contract::extras::Extras;
 pub use crate::contract::guard::LeaseGuardExt;
 pub use crate::contract::store::{RecordOutcomes, StoreIdentity, StoreWrites, check_distinct};
+pub use crate::contract::token_source::FloorFilter;
 pub use crate::holder::retry::contention_pause;
 pub use crate::holder::write::HolderExt;
 pub use crate::memory::MemoryVersionedStore;

@@ -150,6 +150,36 @@ pub trait FenceFloor: Send + Sync + Debug {
     async fn max_fence(&self, resource: &ResourceName) -> Result<Option<FencingToken>>;
 }
 
+/// Which rows a SQL [`FenceFloor`] reads `MAX(fence)` over when a table holds the records of
+/// many resources: those whose column holds one value, fixed or derived from the resource's
+/// name (e.g. the merchant id of `settle:m_4471`).
+#[derive(Clone)]
+pub enum FloorFilter {
+    /// Rows whose column holds this value, whatever the resource.
+    Fixed(String),
+    /// Rows whose column holds the value this derives from the resource.
+    PerResource(Arc<dyn Fn(&ResourceName) -> String + Send + Sync>),
+}
+
+impl FloorFilter {
+    /// The value the column must hold for `resource`'s rows.
+    pub fn value_for(&self, resource: &ResourceName) -> String {
+        match self {
+            FloorFilter::Fixed(value) => value.clone(),
+            FloorFilter::PerResource(value_of) => value_of(resource),
+        }
+    }
+}
+
+impl Debug for FloorFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FloorFilter::Fixed(value) => f.debug_tuple("Fixed").field(value).finish(),
+            FloorFilter::PerResource(_) => f.write_str("PerResource(..)"),
+        }
+    }
+}
+
 /// Raises `source`'s counter for `resource` to the highest fence any of `floors` reports.
 ///
 /// Run it at start-up, or after [`crate::Error::TokenRegression`]: the next token is then
