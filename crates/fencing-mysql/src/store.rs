@@ -2,10 +2,10 @@
 //! decides by the core's rules and applies.
 
 use async_trait::async_trait;
-use fencing_core::adapter::{RequestEffect, StoreIdentity, StoreWrites};
+use fencing_core::adapter::{HolderExt, RequestEffect, StoreIdentity, StoreWrites};
 use fencing_core::{
-    FenceCheck, FencedStore, FencedWrite, FencingToken, InputKind, InvalidInput, Record, RecordKey,
-    Result, State, Written,
+    FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput, Record,
+    RecordKey, Result, State, Written,
 };
 use futures_util::TryStreamExt;
 use sqlx::mysql::{MySqlArguments, MySqlRow};
@@ -65,6 +65,7 @@ impl Statements {
         value: &KeyValue<'_>,
         token: FencingToken,
         write: &FencedWrite,
+        via: &Via<'_>,
     ) -> String {
         let (name, key, fence) = (table.name(), table.key_column(), table.fence_column());
         let key_value = literal::key(value);
@@ -104,14 +105,22 @@ impl Statements {
         };
         // FOUND_ROWS() is what the locked read found (it reads at most two): the key names one
         // row, or nothing is written.
-        format!(
-            "BEGIN; {read} FOR UPDATE; UPDATE {name} SET {sets} WHERE {key} = {key_value} \
-             AND {fence_condition} AND {fence} >= 0 AND {readable_state} AND FOUND_ROWS() = 1 \
-             LIMIT 1; COMMIT",
-            read = self
-                .read
-                .replace("= ? LIMIT 2", &format!("= {key_value} LIMIT 2")),
-        )
+        let locked_read = self
+            .read
+            .replace("= ? LIMIT 2", &format!("= {key_value} LIMIT 2"));
+        let update = format!(
+            "UPDATE {name} SET {sets} WHERE {key} = {key_value} AND {fence_condition} \
+             AND {fence} >= 0 AND {readable_state} AND FOUND_ROWS() = 1"
+        );
+        match via {
+            Via::Pool => format!("BEGIN; {locked_read} FOR UPDATE; {update} LIMIT 1; COMMIT"),
+            // Inside the caller's transaction, or nothing: outside one, the lock would end
+            // with the read.
+            Via::Caller(_) => format!(
+                "SELECT @@in_transaction; {locked_read} FOR UPDATE; \
+                 {update} AND @@in_transaction = 1 LIMIT 1"
+            ),
+        }
     }
 }
 
@@ -140,6 +149,36 @@ impl MySqlStore {
             pool,
             table,
         }
+    }
+
+    /// Applies one fenced write of `key` under `holder`'s token inside the caller's
+    /// transaction on `conn` (begun with `pool.begin()` or `conn.begin()`), so that it commits
+    /// or rolls back with the caller's own statements (a ledger entry beside a confirm): the
+    /// row locked and read, then the conditional update, in one round trip; a claim of a
+    /// missing record inserts it (the table's other columns need defaults).
+    ///
+    /// It goes through [`HolderExt::run_write_once`]: a refusal is explained and reported as
+    /// [`Holder::write`] reports it, and with a batch's holder the batch notes it. An
+    /// ambiguous outcome is returned, not retried: the transaction it was part of is gone. A
+    /// connection outside a transaction is refused with [`fencing_core::Error::InvalidInput`],
+    /// nothing written. (`@@in_transaction`: MariaDB's; MySQL 8 has no such variable and is
+    /// not run here.)
+    pub async fn write_in(
+        &self,
+        conn: &mut MySqlConnection,
+        holder: &Holder,
+        key: &RecordKey,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        let attempt = async {
+            self.check_payload(write)?;
+            let key_type = self.key_type().await?;
+            let value = key_type.value(key)?;
+            self.write_once(Via::Caller(conn), key, &value, holder.token(), write)
+                .await
+                .map_err(|failure| self.failed(failure, RequestEffect::Writes))?
+        };
+        holder.run_write_once(self, &[key], write, attempt).await
     }
 
     /// The table.
@@ -183,34 +222,43 @@ impl MySqlStore {
     }
 
     /// One attempt, one round trip for a record that exists: the row locked and read, the
-    /// conditional update, the commit. A claim of a record that does not exist then inserts
-    /// it.
+    /// conditional update (and, on the store's pool, the transaction's begin and commit). A
+    /// claim of a record that does not exist then inserts it.
     async fn write_once(
         &self,
+        mut via: Via<'_>,
         key: &RecordKey,
         value: &KeyValue<'_>,
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Result<Written>, MySqlFailure> {
-        let sql = self.statements.write(&self.table, value, token, write);
-        let (rows, applied) = Checkout::run(&self.pool, async |conn| {
-            let mut answers = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_many(&mut *conn);
-            let (mut rows, mut counts) = (Vec::new(), Vec::new());
-            while let Some(answer) = answers.try_next().await? {
-                match answer {
-                    Either::Left(done) => counts.push(done.rows_affected()),
-                    Either::Right(row) => rows.push(row),
+        let sql = self
+            .statements
+            .write(&self.table, value, token, write, &via);
+        let (rows, applied) = match via.reborrow() {
+            Via::Pool => {
+                let answers =
+                    Checkout::run(&self.pool, async |conn| answers(conn, sql).await).await?;
+                // BEGIN, the locked read, the update, COMMIT.
+                match <[_; 4]>::try_from(answers) {
+                    Ok([_, (rows, _), (_, applied), _]) => (rows, applied),
+                    Err(_) => return Err(four_answers()),
                 }
             }
-            // BEGIN, SELECT, UPDATE, COMMIT: the update's count is the third.
-            match counts[..] {
-                [_, _, applied, _] => Ok((rows, applied)),
-                _ => Err(MySqlFailure::Inconsistent(
-                    "the write's four statements did not answer four times",
-                )),
-            }
-        })
-        .await?;
+            Via::Caller(conn) => match <[_; 3]>::try_from(answers(conn, sql).await?) {
+                Ok([(in_transaction, _), (rows, _), (_, applied)]) => {
+                    let in_transaction: u64 = match in_transaction.first() {
+                        Some(row) => row.try_get(0)?,
+                        None => return Err(four_answers()),
+                    };
+                    if in_transaction == 0 {
+                        return Ok(Err(outside_a_transaction(&self.name)));
+                    }
+                    (rows, applied)
+                }
+                Err(_) => return Err(four_answers()),
+            },
+        };
         let found = self.found_in(&rows, key)?;
         if let Err(refusal) = write.decide(&self.name, key, token, found.as_ref()) {
             return match applied {
@@ -224,7 +272,7 @@ impl MySqlStore {
         match (&found, applied) {
             (Some(_), 1) => Ok(Ok(Written::new(found.as_ref(), record))),
             (None, _) => self
-                .insert(value, &record)
+                .insert(via, value, &record)
                 .await
                 .map(|()| Ok(Written::new(None, record))),
             (Some(_), _) => Err(MySqlFailure::Inconsistent(
@@ -255,7 +303,12 @@ impl MySqlStore {
 
     /// Creates the record a claim found missing; a row another claim inserted first is a race
     /// lost, and the write is sent again.
-    async fn insert(&self, value: &KeyValue<'_>, record: &Record) -> Result<(), MySqlFailure> {
+    async fn insert(
+        &self,
+        via: Via<'_>,
+        value: &KeyValue<'_>,
+        record: &Record,
+    ) -> Result<(), MySqlFailure> {
         let payload = self.table.payload_column();
         let sql = format!(
             "INSERT INTO {name} ({key}, {fence}, {state}{payload_column}) VALUES \
@@ -275,16 +328,87 @@ impl MySqlStore {
                 .map(|_| format!(", {}", literal::bytes(&record.payload)))
                 .unwrap_or_default(),
         );
-        Checkout::run(&self.pool, async |conn| {
+        let insert = async |conn: &mut MySqlConnection| -> Result<(), MySqlFailure> {
             sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?;
             Ok(())
-        })
-        .await
+        };
+        match via {
+            Via::Pool => Checkout::run(&self.pool, insert).await,
+            Via::Caller(conn) => insert(conn).await,
+        }
+    }
+
+    /// Refuses a payload for a table without a payload column, before anything is sent.
+    fn check_payload(&self, write: &FencedWrite) -> Result<(), InvalidInput> {
+        if write.new_payload().is_some() && self.table.payload_column().is_none() {
+            return Err(InvalidInput::new(
+                InputKind::Write,
+                format!(
+                    "{} has no payload column to write a payload to \
+                     (MySqlTable::with_payload_column names one)",
+                    self.name
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn failed(&self, failure: MySqlFailure, effect: RequestEffect) -> fencing_core::Error {
         failure.into_error(&self.name, effect)
     }
+}
+
+/// Where a write runs: in a transaction of its own on the store's pool, or inside the
+/// caller's transaction on the caller's connection.
+enum Via<'a> {
+    Pool,
+    Caller(&'a mut MySqlConnection),
+}
+
+impl Via<'_> {
+    /// The same connection, for one request before the next.
+    fn reborrow(&mut self) -> Via<'_> {
+        match self {
+            Via::Pool => Via::Pool,
+            Via::Caller(conn) => Via::Caller(conn),
+        }
+    }
+}
+
+/// Every statement of a packet sent as text, in order: the rows each returned and the rows it
+/// changed (found, for an `UPDATE`: sqlx connects with `CLIENT_FOUND_ROWS`).
+async fn answers(
+    conn: &mut MySqlConnection,
+    sql: String,
+) -> Result<Vec<(Vec<MySqlRow>, u64)>, MySqlFailure> {
+    let mut answers = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_many(&mut *conn);
+    let (mut statements, mut rows) = (Vec::new(), Vec::new());
+    while let Some(answer) = answers.try_next().await? {
+        match answer {
+            Either::Left(done) => {
+                statements.push((std::mem::take(&mut rows), done.rows_affected()))
+            }
+            Either::Right(row) => rows.push(row),
+        }
+    }
+    Ok(statements)
+}
+
+fn four_answers() -> MySqlFailure {
+    MySqlFailure::Inconsistent("a write's statements did not each answer once")
+}
+
+/// The refusal of [`MySqlStore::write_in`] on a connection outside a transaction: nothing
+/// was written.
+fn outside_a_transaction(store: &str) -> fencing_core::Error {
+    InvalidInput::new(
+        InputKind::Write,
+        format!(
+            "{store}: write_in joins the caller's transaction, and the connection is in none: \
+             begin one (pool.begin(), conn.begin()) or write through the store's own pool"
+        ),
+    )
+    .into()
 }
 
 /// Binds a key as its column takes it.
@@ -350,21 +474,11 @@ impl StoreWrites for MySqlStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        if write.new_payload().is_some() && self.table.payload_column().is_none() {
-            return Err(InvalidInput::new(
-                InputKind::Write,
-                format!(
-                    "{} has no payload column to write a payload to \
-                     (MySqlTable::with_payload_column names one)",
-                    self.name
-                ),
-            )
-            .into());
-        }
+        self.check_payload(write)?;
         let key_type = self.key_type().await?;
         let value = key_type.value(key)?;
         for _ in 0..RACE_ROUNDS {
-            match self.write_once(key, &value, token, write).await {
+            match self.write_once(Via::Pool, key, &value, token, write).await {
                 Err(MySqlFailure::Driver(err)) if is_rolled_back(&err) || is_duplicate(&err) => {
                     continue;
                 }
