@@ -251,7 +251,8 @@ mod tests {
             let message = check(args).unwrap_err();
             assert!(message.contains(says), "{args:?}: {message}");
         };
-        refused(&["probe", "mysql:x"], "unknown kind of store");
+        refused(&["probe", "cassandra:x"], "unknown kind of store");
+        refused(&["probe", "mysql:x"], "DATABASE.TABLE");
         refused(&["probe", "postgres:refund"], "SCHEMA.TABLE");
         refused(&["probe", "s3:receipts", "--key", ""], "empty");
         refused(&["lease", "status", "", "--lease", "redis"], "empty");

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use fencing_core::{FenceFloor, FencedStore, RecordKey};
+use fencing_core::{FenceFloor, FencedStore, InvalidInput, RecordKey};
 use fencing_dynamodb::{DynamoFenceFloor, DynamoKeyType, DynamoStore, DynamoTable};
 use fencing_mysql::{MySqlFenceFloor, MySqlStore, MySqlTable};
 use fencing_object_store::ObjectStoreStore;
@@ -93,26 +93,75 @@ fn options<T, E: Into<Failure>>(
 /// A store named on the command line, checked but not connected: bad usage is found before
 /// any store is touched.
 pub(crate) enum Parsed {
-    Postgres(PgSpec),
-    Mysql(MySqlSpec),
+    Postgres(SqlSpec<PgTable>),
+    Mysql(SqlSpec<MySqlTable>),
     Dynamodb(DynamoTable),
     S3(S3Bucket, Codec),
     ObjectStore(url::Url),
 }
 
-/// A PostgreSQL table named on the command line, and the rows its highest fence is read over.
-pub(crate) struct PgSpec {
-    table: PgTable,
+/// A SQL table named on the command line (PostgreSQL's or MySQL's), and the rows its highest
+/// fence is read over.
+pub(crate) struct SqlSpec<T> {
+    table: T,
     /// `where=COLUMN=VALUE`: only the rows whose column holds the value (one resource's rows
     /// in a table many resources share).
     only: Option<(String, String)>,
 }
 
-/// A MySQL table named on the command line, and the rows its highest fence is read over.
-pub(crate) struct MySqlSpec {
-    table: MySqlTable,
-    /// `where=COLUMN=VALUE`, as for PostgreSQL.
-    only: Option<(String, String)>,
+/// A SQL table whose key, fence and state columns a spec's options name.
+trait SqlColumns: Sized {
+    /// The table with the `which` column (`key`, `fence`, `state`) named `column`; `None` for
+    /// another option.
+    fn with_column(self, which: &str, column: &str) -> Option<Result<Self, InvalidInput>>;
+}
+
+impl SqlColumns for PgTable {
+    fn with_column(self, which: &str, column: &str) -> Option<Result<Self, InvalidInput>> {
+        match which {
+            "key" => Some(self.with_key_column(column)),
+            "fence" => Some(self.with_fence_column(column)),
+            "state" => Some(self.with_state_column(column)),
+            _ => None,
+        }
+    }
+}
+
+impl SqlColumns for MySqlTable {
+    fn with_column(self, which: &str, column: &str) -> Option<Result<Self, InvalidInput>> {
+        match which {
+            "key" => Some(self.with_key_column(column)),
+            "fence" => Some(self.with_fence_column(column)),
+            "state" => Some(self.with_state_column(column)),
+            _ => None,
+        }
+    }
+}
+
+/// A SQL table's spec with its options: `key=`, `fence=`, `state=`, `where=`.
+fn sql_spec<T: SqlColumns>(
+    spec: &str,
+    table: T,
+    opts: Option<&str>,
+) -> Result<SqlSpec<T>, Failure> {
+    let only = None;
+    options(
+        spec,
+        SqlSpec { table, only },
+        opts,
+        "key, fence, state, where",
+        |SqlSpec { table, only }, name, value| {
+            if name == "where" {
+                return Some(only_rows(spec, value).map(|only| SqlSpec { table, only }));
+            }
+            Some(
+                table
+                    .with_column(name, value)?
+                    .map(|table| SqlSpec { table, only })
+                    .map_err(Failure::from),
+            )
+        },
+    )
 }
 
 /// How an S3 store's objects hold their records.
@@ -170,29 +219,7 @@ pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
         "postgres" => {
             let name = qualified(place)?;
             let table = PgTable::new(name.schema().as_str(), name.name().as_str())?;
-            let only = None;
-            Parsed::Postgres(options(
-                spec,
-                PgSpec { table, only },
-                opts,
-                "key, fence, state, where",
-                |PgSpec { table, only }, name, value| {
-                    let table = match name {
-                        "key" => table.with_key_column(value),
-                        "fence" => table.with_fence_column(value),
-                        "state" => table.with_state_column(value),
-                        "where" => {
-                            return Some(only_rows(spec, value).map(|only| PgSpec { table, only }));
-                        }
-                        _ => return None,
-                    };
-                    Some(
-                        table
-                            .map(|table| PgSpec { table, only })
-                            .map_err(Failure::from),
-                    )
-                },
-            )?)
+            Parsed::Postgres(sql_spec(spec, table, opts)?)
         }
         "mysql" => {
             let (database, name) = place.split_once('.').ok_or_else(|| {
@@ -200,32 +227,7 @@ pub(crate) fn parse(spec: &str) -> Result<Parsed, Failure> {
                     "{spec:?}: {place:?} is not DATABASE.TABLE: write mysql:DATABASE.{place}"
                 ))
             })?;
-            let table = MySqlTable::new(database, name)?;
-            let only = None;
-            Parsed::Mysql(options(
-                spec,
-                MySqlSpec { table, only },
-                opts,
-                "key, fence, state, where",
-                |MySqlSpec { table, only }, name, value| {
-                    let table = match name {
-                        "key" => table.with_key_column(value),
-                        "fence" => table.with_fence_column(value),
-                        "state" => table.with_state_column(value),
-                        "where" => {
-                            return Some(
-                                only_rows(spec, value).map(|only| MySqlSpec { table, only }),
-                            );
-                        }
-                        _ => return None,
-                    };
-                    Some(
-                        table
-                            .map(|table| MySqlSpec { table, only })
-                            .map_err(Failure::from),
-                    )
-                },
-            )?)
+            Parsed::Mysql(sql_spec(spec, MySqlTable::new(database, name)?, opts)?)
         }
         "dynamodb" => {
             Parsed::Dynamodb(options(
@@ -289,7 +291,7 @@ pub(crate) fn parse_all(specs: &[String]) -> Result<(), Failure> {
 pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Failure> {
     let (mut objects, mut composite) = (None, None);
     let (store, floor): (Arc<dyn FencedStore>, Option<Box<dyn FenceFloor>>) = match parse(spec)? {
-        Parsed::Postgres(PgSpec { table, only }) => {
+        Parsed::Postgres(SqlSpec { table, only }) => {
             let pool = settings.pg_pool().await?;
             let floor = match only {
                 Some((column, value)) => {
@@ -299,7 +301,7 @@ pub(crate) async fn open(settings: &Settings, spec: &str) -> Result<Opened, Fail
             };
             (Arc::new(PgStore::new(pool, table)), Some(Box::new(floor)))
         }
-        Parsed::Mysql(MySqlSpec { table, only }) => {
+        Parsed::Mysql(SqlSpec { table, only }) => {
             let pool = settings.mysql_pool().await?;
             let floor = match only {
                 Some((column, value)) => {
