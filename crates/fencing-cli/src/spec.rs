@@ -116,27 +116,22 @@ trait SqlColumns: Sized {
     fn with_column(self, which: &str, column: &str) -> Option<Result<Self, InvalidInput>>;
 }
 
-impl SqlColumns for PgTable {
-    fn with_column(self, which: &str, column: &str) -> Option<Result<Self, InvalidInput>> {
-        match which {
-            "key" => Some(self.with_key_column(column)),
-            "fence" => Some(self.with_fence_column(column)),
-            "state" => Some(self.with_state_column(column)),
-            _ => None,
+/// The two SQL tables name their columns alike.
+macro_rules! sql_columns {
+    ($($table:ty),*) => {$(
+        impl SqlColumns for $table {
+            fn with_column(self, which: &str, column: &str) -> Option<Result<Self, InvalidInput>> {
+                match which {
+                    "key" => Some(self.with_key_column(column)),
+                    "fence" => Some(self.with_fence_column(column)),
+                    "state" => Some(self.with_state_column(column)),
+                    _ => None,
+                }
+            }
         }
-    }
+    )*};
 }
-
-impl SqlColumns for MySqlTable {
-    fn with_column(self, which: &str, column: &str) -> Option<Result<Self, InvalidInput>> {
-        match which {
-            "key" => Some(self.with_key_column(column)),
-            "fence" => Some(self.with_fence_column(column)),
-            "state" => Some(self.with_state_column(column)),
-            _ => None,
-        }
-    }
-}
+sql_columns!(PgTable, MySqlTable);
 
 /// A SQL table's spec with its options: `key=`, `fence=`, `state=`, `where=`.
 fn sql_spec<T: SqlColumns>(
