@@ -8,8 +8,8 @@ use fencing_core::{FenceFloor, FencingToken, InvalidInput, ResourceName, Result}
 use sqlx::{AssertSqlSafe, MySqlPool};
 
 use crate::checkout::Checkout;
-use crate::error::MySqlFailure;
 use crate::ident::MySqlIdent;
+use crate::store::fence_from_db;
 use crate::table::MySqlTable;
 
 /// Reports `MAX(fence)` over a [`MySqlTable`], or only over the rows one lease protects
@@ -88,12 +88,7 @@ impl FenceFloor for MySqlFenceFloor {
         };
         Checkout::run(&self.pool, async |conn| {
             let max: Option<i64> = query.fetch_one(conn).await?;
-            match max {
-                None | Some(0) => Ok(None),
-                Some(stored) => FencingToken::from_i64(stored)
-                    .map(Some)
-                    .map_err(|e| MySqlFailure::Corrupt(format!("stored fence {stored}"), e)),
-            }
+            max.map_or(Ok(None), fence_from_db)
         })
         .await
         .map_err(|failure| failure.into_error(&self.store, RequestEffect::ReadOnly))

@@ -425,13 +425,7 @@ fn bind_key<'q>(
 /// A record from a row of `fence, state, payload`.
 fn record_from(row: &MySqlRow, key: &RecordKey) -> Result<Record, MySqlFailure> {
     let fence: i64 = row.try_get(0)?;
-    let fence = match fence {
-        0 => None,
-        stored => Some(
-            FencingToken::from_i64(stored)
-                .map_err(|e| MySqlFailure::Corrupt(format!("stored fence {stored}"), e))?,
-        ),
-    };
+    let fence = fence_from_db(fence)?;
     let state = row
         .try_get::<Option<String>, _>(1)?
         .map(|text| {
@@ -445,6 +439,16 @@ fn record_from(row: &MySqlRow, key: &RecordKey) -> Result<Record, MySqlFailure> 
         state,
         payload: row.try_get::<Option<Vec<u8>>, _>(2)?.unwrap_or_default(),
     })
+}
+
+/// A fence as stored: 0 is "no fence yet", a negative number is corruption.
+pub(crate) fn fence_from_db(stored: i64) -> Result<Option<FencingToken>, MySqlFailure> {
+    match stored {
+        0 => Ok(None),
+        stored => FencingToken::from_i64(stored)
+            .map(Some)
+            .map_err(|e| MySqlFailure::Corrupt(format!("stored fence {stored}"), e)),
+    }
 }
 
 #[async_trait]

@@ -90,7 +90,7 @@ impl MySqlTokenSource {
     /// Counters in `table` (create it with [`Self::create_if_missing`]).
     pub fn new(pool: MySqlPool, table: MySqlQualifiedName) -> Self {
         let start = table.sibling("_start");
-        let here = format!("CONCAT(@@server_id, '/', (SELECT started FROM {start} WHERE id = 1))");
+        let here = here_sql(&start);
         MySqlTokenSource {
             fast: format!(
                 "UPDATE {table} SET value = LAST_INSERT_ID(value + 1), written_ms = {NOW_MS} \
@@ -130,12 +130,8 @@ impl MySqlTokenSource {
     /// The same counters as epochs: raised by one a second on another history, each row
     /// keeping the opening its epoch was opened for.
     pub(crate) fn for_epochs(self) -> Self {
-        let here = format!(
-            "CONCAT(@@server_id, '/', (SELECT started FROM {} WHERE id = 1))",
-            self.start
-        );
         MySqlTokenSource {
-            locked: Self::locked_sql(&self.table, &here, "opened_for"),
+            locked: Self::locked_sql(&self.table, &here_sql(&self.start), "opened_for"),
             max_rate: RateBound::EPOCHS,
             epochs: true,
             ..self
@@ -456,6 +452,12 @@ impl MySqlTokenSource {
         self.put(conn, resource.as_str(), &raised, None).await?;
         Ok(raised.value)
     }
+}
+
+/// The history of the server answering, in SQL: its `server_id` and the marker of its start
+/// kept in `start` (`NULL` until the marker is drawn).
+fn here_sql(start: &MySqlQualifiedName) -> String {
+    format!("CONCAT(@@server_id, '/', (SELECT started FROM {start} WHERE id = 1))")
 }
 
 /// A counter value read back: a token, or corrupt.
