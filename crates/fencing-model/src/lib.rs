@@ -19,7 +19,7 @@
 //! the regression rule [`is_regression`], the epoch rules [`must_open_epoch`],
 //! [`open_epoch`] and [`advance_target`] for the counter, which also opens an epoch when it is
 //! bound to another server history than the one serving it, and the history rules
-//! [`binding_here`], [`next_token`] and [`may_open_another`] for the durable epochs.
+//! [`binding_here`], [`next_token`] and [`epoch_step`] for the durable epochs.
 //!
 //! `docs/protocol.md` states the properties; [`Protocol::properties`] checks them, and each
 //! [`Mutation`] breaks one rule to show the checker finds the damage.
@@ -32,7 +32,9 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use fencing_core::adapter::epoch::{advance_target, must_open_epoch, open_epoch};
-use fencing_core::adapter::history::{BoundCounter, binding_here, may_open_another, next_token};
+use fencing_core::adapter::history::{
+    BoundCounter, EpochStep, binding_here, epoch_step, next_token,
+};
 use fencing_core::adapter::is_regression;
 use fencing_core::{
     EpochSource, Error, FenceCheck, FencedWrite, FencingToken, FoundFence, Lifecycle, RateBound,
@@ -71,6 +73,10 @@ pub enum Mutation {
     /// The durable epochs commit without waiting for the disk: a crash of their store loses
     /// the last epoch opened, on the same history.
     AsyncEpochCommits,
+    /// The durable epochs open an epoch raised onto a new history in the same step as the
+    /// raise instead of a second later: two histories within one second raise a lost row
+    /// alike.
+    RaisedEpochOpenedAtOnce,
 }
 
 /// The most records one worker has in flight at once.
@@ -102,7 +108,8 @@ pub struct Protocol {
     /// Seconds that may pass (each a step of its own; epochs of a source that can fail over
     /// open at most one a second).
     pub seconds: u8,
-    /// Failovers of the durable epochs' store to a copy of it kept earlier, on a new history.
+    /// Failovers of the durable epochs' store to a copy of it kept earlier, each on a new
+    /// history (one copy, restored as often as this).
     pub epoch_failovers: u8,
     /// Crashes of the durable epochs' store, recovered on the same history.
     pub epoch_crashes: u8,
@@ -137,8 +144,9 @@ impl Protocol {
 
     /// Three workers acquiring once each, nothing to write, while the counter and its durable
     /// epochs go through every loss a new history brings: the counter lost twice, the epochs'
-    /// store failed over to an older copy and crashed, two seconds passing. (The counter's own
-    /// failover is checked at the small size.)
+    /// store failed over twice to one older copy (a restart, then a backup restored, within a
+    /// second or not) and crashed, two seconds passing. (The counter's own failover is checked
+    /// at the small size.)
     pub fn histories(mutation: Mutation) -> Self {
         Protocol {
             workers: 3,
@@ -150,7 +158,7 @@ impl Protocol {
             counter_losses: 2,
             failovers: 0,
             seconds: 2,
-            epoch_failovers: 1,
+            epoch_failovers: 2,
             epoch_crashes: 1,
             ..Protocol::small(mutation)
         }
@@ -284,7 +292,8 @@ pub enum Action {
     Tick,
     /// A copy of the durable epochs is kept: a standby stops receiving, a backup is taken.
     KeepEpochCopy,
-    /// The durable epochs' store fails over to the copy kept, on a new history.
+    /// The durable epochs' store fails over to the copy kept, on a new history (the copy
+    /// stays: a backup can be restored again).
     FailOverEpochs,
     /// The durable epochs' store crashes and recovers on the same history, with what it had
     /// made durable.
@@ -332,7 +341,8 @@ pub struct Durable {
 /// What one opening in the durable epochs found.
 enum Opening {
     Epoch(FencingToken),
-    /// Another epoch was opened less than a second ago: wait.
+    /// Another epoch was opened (or the row raised onto this history) less than a second
+    /// ago: wait.
     TooSoon,
 }
 
@@ -342,16 +352,11 @@ impl Durable {
     fn open(&mut self, protocol: &Protocol, opening: u8, now_ms: u64) -> (Opening, bool) {
         let rate = RateBound::EPOCHS;
         let shared = protocol.mutation != Mutation::EpochsUnbounded;
-        if let Some((last, opened_for)) = &self.row {
-            if shared && *opened_for == Some(opening) {
-                return (Opening::Epoch(last.value), false);
-            }
-            if shared
-                && protocol.epochs_can_move()
-                && !may_open_another(last, &self.history, now_ms)
-            {
-                return (Opening::TooSoon, false);
-            }
+        if let Some((last, opened_for)) = &self.row
+            && shared
+            && *opened_for == Some(opening)
+        {
+            return (Opening::Epoch(last.value), false);
         }
         let binding = match protocol.mutation {
             Mutation::NoTableBinding => self.binding.clone(),
@@ -364,16 +369,44 @@ impl Durable {
             },
             _ => row.clone(),
         });
-        let epoch =
-            next_token(row.as_ref(), &binding, &self.history, now_ms, rate).expect("small epochs");
-        self.binding = binding;
-        let counter = BoundCounter {
-            value: epoch,
-            history: self.history,
-            written_ms: now_ms,
+        let at_once = || {
+            let epoch = next_token(row.as_ref(), &binding, &self.history, now_ms, rate);
+            EpochStep::Open(BoundCounter {
+                value: epoch.expect("small epochs"),
+                history: self.history,
+                written_ms: now_ms,
+            })
         };
-        self.row = Some((counter, Some(opening)));
-        (Opening::Epoch(epoch), true)
+        let step = match shared && protocol.epochs_can_move() {
+            true => {
+                epoch_step(row.as_ref(), &binding, &self.history, now_ms).expect("small epochs")
+            }
+            false => at_once(),
+        };
+        let step = match step {
+            EpochStep::Hold(_) if protocol.mutation == Mutation::RaisedEpochOpenedAtOnce => {
+                at_once()
+            }
+            step => step,
+        };
+        match step {
+            EpochStep::Wait(_) => {
+                let moved = binding != self.binding;
+                self.binding = binding;
+                (Opening::TooSoon, moved)
+            }
+            EpochStep::Hold(held) => {
+                self.binding = binding;
+                self.row = Some((held, None));
+                (Opening::TooSoon, true)
+            }
+            EpochStep::Open(opened) => {
+                self.binding = binding;
+                let epoch = opened.value;
+                self.row = Some((opened, Some(opening)));
+                (Opening::Epoch(epoch), true)
+            }
+        }
     }
 
     /// Raises the resource's epoch to at least `floor`.
@@ -478,7 +511,9 @@ pub struct World {
 impl World {
     /// Now, in milliseconds.
     fn now_ms(&self) -> u64 {
-        u64::from(self.now) * 1000
+        // The epochs' table was made (its binding written at 0 ms) a second before the world
+        // starts: a missing row opens at once rather than being held.
+        (u64::from(self.now) + 1) * 1000
     }
 
     /// The opening of the counter's loss: the one named already, or a new one.
@@ -576,12 +611,14 @@ impl Protocol {
     }
 
     /// The durable epochs as the library's epoch rules ask them, on a copy of `world`'s: the
-    /// epoch `open_epoch` takes for `opening` (none: too soon), and the epochs after.
+    /// epoch `open_epoch` takes for `opening` (none: too soon, or the row raised and held),
+    /// and the epochs after.
     fn open_in(&self, world: &World, opening: u8) -> (Option<FencingToken>, Durable) {
         let mut durable = world.durable.clone();
-        if let (Opening::TooSoon, _) = durable.clone().open(self, opening, world.now_ms()) {
+        if let (Opening::TooSoon, _) = durable.open(self, opening, world.now_ms()) {
             return (None, durable);
         }
+        let mut durable = world.durable.clone();
         let epochs = Epochs {
             durable: Mutex::new(&mut durable),
             protocol: self,
@@ -952,8 +989,11 @@ impl Model for Protocol {
                 None if idle && worker.attempts_left > 0 && lease_free => {
                     actions.push(Action::Acquire(w));
                 }
-                Some((opening, None)) if self.open_in(world, opening).0.is_some() => {
-                    actions.push(Action::OpenEpoch(w));
+                Some((opening, None)) => {
+                    let (start, after) = self.open_in(world, opening);
+                    if start.is_some() || after != world.durable {
+                        actions.push(Action::OpenEpoch(w));
+                    }
                 }
                 Some((_, Some(_))) => actions.push(Action::Establish(w)),
                 _ => {}
@@ -1015,8 +1055,13 @@ impl Model for Protocol {
                     return None;
                 };
                 let (start, after) = self.open_in(&next, opening);
+                if start.is_none() && after == next.durable {
+                    return None;
+                }
                 Self::durable_step(&mut next, after);
-                next.workers[usize::from(w)].opening = Some((opening, Some(start?)));
+                if let Some(start) = start {
+                    next.workers[usize::from(w)].opening = Some((opening, Some(start)));
+                }
             }
             Action::Establish(w) => self.establish(&mut next, w),
             Action::Tick => {
@@ -1025,7 +1070,7 @@ impl Model for Protocol {
             }
             Action::KeepEpochCopy => next.durable_copy = Some(next.durable.clone()),
             Action::FailOverEpochs => {
-                let mut copy = next.durable_copy.take()?;
+                let mut copy = next.durable_copy.clone()?;
                 next.epoch_failovers -= 1;
                 copy.history = next.durable.history + 1;
                 next.durable = copy;

@@ -84,7 +84,8 @@ fn ignoring_the_server_history_a_failover_reissues_a_token() {
 
 /// Counters on a new history: the durable epochs failed over to a copy (behind on the row
 /// they kept, without the row of a resource first used after the copy, or ahead of a copy
-/// kept before a floor), crashed, and opened by workers that find one loss at once.
+/// kept before a floor), failed over to it again within the same second or later, crashed,
+/// and opened by workers that find one loss at once.
 #[test]
 fn every_token_rises_through_every_new_history_of_the_counter_and_its_epochs() {
     assert!(check(Protocol::histories(Mutation::None)).is_empty());
@@ -97,6 +98,7 @@ fn each_check_of_a_new_history_removed_lets_a_token_be_issued_twice() {
         Mutation::IgnoreEpochHistory,
         Mutation::EpochsUnbounded,
         Mutation::AsyncEpochCommits,
+        Mutation::RaisedEpochOpenedAtOnce,
     ] {
         // Unbounded epochs multiply the states: its hole shows without the crash.
         let epoch_crashes = u8::from(mutation != Mutation::EpochsUnbounded);

@@ -1,18 +1,15 @@
 //! A durable source of epochs for the tokens of a Redis lease.
 
-use std::time::{Duration, Instant};
-
 use async_trait::async_trait;
 use fencing_core::adapter::RequestEffect;
-use fencing_core::{
-    CounterHistory, EpochSource, Error, FencingToken, ResourceName, Result, TokenSource,
-};
+use fencing_core::adapter::history::{EpochTry, open_patiently};
+use fencing_core::{CounterHistory, EpochSource, FencingToken, ResourceName, Result, TokenSource};
 use sqlx::MySqlPool;
 
 use crate::checkout::Checkout;
 use crate::error::MySqlFailure;
 use crate::ident::MySqlQualifiedName;
-use crate::tokens::{MySqlTokenSource, Opened};
+use crate::tokens::MySqlTokenSource;
 
 /// Epochs in a table of counters, for the tokens of a Redis lease
 /// (`RedisLease::new(conn, Arc::new(MySqlEpochSource::new(pool, table)))`): the rows of a
@@ -25,15 +22,15 @@ use crate::tokens::{MySqlTokenSource, Opened};
 /// clock: an opening that comes sooner waits out the rest of the second. That is the rate a
 /// failover of this database raises the epochs by ([`fencing_core::RateBound::EPOCHS`]), so
 /// every epoch opened on a lost history lies below the first one opened after it, for a
-/// resource whose row the new history kept as for one it lacks.
+/// resource whose row the new history kept as for one it lacks. An epoch raised onto a new
+/// history (a row the server found on another, or a row it lacks started from a table binding
+/// raised onto it less than a second ago) is opened only a second after that raise, so a history
+/// that follows within that second (a backup restored just after a restart) raises the row
+/// above every epoch this one hands out.
 #[derive(Clone, Debug)]
 pub struct MySqlEpochSource {
     counters: MySqlTokenSource,
 }
-
-/// How long an opening waits for the second since the last one to pass before it gives up: a
-/// clock that went back stops openings for as long as it went back.
-const OPENING_PATIENCE: Duration = Duration::from_secs(10);
 
 impl MySqlEpochSource {
     /// Epochs in `table` (create it with [`Self::create_if_missing`]).
@@ -67,7 +64,7 @@ impl MySqlEpochSource {
     }
 
     /// One try at opening, in one transaction.
-    async fn try_open(&self, resource: &ResourceName, opening: &str) -> Result<Opened> {
+    async fn try_open(&self, resource: &ResourceName, opening: &str) -> Result<EpochTry> {
         Checkout::run(self.counters.pool(), async |conn| {
             let mut tx = sqlx::Connection::begin(conn).await?;
             let opened = self
@@ -87,25 +84,10 @@ impl MySqlEpochSource {
 #[async_trait]
 impl EpochSource for MySqlEpochSource {
     async fn open(&self, resource: &ResourceName, opening: &str) -> Result<FencingToken> {
-        let started = Instant::now();
-        loop {
-            match self.try_open(resource, opening).await? {
-                Opened::Epoch(epoch) => return Ok(epoch),
-                Opened::Exhausted => {
-                    return Err(Error::TokenExhausted {
-                        resource: resource.clone(),
-                    });
-                }
-                Opened::Wait(_) if started.elapsed() > OPENING_PATIENCE => {
-                    return Err(MySqlFailure::Inconsistent(
-                        "epochs kept being opened less than a second apart by the database's \
-                         clock for 10 s: has its clock gone back?",
-                    )
-                    .into_error(self.counters.store(), RequestEffect::Writes));
-                }
-                Opened::Wait(millis) => tokio::time::sleep(Duration::from_millis(millis)).await,
-            }
-        }
+        open_patiently(resource, self.counters.store(), || {
+            self.try_open(resource, opening)
+        })
+        .await
     }
 
     async fn current(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {

@@ -1,9 +1,13 @@
 //! A durable token source: one row per resource in a counter table, bound to the server
 //! history that last wrote it.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use fencing_core::adapter::RequestEffect;
-use fencing_core::adapter::history::{BoundCounter, binding_here, may_open_another, next_token};
+use fencing_core::adapter::history::{
+    BoundCounter, EpochStep, EpochTry, binding_here, epoch_step, next_token,
+};
 use fencing_core::{
     CounterHistory, Error, FencingToken, InvalidInput, RateBound, ResourceName, Result, TokenSource,
 };
@@ -75,12 +79,15 @@ pub(crate) struct Locked {
     now_ms: u64,
 }
 
-/// What one try at opening an epoch found.
-pub(crate) enum Opened {
-    Epoch(FencingToken),
-    /// Less than a second since the last epoch: wait this long.
-    Wait(u64),
-    Exhausted,
+/// What a write of a counter row does with the opening an epoch was opened for.
+#[derive(Clone, Copy)]
+enum OpenedFor<'a> {
+    /// Leaves it as it is (a token counter has none).
+    Kept,
+    /// Records this opening: the epoch was opened for it.
+    Opening(&'a str),
+    /// Clears it: the row was raised onto this history and no epoch is opened for it yet.
+    Cleared,
 }
 
 impl MySqlTokenSource {
@@ -271,69 +278,97 @@ impl MySqlTokenSource {
     ) -> Result<Option<FencingToken>, MySqlFailure> {
         self.mark_start(conn).await?;
         let locked = self.locked(conn, resource).await?;
-        self.issue(conn, resource, locked, None).await
+        self.issue(conn, resource, locked).await
     }
 
-    /// Issues the next value after what `locked` found, recording `opened_for` with it: the
-    /// binding moved to this history where it was on another, the counter raised where it
-    /// was, started at the binding where it was missing. `None` at `i64::MAX`.
+    /// Issues the next value after what `locked` found: the binding moved to this history
+    /// where it was on another, the counter raised where it was, started at the binding where
+    /// it was missing. `None` at `i64::MAX`.
     async fn issue(
         &self,
         conn: &mut MySqlConnection,
         resource: &ResourceName,
         locked: Locked,
-        opened_for: Option<&str>,
     ) -> Result<Option<FencingToken>, MySqlFailure> {
+        let Some(bound) = self.bind_here(conn, &locked).await? else {
+            return Ok(None);
+        };
         let Locked {
             counter,
-            binding,
             here,
             now_ms,
             ..
         } = locked;
-        let Some(bound) = binding_here(&binding, &here, now_ms, self.max_rate) else {
-            return Ok(None);
-        };
         let Some(token) = next_token(counter.as_ref(), &bound, &here, now_ms, self.max_rate) else {
             return Ok(None);
         };
-        if bound != binding {
-            self.put(conn, TABLE_BINDING, &bound, None).await?;
-        }
         let issued = BoundCounter {
             value: token,
             history: here,
             written_ms: now_ms,
         };
-        self.put(conn, resource.as_str(), &issued, opened_for)
+        self.put(conn, resource.as_str(), &issued, OpenedFor::Kept)
             .await?;
         Ok(Some(token))
     }
 
+    /// The table's binding on the history `locked` found here ([`binding_here`]), moved
+    /// there where it was on another. `None` past `i64::MAX`.
+    async fn bind_here(
+        &self,
+        conn: &mut MySqlConnection,
+        locked: &Locked,
+    ) -> Result<Option<BoundCounter<String>>, MySqlFailure> {
+        let binding = &locked.binding;
+        let Some(bound) = binding_here(binding, &locked.here, locked.now_ms, self.max_rate) else {
+            return Ok(None);
+        };
+        if bound != *binding {
+            self.put(conn, TABLE_BINDING, &bound, OpenedFor::Kept)
+                .await?;
+        }
+        Ok(Some(bound))
+    }
+
     /// One try at opening an epoch of `resource` for the loss named `opening`, inside a
-    /// transaction on `conn`: the epoch already opened for it, a new one a second or more
-    /// after the last (or on another history), or how long to wait.
+    /// transaction on `conn`: the epoch already opened for it, or the core's [`epoch_step`]
+    /// (a new epoch a second or more after the last; a row raised onto this history, held for
+    /// a second; or how long to wait), with the binding moved here where it was on another.
     pub(crate) async fn open_locked(
         &self,
         conn: &mut MySqlConnection,
         resource: &ResourceName,
         opening: &str,
-    ) -> Result<Opened, MySqlFailure> {
+    ) -> Result<EpochTry, MySqlFailure> {
         self.mark_start(conn).await?;
         let locked = self.locked(conn, resource).await?;
-        if let Some(last) = &locked.counter {
-            if locked.opened_for.as_deref() == Some(opening) {
-                return Ok(Opened::Epoch(last.value));
-            }
-            if !may_open_another(last, &locked.here, locked.now_ms) {
-                let since = locked.now_ms.saturating_sub(last.written_ms);
-                return Ok(Opened::Wait(1000u64.saturating_sub(since).clamp(1, 1000)));
-            }
+        if let Some(last) = &locked.counter
+            && locked.opened_for.as_deref() == Some(opening)
+        {
+            return Ok(EpochTry::Epoch(last.value));
         }
+        let Some(bound) = self.bind_here(conn, &locked).await? else {
+            return Ok(EpochTry::Exhausted);
+        };
         Ok(
-            match self.issue(conn, resource, locked, Some(opening)).await? {
-                Some(epoch) => Opened::Epoch(epoch),
-                None => Opened::Exhausted,
+            match epoch_step(locked.counter.as_ref(), &bound, &locked.here, locked.now_ms) {
+                None => EpochTry::Exhausted,
+                Some(EpochStep::Open(opened)) => {
+                    self.put(
+                        conn,
+                        resource.as_str(),
+                        &opened,
+                        OpenedFor::Opening(opening),
+                    )
+                    .await?;
+                    EpochTry::Epoch(opened.value)
+                }
+                Some(EpochStep::Hold(held)) => {
+                    self.put(conn, resource.as_str(), &held, OpenedFor::Cleared)
+                        .await?;
+                    EpochTry::Wait(Duration::from_secs(1))
+                }
+                Some(EpochStep::Wait(millis)) => EpochTry::Wait(Duration::from_millis(millis)),
             },
         )
     }
@@ -383,18 +418,20 @@ impl MySqlTokenSource {
         })
     }
 
-    /// Writes a counter row as `counter` says, and the opening its epoch was opened for where
-    /// one is given (else that column is left as it is).
+    /// Writes a counter row as `counter` says, with the opening its epoch was opened for as
+    /// `opened_for` says.
     async fn put(
         &self,
         conn: &mut MySqlConnection,
         resource: &str,
         counter: &BoundCounter<String>,
-        opened_for: Option<&str>,
+        opened_for: OpenedFor<'_>,
     ) -> Result<(), MySqlFailure> {
         let (column, placeholder, set) = match opened_for {
-            Some(_) => (", opened_for", ", ?", ", opened_for = VALUES(opened_for)"),
-            None => ("", "", ""),
+            OpenedFor::Kept => ("", "", ""),
+            OpenedFor::Opening(_) | OpenedFor::Cleared => {
+                (", opened_for", ", ?", ", opened_for = VALUES(opened_for)")
+            }
         };
         let query = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {} (resource, value, history, written_ms{column}) \
@@ -407,8 +444,9 @@ impl MySqlTokenSource {
         .bind(&counter.history)
         .bind(counter.written_ms as i64);
         let query = match opened_for {
-            Some(opening) => query.bind(opening),
-            None => query,
+            OpenedFor::Kept => query,
+            OpenedFor::Opening(opening) => query.bind(Some(opening)),
+            OpenedFor::Cleared => query.bind(None::<&str>),
         };
         query.execute(conn).await?;
         Ok(())
@@ -449,7 +487,8 @@ impl MySqlTokenSource {
                 }
             }
         };
-        self.put(conn, resource.as_str(), &raised, None).await?;
+        self.put(conn, resource.as_str(), &raised, OpenedFor::Kept)
+            .await?;
         Ok(raised.value)
     }
 }

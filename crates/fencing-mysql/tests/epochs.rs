@@ -1,6 +1,6 @@
 //! `MySqlEpochSource` on a real MariaDB: one epoch per loss however many clients name it, at
-//! most one a second by the database's clock, floors that only raise, and an error past the
-//! last epoch.
+//! most one a second by the database's clock, floors that only raise, an error past the last
+//! epoch, and a lost history restored twice within a second.
 
 mod common;
 
@@ -8,6 +8,9 @@ use std::time::Instant;
 
 use common::Database;
 use fencing_core::{EpochSource, Error, FencingToken, ResourceName};
+use fencing_testkit::conformance::{
+    LOST_EPOCH, an_epoch_source_restored_twice_within_a_second_never_reopens,
+};
 
 fn resource(name: &str) -> ResourceName {
     ResourceName::new(name).unwrap()
@@ -71,5 +74,42 @@ async fn a_floor_only_raises_and_past_the_last_epoch_an_opening_is_refused() {
     epochs.advance_to(&r, FencingToken::MAX).await.unwrap();
     let err = epochs.open(&r, "loss-2").await.unwrap_err();
     assert!(matches!(err, Error::TokenExhausted { .. }), "{err:?}");
+    database.drop_database().await;
+}
+
+/// A copy of a lost history's rows restored into the running server twice, the second time
+/// as soon as the first history handed its epochs out: nothing opened twice (the shared
+/// guarantee). Before epochs raised onto a history were held for a second, both histories
+/// opened the same epoch of the row the copy kept, and of the one it lacked.
+#[tokio::test]
+async fn a_lost_history_restored_twice_within_a_second_opens_no_epoch_twice() {
+    let database = Database::new().await;
+    let epochs = database.epochs().await;
+    let pool = database.pool.clone();
+    let written_ms: i64 =
+        sqlx::query_scalar("SELECT CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    an_epoch_source_restored_twice_within_a_second_never_reopens(&epochs, async |kept| {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("DELETE FROM epochs")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO epochs (resource, value, history, written_ms) \
+             VALUES ('', 1, 'lost', ?), (?, ?, 'lost', ?)",
+        )
+        .bind(written_ms)
+        .bind(kept.as_str())
+        .bind(LOST_EPOCH as i64)
+        .bind(written_ms)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    })
+    .await;
     database.drop_database().await;
 }

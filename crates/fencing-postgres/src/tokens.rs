@@ -65,6 +65,10 @@ const HERE: &str = "SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) |
 /// The resource name of the row that binds the whole table: no [`ResourceName`] is empty.
 const TABLE_BINDING: &str = "''";
 
+/// Whether the row `t` an upsert conflicts with is on the history `EXCLUDED` is written on (a
+/// row of an earlier version, bound to none, counts as on it).
+pub(crate) const ON_ITS_HISTORY: &str = "(t.history IS NULL OR t.history = EXCLUDED.history)";
+
 impl PgTokenSource {
     /// The rate bound unless told otherwise: 2^20 tokens a second per resource.
     pub const DEFAULT_MAX_RATE: u64 = RateBound::DEFAULT.per_second();
@@ -161,44 +165,23 @@ impl PgTokenSource {
     /// raised first where the row is on another history; a counter new to the table starts at
     /// the table's start. Returns it (no row at `i64::MAX`).
     pub(crate) fn increment(&self, also_from: &str) -> String {
-        self.upsert(
-            "",
-            &format!("FROM h, f{also_from}"),
-            &format!("t.value::numeric + 1 + {}", self.moved_raise()),
-            "",
-        )
-    }
-
-    /// The raise of a row `t` whose history differs from `EXCLUDED`'s, else 0 (numeric).
-    pub(crate) fn moved_raise(&self) -> String {
         format!(
-            "CASE WHEN t.history IS NULL OR t.history = EXCLUDED.history THEN 0 \
-             ELSE {} END",
-            self.raised("0", "EXCLUDED.written_at", "t.written_at")
-        )
-    }
-
-    /// `INSERT … SELECT $1, start, history, at{extra value} {from} ON CONFLICT DO UPDATE SET
-    /// value = {value}, history, written_at{extra column} WHERE t.value < max {and_where}
-    /// RETURNING value`, with `extra` naming one more column set from `$2`.
-    pub(crate) fn upsert(&self, extra: &str, from: &str, value: &str, and_where: &str) -> String {
-        let (column, argument, set) = match extra {
-            "" => (String::new(), String::new(), String::new()),
-            extra => (
-                format!(", {extra}"),
-                ", $2".to_owned(),
-                format!(", {extra} = EXCLUDED.{extra}"),
-            ),
-        };
-        format!(
-            "INSERT INTO {table} AS t (resource, value, history, written_at{column}) \
-             SELECT $1, LEAST(f.start, {max})::int8, h.history, h.at{argument} {from} \
-             ON CONFLICT (resource) DO UPDATE SET value = LEAST({value}, {max})::int8, \
-             history = EXCLUDED.history, written_at = EXCLUDED.written_at{set} \
-             WHERE t.value < {max}{and_where} RETURNING value",
+            "INSERT INTO {table} AS t (resource, value, history, written_at) \
+             SELECT $1, LEAST(f.start, {max})::int8, h.history, h.at FROM h, f{also_from} \
+             ON CONFLICT (resource) DO UPDATE SET value = LEAST(t.value::numeric + 1 + \
+                 CASE WHEN {own} THEN 0 ELSE {raise} END, {max})::int8, \
+             history = EXCLUDED.history, written_at = EXCLUDED.written_at \
+             WHERE t.value < {max} RETURNING value",
             table = self.table,
-            max = i64::MAX
+            max = i64::MAX,
+            own = ON_ITS_HISTORY,
+            raise = self.moved_raise(),
         )
+    }
+
+    /// What a row `t` found on another history than `EXCLUDED`'s is raised by (numeric).
+    pub(crate) fn moved_raise(&self) -> String {
+        self.raised("0", "EXCLUDED.written_at", "t.written_at")
     }
 
     /// The server history the counter of `resource` is bound to, and the history of the

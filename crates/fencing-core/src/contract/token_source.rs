@@ -98,8 +98,12 @@ forward_token_source!(Arc, Box);
 ///   counter hands them one), so a loss opens one epoch however many clients find it at once.
 /// * A source that can itself be failed over or restored opens at most one new epoch per
 ///   second for a resource (`open` waits out the rest of the second), which is the rate its
-///   counters are raised by on another history ([`RateBound::EPOCHS`]); a failover of it never
-///   hands out an epoch twice, for a resource whose row it kept as for one it lost.
+///   counters are raised by on another history ([`RateBound::EPOCHS`]); it hands out an
+///   epoch raised onto a new history (a row found on another, or a missing row started from
+///   a binding raised onto this one) only a second after that raise, so a history after it
+///   raises the same row higher ([`crate::adapter::history::epoch_step`]). A failover or
+///   restore of it never hands out an epoch twice, for a resource whose row it kept as for one
+///   it lost, however quickly failovers follow each other.
 /// * `advance_to(floor)` raises the epoch of `resource` to at least `floor` and returns it;
 ///   it never lowers it. `current` returns the highest epoch opened or floor set.
 /// * Past the largest epoch, `open` fails with [`crate::Error::TokenExhausted`].
@@ -234,7 +238,9 @@ impl CounterHistory {
 /// values whenever they do so a millisecond or more apart at a bound of 1,000 a second or
 /// more: the later one passes the earlier one's raise and everything issued since, at most
 /// the bound a second. (At a bound below 1,000 a second, as for epochs, two such raises
-/// within the same `1000 / bound` milliseconds give the same value.)
+/// within the same `1000 / bound` milliseconds give the same value: an epoch source holds a
+/// raised epoch for a second before it hands it out,
+/// [`crate::adapter::history::epoch_step`].)
 ///
 /// It rests on the clocks of the servers (or writers) that stamp the counter agreeing to within
 /// the seconds a failover or restore takes, and on no counter outrunning the bound.

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
-    FencedWrite, FencingToken, Holder, Lease, LeaseGuard, Lifecycle, MemoryStore, RecordKey,
-    ResourceName, TokenSource, Ttl,
+    EpochSource, FencedWrite, FencingToken, Holder, Lease, LeaseGuard, Lifecycle, MemoryStore,
+    RecordKey, ResourceName, TokenSource, Ttl,
 };
 
 use super::{Capabilities, resource};
@@ -181,6 +181,55 @@ pub async fn a_lease_served_from_behind_never_reissues<L: Lease + ?Sized>(
         once(issued, b.token(), "B's, from the copy");
         b_refuses_a(r, &a, &b).await;
         lease.release(b).await.unwrap();
+    }
+}
+
+/// The epoch the lost history's copy holds for the resource it kept, in
+/// [`an_epoch_source_restored_twice_within_a_second_never_reopens`].
+pub const LOST_EPOCH: u64 = 5;
+
+/// A copy of a lost server history restored twice into an epoch source's table, the second
+/// time as soon as the first history has handed its epochs out (a primary restarted, then a
+/// backup restored within the second): neither history hands out an epoch the other did,
+/// for the resource whose row the copy holds, as for one it lacks.
+///
+/// `restore(kept)` replaces the table's rows with the copy's, as a logical restore into the
+/// running server does: the table's binding at its first start (1) and the row of `kept` at
+/// epoch [`LOST_EPOCH`], both bound to a server history no server runs and written at one
+/// time, the same at each call, taken just before the first. Epochs are raised by one a second
+/// ([`fencing_core::RateBound::EPOCHS`]), so two histories raising one row within a second
+/// raise it alike: a source that handed a raised epoch out at once would hand it out twice.
+pub async fn an_epoch_source_restored_twice_within_a_second_never_reopens<E>(
+    source: &E,
+    mut restore: impl AsyncFnMut(&ResourceName),
+) where
+    E: EpochSource + ?Sized,
+{
+    let (kept, missing) = (resource("epochs-kept"), resource("epochs-missing"));
+    // One resource at a time: the second restore must come within the second of the first
+    // history's raise of that resource's row (or of the binding it starts from).
+    for r in [&kept, &missing] {
+        let mut opened = Vec::new();
+        for history in ["first", "second"] {
+            restore(&kept).await;
+            let epoch = source
+                .open(r, &format!("after-the-{history}-restore"))
+                .await
+                .unwrap();
+            if r == &kept {
+                assert!(
+                    epoch.get() > LOST_EPOCH,
+                    "{history} history: {epoch} not above the copy's epoch {LOST_EPOCH}"
+                );
+            }
+            opened.push(epoch);
+        }
+        assert!(
+            opened[1] > opened[0],
+            "{r}: the second restore opened {}, the first {}",
+            opened[1],
+            opened[0]
+        );
     }
 }
 
