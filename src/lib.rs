@@ -129,7 +129,7 @@ pub mod prelude {
     #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
     pub use fencing_mysql::{
         MySqlEpochSource, MySqlFenceFloor, MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable,
-        MySqlTokenSource,
+        MySqlTokenSource, MySqlWrite,
     };
 
     #[cfg(feature = "redis")]

@@ -5,7 +5,8 @@
 //!   name is checked and quoted here ([`MySqlIdent`]), since sqlx quotes none.
 //! * [`MySqlStore`] implements [`fencing_core::FencedStore`]: each write is one transaction
 //!   that locks the record's row, decides by the core's rules (so a refusal names the fence
-//!   or state that refused it and changes nothing) and applies.
+//!   or state that refused it and changes nothing) and applies; a [`MySqlWrite`] also sets
+//!   columns of the caller's own in the same statement.
 //! * [`MySqlTokenSource`] and [`MySqlLease`] keep counters and leases in tables: durable
 //!   tokens bound to the server history that issued them (a promoted replica or a restored
 //!   backup never issues a token twice), and expiry judged by the server's clock.
@@ -15,6 +16,7 @@
 //! MariaDB 10.11 is what the tests run on; the SQL is what MySQL 8 takes too.
 
 mod checkout;
+mod columns;
 mod ddl;
 mod epochs;
 mod error;
@@ -27,6 +29,7 @@ mod store;
 mod table;
 mod tokens;
 
+pub use columns::{MySqlColumns, MySqlValue, MySqlWrite};
 pub use epochs::MySqlEpochSource;
 pub use floor::MySqlFenceFloor;
 pub use ident::{MySqlIdent, MySqlQualifiedName};

@@ -5,6 +5,7 @@ use fencing_core::{InputKind, InvalidInput, RecordKey};
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
 use crate::error::MySqlFailure;
+use crate::ident::MySqlIdent;
 use crate::table::MySqlTable;
 
 /// How the table's keys are spelled in a statement.
@@ -37,16 +38,66 @@ impl KeyType {
     }
 }
 
-/// Reads the table's shape: the key's type, or what is wrong with the table and how to fix
-/// it.
+/// What the store knows of a table once it has read it.
+#[derive(Clone, Debug)]
+pub(crate) struct Shape {
+    /// How keys are spelled.
+    pub(crate) key_type: KeyType,
+    /// Every column's name, lower-cased (column names never differ by case).
+    columns: Vec<String>,
+}
+
+impl Shape {
+    /// Checks the columns a write sets beyond the fence's own: each a column of the table
+    /// that the store does not manage itself, and named once.
+    pub(crate) fn check_extras<'a>(
+        &self,
+        table: &MySqlTable,
+        columns: impl IntoIterator<Item = &'a MySqlIdent>,
+    ) -> Result<(), InvalidInput> {
+        let managed = [
+            Some(table.key_column()),
+            Some(table.fence_column()),
+            Some(table.state_column()),
+            table.payload_column(),
+        ];
+        let same = |a: &MySqlIdent, b: &MySqlIdent| a.as_str().eq_ignore_ascii_case(b.as_str());
+        let columns: Vec<&MySqlIdent> = columns.into_iter().collect();
+        for (i, column) in columns.iter().copied().enumerate() {
+            let refused = |why: String| Err(InvalidInput::new(InputKind::Write, why));
+            if managed.iter().flatten().any(|own| same(own, column)) {
+                return refused(format!(
+                    "{column} is the store's own key, fence, state or payload column; set it \
+                     through the fenced write, not as another column"
+                ));
+            }
+            if columns[..i].iter().any(|earlier| same(earlier, column)) {
+                return refused(format!(
+                    "column {column} is set twice in one write (column names do not differ \
+                     by case)"
+                ));
+            }
+            if !self.columns.contains(&column.as_str().to_lowercase()) {
+                return refused(format!("{} has no column {column}", table.name()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads the table's shape: the key's type and the columns, or what is wrong with the table
+/// and how to fix it.
 pub(crate) async fn read(
     conn: &mut MySqlConnection,
     table: &MySqlTable,
-) -> Result<KeyType, MySqlFailure> {
+) -> Result<Shape, MySqlFailure> {
     let columns = Columns::read(conn, table).await?;
-    let key = columns.key_type(table)?;
+    let key_type = columns.key_type(table)?;
     check_unique_key(conn, table).await?;
-    Ok(key)
+    Ok(Shape {
+        key_type,
+        columns: columns.columns.into_iter().map(|(name, ..)| name).collect(),
+    })
 }
 
 /// The table's columns as `information_schema` lists them: name, type, collation.

@@ -16,9 +16,11 @@ use tokio::sync::OnceCell;
 use std::sync::Arc;
 
 use crate::checkout::Checkout;
+use crate::columns::{self, MySqlValue, MySqlWrite};
 use crate::error::{MySqlFailure, is_duplicate, is_rolled_back};
+use crate::ident::MySqlIdent;
 use crate::literal;
-use crate::schema::{self, KeyType, KeyValue};
+use crate::schema::{self, KeyValue, Shape};
 use crate::table::MySqlTable;
 
 /// How many times a write is sent again after the server rolled it back for a race it lost
@@ -42,7 +44,7 @@ pub struct MySqlStore {
     table: MySqlTable,
     name: String,
     identity: StoreIdentity,
-    key_type: Arc<OnceCell<KeyType>>,
+    shape: Arc<OnceCell<Shape>>,
     statements: Arc<Statements>,
 }
 
@@ -65,6 +67,7 @@ impl Statements {
         value: &KeyValue<'_>,
         token: FencingToken,
         write: &FencedWrite,
+        extras: &[(MySqlIdent, MySqlValue)],
         via: &Via<'_>,
     ) -> String {
         let (name, key, fence) = (table.name(), table.key_column(), table.fence_column());
@@ -84,6 +87,9 @@ impl Statements {
         }
         if let (Some(payload), Some(column)) = (write.new_payload(), table.payload_column()) {
             sets += &format!(", {column} = {}", literal::bytes(payload));
+        }
+        for (column, value) in extras {
+            sets += &format!(", {column} = {}", columns::literal(value));
         }
         // A row whose fence or state this crate could not read back is refused inside the
         // statement, so nothing is written over it (the caller gets an `Error::Corrupt`). A
@@ -141,7 +147,7 @@ impl MySqlStore {
         MySqlStore {
             name: table.store_name(),
             identity: StoreIdentity::new(),
-            key_type: Arc::default(),
+            shape: Arc::default(),
             statements: Arc::new(Statements {
                 read,
                 refused_in_state: literal::refused_in_state(),
@@ -151,11 +157,31 @@ impl MySqlStore {
         }
     }
 
+    /// A [`MySqlWrite`] (a fenced write that may set other columns too) of `key` under
+    /// `holder`'s token on the store's pool, with [`Holder::write`]'s rules: an ambiguous
+    /// outcome sent again, a refused retry recognised as this holder's own, a refusal
+    /// explained. The pool's form of [`Self::write_in`]. A claim of a missing record inserts
+    /// it with those columns set.
+    pub async fn write_with(
+        &self,
+        holder: &Holder,
+        key: &RecordKey,
+        write: impl Into<MySqlWrite>,
+    ) -> Result<Written> {
+        let write = write.into();
+        holder
+            .write_by(self, key, write.write(), || {
+                self.write_on_pool(key, holder.token(), write.write(), write.extras())
+            })
+            .await
+    }
+
     /// Applies one fenced write of `key` under `holder`'s token inside the caller's
     /// transaction on `conn` (begun with `pool.begin()` or `conn.begin()`), so that it commits
     /// or rolls back with the caller's own statements (a ledger entry beside a confirm): the
     /// row locked and read, then the conditional update, in one round trip; a claim of a
-    /// missing record inserts it (the table's other columns need defaults).
+    /// missing record inserts it (the table's other columns need defaults). `write` is a
+    /// [`FencedWrite`] or a [`MySqlWrite`] that also sets other columns.
     ///
     /// It goes through [`HolderExt::run_write_once`]: a refusal is explained and reported as
     /// [`Holder::write`] reports it, and with a batch's holder the batch notes it. An
@@ -168,17 +194,24 @@ impl MySqlStore {
         conn: &mut MySqlConnection,
         holder: &Holder,
         key: &RecordKey,
-        write: &FencedWrite,
+        write: impl Into<MySqlWrite>,
     ) -> Result<Written> {
+        let write = write.into();
+        let (fenced, extras) = (write.write(), write.extras());
         let attempt = async {
-            self.check_payload(write)?;
-            let key_type = self.key_type().await?;
-            let value = key_type.value(key)?;
-            self.write_once(Via::Caller(conn), key, &value, holder.token(), write)
-                .await
-                .map_err(|failure| self.failed(failure, RequestEffect::Writes))?
+            let value = self.checked(key, fenced, extras).await?;
+            self.write_once(
+                Via::Caller(conn),
+                key,
+                &value,
+                holder.token(),
+                fenced,
+                extras,
+            )
+            .await
+            .map_err(|failure| self.failed(failure, RequestEffect::Writes))?
         };
-        holder.run_write_once(self, &[key], write, attempt).await
+        holder.run_write_once(self, &[key], fenced, attempt).await
     }
 
     /// The table.
@@ -191,9 +224,9 @@ impl MySqlStore {
         &self.pool
     }
 
-    /// The key column's type, read once.
-    async fn key_type(&self) -> Result<KeyType> {
-        self.key_type
+    /// The table's shape, read once.
+    async fn shape(&self) -> Result<&Shape> {
+        self.shape
             .get_or_try_init(async || {
                 Checkout::run(&self.pool, async |conn| {
                     schema::read(conn, &self.table).await
@@ -201,8 +234,51 @@ impl MySqlStore {
                 .await
             })
             .await
-            .copied()
             .map_err(|failure| self.failed(failure, RequestEffect::ReadOnly))
+    }
+
+    /// `key` as the table takes it, once `write` and its `extras` are checked against the
+    /// table: nothing is sent for a write the table cannot take.
+    async fn checked<'k>(
+        &self,
+        key: &'k RecordKey,
+        write: &FencedWrite,
+        extras: &[(MySqlIdent, MySqlValue)],
+    ) -> Result<KeyValue<'k>> {
+        self.check_payload(write)?;
+        let shape = self.shape().await?;
+        shape.check_extras(&self.table, extras.iter().map(|(column, _)| column))?;
+        Ok(shape.key_type.value(key)?)
+    }
+
+    /// One fenced write on the store's pool, sent again where the server rolled it back for
+    /// a race it lost.
+    async fn write_on_pool(
+        &self,
+        key: &RecordKey,
+        token: FencingToken,
+        write: &FencedWrite,
+        extras: &[(MySqlIdent, MySqlValue)],
+    ) -> Result<Written> {
+        let value = self.checked(key, write, extras).await?;
+        for _ in 0..RACE_ROUNDS {
+            match self
+                .write_once(Via::Pool, key, &value, token, write, extras)
+                .await
+            {
+                Err(MySqlFailure::Driver(err)) if is_rolled_back(&err) || is_duplicate(&err) => {
+                    continue;
+                }
+                outcome => {
+                    return outcome
+                        .map_err(|failure| self.failed(failure, RequestEffect::Writes))?;
+                }
+            }
+        }
+        Err(self.failed(
+            MySqlFailure::Inconsistent("the row kept being taken by other claims under the write"),
+            RequestEffect::Writes,
+        ))
     }
 
     /// The record of `key` as the read statement finds it, unless several rows have its key.
@@ -231,10 +307,11 @@ impl MySqlStore {
         value: &KeyValue<'_>,
         token: FencingToken,
         write: &FencedWrite,
+        extras: &[(MySqlIdent, MySqlValue)],
     ) -> Result<Result<Written>, MySqlFailure> {
         let sql = self
             .statements
-            .write(&self.table, value, token, write, &via);
+            .write(&self.table, value, token, write, extras, &via);
         let (rows, applied) = match via.reborrow() {
             Via::Pool => {
                 let answers =
@@ -272,7 +349,7 @@ impl MySqlStore {
         match (&found, applied) {
             (Some(_), 1) => Ok(Ok(Written::new(found.as_ref(), record))),
             (None, _) => self
-                .insert(via, value, &record)
+                .insert(via, value, &record, extras)
                 .await
                 .map(|()| Ok(Written::new(None, record))),
             (Some(_), _) => Err(MySqlFailure::Inconsistent(
@@ -308,11 +385,17 @@ impl MySqlStore {
         via: Via<'_>,
         value: &KeyValue<'_>,
         record: &Record,
+        extras: &[(MySqlIdent, MySqlValue)],
     ) -> Result<(), MySqlFailure> {
         let payload = self.table.payload_column();
+        let (mut extra_columns, mut extra_values) = (String::new(), String::new());
+        for (column, value) in extras {
+            extra_columns += &format!(", {column}");
+            extra_values += &format!(", {}", columns::literal(value));
+        }
         let sql = format!(
-            "INSERT INTO {name} ({key}, {fence}, {state}{payload_column}) VALUES \
-             ({key_value}, {fence_value}, {state_value}{payload_value})",
+            "INSERT INTO {name} ({key}, {fence}, {state}{payload_column}{extra_columns}) \
+             VALUES ({key_value}, {fence_value}, {state_value}{payload_value}{extra_values})",
             name = self.table.name(),
             key = self.table.key_column(),
             fence = self.table.fence_column(),
@@ -462,8 +545,7 @@ impl FencedStore for MySqlStore {
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
-        let key_type = self.key_type().await?;
-        let value = key_type.value(key)?;
+        let value = self.shape().await?.key_type.value(key)?;
         Checkout::run(&self.pool, async |conn| self.found(conn, key, &value).await)
             .await
             .map_err(|failure| self.failed(failure, RequestEffect::ReadOnly))
@@ -478,23 +560,6 @@ impl StoreWrites for MySqlStore {
         token: FencingToken,
         write: &FencedWrite,
     ) -> Result<Written> {
-        self.check_payload(write)?;
-        let key_type = self.key_type().await?;
-        let value = key_type.value(key)?;
-        for _ in 0..RACE_ROUNDS {
-            match self.write_once(Via::Pool, key, &value, token, write).await {
-                Err(MySqlFailure::Driver(err)) if is_rolled_back(&err) || is_duplicate(&err) => {
-                    continue;
-                }
-                outcome => {
-                    return outcome
-                        .map_err(|failure| self.failed(failure, RequestEffect::Writes))?;
-                }
-            }
-        }
-        Err(self.failed(
-            MySqlFailure::Inconsistent("the row kept being taken by other claims under the write"),
-            RequestEffect::Writes,
-        ))
+        self.write_on_pool(key, token, write, &[]).await
     }
 }

@@ -1,58 +1,16 @@
 //! Fenced writes that also set columns of the caller's own, in the same statement.
 
-use fencing_core::adapter::Extras;
+use fencing_core::adapter::{Extras, SqlValue};
 use fencing_core::{InputKind, InvalidInput, WriteWith};
 
 use crate::ident::PgIdent;
 
-/// A value for a column a fenced write also sets. It is bound as a parameter (never spliced
-/// into the SQL) and cast to the column's type, so text reaches a `uuid`, `numeric`,
-/// `timestamptz`, enum or `jsonb` column in its usual text form.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PgValue {
-    /// SQL `NULL`.
-    Null,
-    /// The server's `now()` (the transaction's start time).
-    Now,
-    /// Text, cast to the column's type. Postgres text cannot hold NUL.
-    Text(String),
-    /// A 64-bit integer, cast to the column's type.
-    Int(i64),
-    /// A boolean.
-    Bool(bool),
-    /// Bytes, for a `bytea` column.
-    Bytes(Vec<u8>),
-}
-
-impl From<&str> for PgValue {
-    fn from(text: &str) -> Self {
-        PgValue::Text(text.to_owned())
-    }
-}
-
-impl From<String> for PgValue {
-    fn from(text: String) -> Self {
-        PgValue::Text(text)
-    }
-}
-
-impl From<i64> for PgValue {
-    fn from(n: i64) -> Self {
-        PgValue::Int(n)
-    }
-}
-
-impl From<bool> for PgValue {
-    fn from(b: bool) -> Self {
-        PgValue::Bool(b)
-    }
-}
-
-impl From<Vec<u8>> for PgValue {
-    fn from(bytes: Vec<u8>) -> Self {
-        PgValue::Bytes(bytes)
-    }
-}
+/// A value for a column a fenced write also sets ([`SqlValue`]). It is bound as a
+/// parameter (never spliced into the SQL) and cast to the column's type, so text reaches a
+/// `uuid`, `numeric`, `timestamptz`, enum or `jsonb` column in its usual text form;
+/// [`SqlValue::Now`] is `now()` (the transaction's start time). Postgres text cannot hold
+/// NUL.
+pub type PgValue = SqlValue;
 
 /// A [`fencing_core::FencedWrite`] on a [`crate::PgStore`] that also sets other columns of the row, in the
 /// one statement that checks the fence: the fence and the change stay one atomic step.

@@ -89,7 +89,7 @@ pub use crate::cas::engine::{
     CasStore, NewObject, PutOutcome, StoredObject, Versioned, VersionedStore,
 };
 pub use crate::cas::object::{Contents, WriteId};
-pub use crate::contract::extras::Extras;
+pub use crate::contract::extras::{Extras, SqlValue};
 pub use crate::contract::guard::LeaseGuardExt;
 pub use crate::contract::store::{RecordOutcomes, StoreIdentity, StoreWrites, check_distinct};
 pub use crate::contract::token_source::FloorFilter;

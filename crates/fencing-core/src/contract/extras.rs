@@ -24,6 +24,57 @@ pub trait Extras {
     fn check(name: &str, value: &Self::Value) -> Result<Self::Name, InvalidInput>;
 }
 
+/// A value for a column of a SQL table that a fenced write also sets: what the SQL adapters'
+/// writes carry (`PgValue` and `MySqlValue` are this type), each spelling it in its own SQL
+/// and converting it to the column's type on the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SqlValue {
+    /// SQL `NULL`.
+    Null,
+    /// The server's current time (PostgreSQL's `now()`, the transaction's start; MySQL's
+    /// `NOW(6)`, the statement's).
+    Now,
+    /// Text, converted to the column's type (so it reaches a uuid, decimal, timestamp, enum or
+    /// JSON column in its usual text form).
+    Text(String),
+    /// A 64-bit integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+    /// Bytes, for a binary column.
+    Bytes(Vec<u8>),
+}
+
+impl From<&str> for SqlValue {
+    fn from(text: &str) -> Self {
+        SqlValue::Text(text.to_owned())
+    }
+}
+
+impl From<String> for SqlValue {
+    fn from(text: String) -> Self {
+        SqlValue::Text(text)
+    }
+}
+
+impl From<i64> for SqlValue {
+    fn from(n: i64) -> Self {
+        SqlValue::Int(n)
+    }
+}
+
+impl From<bool> for SqlValue {
+    fn from(b: bool) -> Self {
+        SqlValue::Bool(b)
+    }
+}
+
+impl From<Vec<u8>> for SqlValue {
+    fn from(bytes: Vec<u8>) -> Self {
+        SqlValue::Bytes(bytes)
+    }
+}
+
 /// A [`FencedWrite`] that also sets extras of the store's own kind ([`Extras`]), in the one
 /// request that checks the fence: the fence and the change stay one atomic step. Each
 /// adapter names it for its store (`PgWrite`, `DynamoWrite`) and takes it in its `write_with`.
