@@ -25,10 +25,11 @@ pub(crate) fn text(value: &str) -> String {
 }
 
 /// A key as its column compares it: a text key's bytes (compared in the column's binary
-/// collation), an integer key's digits.
+/// collation), a uuid's 16 bytes, an integer key's digits.
 pub(crate) fn key(value: &KeyValue<'_>) -> String {
     match value {
         KeyValue::Text(text) => bytes(text.as_bytes()),
+        KeyValue::Bytes(uuid) => bytes(uuid),
         KeyValue::Integer(n) => n.to_string(),
     }
 }

@@ -1,6 +1,7 @@
 //! What the store reads of a table before its first request: that the columns it names
 //! exist with types it can use, that the key is unique, and how keys are compared.
 
+use fencing_core::adapter::{canonical_integer, canonical_uuid};
 use fencing_core::{InputKind, InvalidInput, RecordKey};
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
@@ -8,32 +9,61 @@ use crate::error::MySqlFailure;
 use crate::ident::MySqlIdent;
 use crate::table::MySqlTable;
 
-/// How the table's keys are spelled in a statement.
+/// How the table's keys are spelled in a statement, and which keys it can hold apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KeyType {
-    /// Text compared byte for byte (a binary type or a `_bin` collation).
-    Text,
-    /// An integer column: a key is its decimal spelling.
-    Integer,
+    /// Text compared byte for byte (a binary type or a `_bin` collation); `pads`: the column
+    /// ignores trailing spaces (a `PAD SPACE` collation, or `CHAR`), so a key ending in one
+    /// would name the row of the key without it.
+    Text { pads: bool },
+    /// A uuid in `BINARY(16)`: a key is its lower-case hyphenated spelling.
+    Uuid,
+    /// An integer column holding `min ..= max`: a key is its canonical decimal spelling.
+    Integer { min: i64, max: i64 },
 }
 
-/// A key as a statement binds it.
+/// A key as a statement spells it.
 pub(crate) enum KeyValue<'k> {
     Text(&'k str),
+    Bytes([u8; 16]),
     Integer(i64),
 }
 
 impl KeyType {
-    /// `key` as this column takes it, or why it cannot be one of its values (nothing sent).
+    /// `key` as this column takes it, or why it cannot be one of its values (nothing sent):
+    /// each key has one spelling, so two distinct keys never name one row.
     pub(crate) fn value<'k>(self, key: &'k RecordKey) -> Result<KeyValue<'k>, InvalidInput> {
+        let text = key.as_str();
+        let refused = |why: String| {
+            Err(InvalidInput::new(
+                InputKind::RecordKey,
+                format!("{text:?} is not a key of this table: {why}"),
+            ))
+        };
         match self {
-            KeyType::Text => Ok(KeyValue::Text(key.as_str())),
-            KeyType::Integer => key.as_str().parse().map(KeyValue::Integer).map_err(|_| {
-                InvalidInput::new(
-                    InputKind::RecordKey,
-                    format!("{key:?} is not an integer, and the table's key column is one"),
-                )
-            }),
+            KeyType::Text { pads: true } if text.ends_with(' ') => refused(format!(
+                "it ends in a space, and the key column ignores trailing spaces (a PAD SPACE \
+                 collation, or CHAR), so it would name the row of {:?}; give the column a NO \
+                 PAD collation (utf8mb4_nopad_bin on MariaDB, utf8mb4_0900_bin on MySQL 8) \
+                 or make it VARBINARY",
+                text.trim_end_matches(' ')
+            )),
+            KeyType::Text { .. } => Ok(KeyValue::Text(text)),
+            KeyType::Uuid => match canonical_uuid(text) {
+                Some(bytes) => Ok(KeyValue::Bytes(bytes)),
+                None => refused(
+                    "its BINARY(16) key column holds uuids, spelled lower-case and hyphenated \
+                     (8-4-4-4-12 hex digits)"
+                        .to_owned(),
+                ),
+            },
+            KeyType::Integer { min, max } => match canonical_integer(text) {
+                Some(n) if (min..=max).contains(&n) => Ok(KeyValue::Integer(n)),
+                _ => refused(format!(
+                    "its key column holds integers from {min} to {max}, in canonical decimal \
+                     (no sign +, no leading zeros)"
+                )),
+            },
         }
     }
 }
@@ -96,21 +126,39 @@ pub(crate) async fn read(
     check_unique_key(conn, table).await?;
     Ok(Shape {
         key_type,
-        columns: columns.columns.into_iter().map(|(name, ..)| name).collect(),
+        columns: columns
+            .columns
+            .into_iter()
+            .map(|column| column.name)
+            .collect(),
     })
 }
 
-/// The table's columns as `information_schema` lists them: name, type, collation.
+/// A column as `information_schema` lists it.
+struct Column {
+    /// Lower-cased (column names never differ by case).
+    name: String,
+    /// `DATA_TYPE`, lower-cased: `varchar`, `bigint`.
+    data_type: String,
+    /// `COLUMN_TYPE`, lower-cased: `varchar(64)`, `int(10) unsigned`.
+    column_type: String,
+    collation: Option<String>,
+    /// The most bytes a value holds (text and binary types).
+    octets: Option<i64>,
+}
+
+/// The table's columns as `information_schema` lists them.
 struct Columns {
     name: String,
-    columns: Vec<(String, String, Option<String>)>,
+    columns: Vec<Column>,
 }
 
 impl Columns {
     async fn read(conn: &mut MySqlConnection, table: &MySqlTable) -> Result<Self, MySqlFailure> {
         let name = table.name();
         let rows = sqlx::query(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME FROM information_schema.COLUMNS \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLLATION_NAME, \
+             CAST(CHARACTER_OCTET_LENGTH AS SIGNED) FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
         )
         .bind(name.database().as_str())
@@ -131,11 +179,13 @@ impl Columns {
         let columns = rows
             .iter()
             .map(|row| {
-                Ok((
-                    row.try_get::<String, _>(0)?.to_lowercase(),
-                    row.try_get::<String, _>(1)?.to_lowercase(),
-                    row.try_get(2)?,
-                ))
+                Ok(Column {
+                    name: row.try_get::<String, _>(0)?.to_lowercase(),
+                    data_type: row.try_get::<String, _>(1)?.to_lowercase(),
+                    column_type: row.try_get::<String, _>(2)?.to_lowercase(),
+                    collation: row.try_get(3)?,
+                    octets: row.try_get(4)?,
+                })
             })
             .collect::<Result<_, sqlx::Error>>()?;
         Ok(Columns {
@@ -144,14 +194,13 @@ impl Columns {
         })
     }
 
-    /// The type and collation of the `what` column `column` (column names never differ by
-    /// case), or the failure that names it missing.
-    fn get(&self, what: &str, column: &str) -> Result<(&str, Option<&str>), MySqlFailure> {
+    /// The `what` column `column` (column names never differ by case), or the failure that
+    /// names it missing.
+    fn get(&self, what: &str, column: &str) -> Result<&Column, MySqlFailure> {
         let wanted = column.to_lowercase();
         self.columns
             .iter()
-            .find(|(name, _, _)| *name == wanted)
-            .map(|(_, data_type, collation)| (data_type.as_str(), collation.as_deref()))
+            .find(|found| found.name == wanted)
             .ok_or_else(|| {
                 MySqlFailure::Schema(format!(
                     "the table {} has no {what} column {column:?}: name the column the table \
@@ -164,11 +213,11 @@ impl Columns {
     /// Checks the fence, state and payload columns, and reads how the key is spelled.
     fn key_type(&self, table: &MySqlTable) -> Result<KeyType, MySqlFailure> {
         let name = &self.name;
-        let (key_type, collation) = self.get("key", table.key_column().as_str())?;
-        let (fence_type, _) = self.get("fence", table.fence_column().as_str())?;
+        let key = self.get("key", table.key_column().as_str())?;
+        let fence = self.get("fence", table.fence_column().as_str())?;
         self.get("state", table.state_column().as_str())?;
         if let Some(payload) = table.payload_column() {
-            let (payload_type, _) = self.get("payload", payload.as_str())?;
+            let payload_type = &self.get("payload", payload.as_str())?.data_type;
             if !payload_type.ends_with("blob") && !payload_type.ends_with("binary") {
                 return Err(MySqlFailure::Schema(format!(
                     "the payload column {payload} of {name} is {payload_type}: a payload is \
@@ -176,33 +225,70 @@ impl Columns {
                 )));
             }
         }
-        if fence_type != "bigint" {
+        if fence.data_type != "bigint" {
             return Err(MySqlFailure::Schema(format!(
-                "the fence column {} of {name} is {fence_type}: a fence is a BIGINT",
-                table.fence_column()
+                "the fence column {} of {name} is {}: a fence is a BIGINT",
+                table.fence_column(),
+                fence.data_type
             )));
         }
-        match key_type {
-            "tinyint" | "smallint" | "mediumint" | "int" | "bigint" => Ok(KeyType::Integer),
-            "binary" | "varbinary" | "tinyblob" | "blob" => Ok(KeyType::Text),
-            "char" | "varchar" | "tinytext" | "text" => match collation {
-                Some(collation) if collation.ends_with("_bin") => Ok(KeyType::Text),
-                collation => Err(MySqlFailure::Schema(format!(
-                    "the key column {key} of {name} compares keys with the collation \
-                     {collation:?}, under which keys that differ in case or trailing spaces \
-                     are one row, so one record's write could change another's: give it a \
-                     binary collation (ALTER TABLE {name} MODIFY {key} {key_type}(…) \
-                     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL) or make it VARBINARY",
-                    key = table.key_column(),
+        let refused = |why: String| {
+            Err(MySqlFailure::Schema(format!(
+                "the key column {} of {name} is {}: {why}",
+                table.key_column(),
+                key.column_type
+            )))
+        };
+        let unsigned = key.column_type.contains("unsigned");
+        let integer = |bits: u32| {
+            let (min, max): (i128, i128) = match unsigned {
+                true => (0, (1 << bits) - 1),
+                false => (-(1 << (bits - 1)), (1 << (bits - 1)) - 1),
+            };
+            let clamp = |n: i128| n.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
+            Ok(KeyType::Integer {
+                min: clamp(min),
+                max: clamp(max),
+            })
+        };
+        match key.data_type.as_str() {
+            "tinyint" => integer(8),
+            "smallint" => integer(16),
+            "mediumint" => integer(24),
+            "int" => integer(32),
+            "bigint" => integer(64),
+            "varbinary" | "tinyblob" | "blob" => Ok(KeyType::Text { pads: false }),
+            "binary" if key.octets == Some(16) => Ok(KeyType::Uuid),
+            "binary" => refused(
+                "BINARY pads a shorter key with zero bytes, so its row would never be found \
+                 again: make it VARBINARY, or BINARY(16) for uuids"
+                    .to_owned(),
+            ),
+            "char" | "varchar" | "tinytext" | "text" => match key.collation.as_deref() {
+                Some(collation) if collation.ends_with("_bin") => Ok(KeyType::Text {
+                    pads: key.data_type == "char" || !is_no_pad(collation),
+                }),
+                collation => refused(format!(
+                    "it compares keys with the collation {collation:?}, under which keys that \
+                     differ in case are one row, so one record's write could change another's: \
+                     give it a binary collation (ALTER TABLE {name} MODIFY {} {}(…) CHARACTER \
+                     SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL on MariaDB, \
+                     utf8mb4_0900_bin on MySQL 8) or make it VARBINARY",
+                    table.key_column(),
+                    key.data_type,
                     collation = collation.unwrap_or_default(),
-                ))),
+                )),
             },
-            other => Err(MySqlFailure::Schema(format!(
-                "the key column {} of {name} is {other}: a key is text or an integer",
-                table.key_column()
-            ))),
+            _ => refused("a key is text, a uuid in BINARY(16) or an integer".to_owned()),
         }
     }
+}
+
+/// Whether `collation` compares trailing spaces as characters (`NO PAD`): MariaDB names such
+/// collations `…_nopad_…`; MySQL 8's `…_0900_…` collations are all of them. Any other is taken
+/// to ignore trailing spaces (`PAD SPACE`), which only refuses keys that end in one.
+fn is_no_pad(collation: &str) -> bool {
+    collation.contains("_nopad_") || collation.contains("_0900_")
 }
 
 /// Checks that a unique index covers the key column alone.

@@ -501,6 +501,7 @@ fn bind_key<'q>(
 ) -> Query<'q, MySql, MySqlArguments> {
     match value {
         KeyValue::Text(text) => query.bind(text.to_string()),
+        KeyValue::Bytes(uuid) => query.bind(uuid.to_vec()),
         KeyValue::Integer(n) => query.bind(*n),
     }
 }

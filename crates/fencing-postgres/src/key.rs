@@ -1,5 +1,6 @@
 //! The key column types a store supports, and the one spelling each accepts for a key.
 
+use fencing_core::adapter::{canonical_integer, canonical_uuid};
 use fencing_core::{InputKind, InvalidInput, RecordKey};
 
 /// The type of a table's key column, read from the catalog when the store first writes.
@@ -53,7 +54,7 @@ impl PgKeyType {
         let (fits, needs) = match self {
             PgKeyType::Text => return Ok(()),
             PgKeyType::Uuid => (
-                is_canonical_uuid(text),
+                canonical_uuid(text).is_some(),
                 "a lower-case hyphenated UUID (8-4-4-4-12 hex digits)".to_owned(),
             ),
             PgKeyType::SmallInt => (
@@ -77,19 +78,6 @@ impl PgKeyType {
             format!("{text:?} is not a key of this table: its key column needs {needs}"),
         ))
     }
-}
-
-fn canonical_integer(text: &str) -> Option<i64> {
-    let n: i64 = text.parse().ok()?;
-    (n.to_string() == text).then_some(n)
-}
-
-fn is_canonical_uuid(text: &str) -> bool {
-    text.len() == 36
-        && text.char_indices().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == '-',
-            _ => c.is_ascii_digit() || ('a'..='f').contains(&c),
-        })
 }
 
 #[cfg(test)]

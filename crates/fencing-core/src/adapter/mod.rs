@@ -102,4 +102,5 @@ pub use crate::value::error::{Explained, RequestEffect};
 pub use crate::value::input::{
     check_request_timeout, check_store_name, is_refused_char, refused_char_ranges,
 };
+pub use crate::value::spelling::{canonical_integer, canonical_uuid};
 pub use async_trait::async_trait;

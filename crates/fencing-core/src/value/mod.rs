@@ -8,6 +8,7 @@ pub(crate) mod input;
 pub(crate) mod random;
 
 pub(crate) mod name;
+pub(crate) mod spelling;
 pub(crate) mod token;
 pub(crate) mod ttl;
 
