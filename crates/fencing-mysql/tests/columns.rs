@@ -28,14 +28,14 @@ fn payout_lifecycle() -> Lifecycle {
 const P1: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
 const P2: &str = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
 
-/// The payouts table, with the fence column its migration added.
+/// The payouts table as the team has it (no fence column, no unique index on its ids), and
+/// its migration run the way a migration tool runs it, twice.
 async fn payouts(database: &Database) -> MySqlStore {
     database
         .execute(format!(
-            "CREATE TABLE `{0}`.payouts (id VARCHAR(36) COLLATE utf8mb4_bin PRIMARY KEY, \
+            "CREATE TABLE `{0}`.payouts (id VARCHAR(36) COLLATE utf8mb4_bin NOT NULL, \
              merchant VARCHAR(32), amount DECIMAL(12, 2), status VARCHAR(32) DEFAULT 'queued', \
-             fence BIGINT NOT NULL DEFAULT 0, paid_at DATETIME(6) NULL, \
-             gateway_ref VARCHAR(64) NULL); \
+             paid_at DATETIME(6) NULL, gateway_ref VARCHAR(64) NULL); \
              INSERT INTO `{0}`.payouts (id, merchant, amount) VALUES \
              ('{P1}', 'm_4471', 70.25)",
             database.name
@@ -47,7 +47,50 @@ async fn payouts(database: &Database) -> MySqlStore {
         .unwrap()
         .with_state_column("status")
         .unwrap();
+    for _ in 0..2 {
+        database.execute(table.migration_sql()).await;
+    }
     MySqlStore::new(database.pool.clone(), table)
+}
+
+/// The migration added the fence (existing rows with none), its check and a unique index on
+/// the ids, once though it ran twice.
+#[tokio::test]
+async fn the_migration_fits_the_teams_table_once_however_often_it_runs() {
+    let database = Database::new().await;
+    let _payouts = payouts(&database).await;
+    let count = async |sql: String| -> i64 {
+        sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(&database.name)
+            .fetch_one(&database.pool)
+            .await
+            .unwrap()
+    };
+    let columns = count(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? \
+         AND TABLE_NAME = 'payouts' AND COLUMN_NAME = 'fence'"
+            .to_owned(),
+    );
+    assert_eq!(columns.await, 1);
+    let unique = count(
+        "SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'payouts' AND NON_UNIQUE = 0"
+            .to_owned(),
+    );
+    assert_eq!(unique.await, 1);
+    assert_eq!(
+        payout(&database, P1).await.1,
+        0,
+        "an existing row has no fence"
+    );
+    let negative = sqlx::raw_sql(AssertSqlSafe(format!(
+        "UPDATE `{}`.payouts SET fence = -1",
+        database.name
+    )))
+    .execute(&database.pool)
+    .await;
+    assert!(negative.is_err(), "the check keeps the fence non-negative");
+    database.drop_database().await;
 }
 
 /// The payout's status, fence, whether it was paid, reference and amount.
