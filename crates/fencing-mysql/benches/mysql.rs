@@ -12,10 +12,10 @@
 
 use std::time::{Duration, Instant};
 
-use fencing_core::adapter::StoreWrites;
-use fencing_core::{FencingToken, Lifecycle, ResourceName, TokenSource};
+use fencing_core::adapter::{HolderExt, StoreWrites};
+use fencing_core::{FencingToken, Holder, Lifecycle, ResourceName, TokenSource};
 use fencing_mysql::{MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource};
-use fencing_test_support::bench;
+use fencing_test_support::bench::{self, Gateway, LATENCIES};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{AssertSqlSafe, MySqlPool};
 
@@ -45,6 +45,8 @@ async fn main() {
     writes(&pool, &database).await;
     println!();
     tokens(&pool, &database).await;
+    println!();
+    settlement(&pool, &database).await;
     sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE `{database}`")))
         .execute(&admin)
         .await
@@ -152,6 +154,59 @@ async fn tokens(pool: &MySqlPool, database: &str) {
     })
     .await;
     report(&times);
+}
+
+const PIPELINED: &str = "settlement, pipelined (32 in flight, groups of 32)";
+const ROW_BY_ROW: &str = "settlement, row-by-row (Holder::run_effect)";
+
+/// The whole settlement of 1,200 refunds, every write fenced, row by row and pipelined, with
+/// an in-process gateway of no latency and of 5 ms a call; the rows put back to pending
+/// before each run.
+async fn settlement(pool: &MySqlPool, database: &str) {
+    let table = MySqlTable::new(database, "settle").unwrap();
+    table.create_if_missing(pool).await.unwrap();
+    let store = MySqlStore::new(pool.clone(), table);
+    let keys = bench::pending_records(&store, ROWS).await;
+    let lifecycle = Lifecycle::default();
+    let reset = format!("UPDATE `{database}`.`settle` SET state = 'pending', fence = 0");
+    for latency in LATENCIES {
+        println!("gateway latency {latency:?}:\n");
+        let gateway = Gateway { latency };
+        let variants = [ROW_BY_ROW, PIPELINED];
+        let medians = bench::compare(&variants, ROUNDS, async |variant, round| {
+            sqlx::raw_sql(AssertSqlSafe(reset.clone()))
+                .execute(pool)
+                .await
+                .unwrap();
+            let token = FencingToken::new(round as u64 + 2).unwrap();
+            let (source, resource) = fencing_testkit::issued_up_to(token.get()).await;
+            let holder = Holder::new(&resource, token, &source);
+            let started = Instant::now();
+            if variant == ROW_BY_ROW {
+                for key in &keys {
+                    holder
+                        .run_effect(&store, key, &lifecycle, &gateway)
+                        .await
+                        .unwrap();
+                }
+            } else {
+                let settled = holder
+                    .pipeline(&store, &lifecycle, &gateway)
+                    .concurrency(32)
+                    .group_size(32)
+                    .run(keys.iter().cloned())
+                    .await;
+                assert_eq!(settled.into_result().unwrap().len(), ROWS);
+            }
+            started.elapsed()
+        })
+        .await;
+        bench::report(&medians, ROWS, "refund");
+        println!(
+            "pipelined / row by row: {:.3}x\n",
+            medians[1].1.as_secs_f64() / medians[0].1.as_secs_f64()
+        );
+    }
 }
 
 /// The medians per operation and the paired ratios to the first variant.

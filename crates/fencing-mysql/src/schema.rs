@@ -3,6 +3,7 @@
 
 use fencing_core::adapter::{canonical_integer, canonical_uuid};
 use fencing_core::{InputKind, InvalidInput, RecordKey};
+use sqlx::mysql::MySqlRow;
 use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
 use crate::error::MySqlFailure;
@@ -23,10 +24,26 @@ pub(crate) enum KeyType {
 }
 
 /// A key as a statement spells it.
+#[derive(Clone)]
 pub(crate) enum KeyValue<'k> {
     Text(&'k str),
     Bytes([u8; 16]),
     Integer(i64),
+}
+
+impl KeyValue<'_> {
+    /// Whether the key in column `index` of `row`, read as the bytes the server spells it in
+    /// (`CAST(… AS BINARY)`), is this one.
+    pub(crate) fn is_in(&self, row: &MySqlRow, index: usize) -> bool {
+        let Ok(stored) = row.try_get::<Vec<u8>, _>(index) else {
+            return false;
+        };
+        match self {
+            KeyValue::Text(text) => stored == text.as_bytes(),
+            KeyValue::Bytes(uuid) => stored == uuid,
+            KeyValue::Integer(n) => stored == n.to_string().as_bytes(),
+        }
+    }
 }
 
 impl KeyType {

@@ -2,7 +2,7 @@
 //! decides by the core's rules and applies.
 
 use async_trait::async_trait;
-use fencing_core::adapter::{HolderExt, RequestEffect, StoreIdentity, StoreWrites};
+use fencing_core::adapter::{HolderExt, RequestEffect, StoreIdentity, StoreWrites, check_distinct};
 use fencing_core::{
     FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput, Record,
     RecordKey, Result, State, Written,
@@ -51,7 +51,10 @@ pub struct MySqlStore {
 /// The statements that do not depend on the write.
 #[derive(Debug)]
 struct Statements {
+    /// One record's row: fence, state, payload.
     read: String,
+    /// Rows with their key first (as the bytes the server spells it in), before a `WHERE`.
+    read_keyed: String,
     refused_in_state: String,
 }
 
@@ -70,8 +73,62 @@ impl Statements {
         extras: &[(MySqlIdent, MySqlValue)],
         via: &Via<'_>,
     ) -> String {
-        let (name, key, fence) = (table.name(), table.key_column(), table.fence_column());
         let key_value = literal::key(value);
+        // FOUND_ROWS() is what the locked read found (it reads at most two): the key names one
+        // row, or nothing is written.
+        let locked_read = self
+            .read
+            .replace("= ? LIMIT 2", &format!("= {key_value} LIMIT 2"));
+        let update = self.update(
+            table,
+            &format!("{} = {key_value}", table.key_column()),
+            token,
+            write,
+            extras,
+        );
+        let update = format!("{update} AND FOUND_ROWS() = 1");
+        match via {
+            Via::Pool => format!("BEGIN; {locked_read} FOR UPDATE; {update} LIMIT 1; COMMIT"),
+            // Inside the caller's transaction, or nothing: outside one, the lock would end
+            // with the read.
+            Via::Caller(_) => format!(
+                "SELECT @@in_transaction; {locked_read} FOR UPDATE; \
+                 {update} AND @@in_transaction = 1 LIMIT 1"
+            ),
+        }
+    }
+
+    /// The write of many records, up to its commit: `BEGIN`; the locked read of their rows,
+    /// key first; the update of every row the core's conditions admit. The caller checks what
+    /// the read found (one row per key, as many rows changed as it admits) before it commits.
+    fn write_many(
+        &self,
+        table: &MySqlTable,
+        values: &[&KeyValue<'_>],
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> String {
+        let key = table.key_column();
+        let listed: Vec<String> = values.iter().map(|value| literal::key(value)).collect();
+        let keys = format!("{key} IN ({})", listed.join(", "));
+        let update = self.update(table, &keys, token, write, &[]);
+        format!(
+            "BEGIN; {read} WHERE {keys} ORDER BY {key} FOR UPDATE; {update}",
+            read = self.read_keyed
+        )
+    }
+
+    /// `UPDATE` of the rows `which` selects, under the core's conditions for `write` under
+    /// `token`, setting what it sets and `extras`.
+    fn update(
+        &self,
+        table: &MySqlTable,
+        which: &str,
+        token: FencingToken,
+        write: &FencedWrite,
+        extras: &[(MySqlIdent, MySqlValue)],
+    ) -> String {
+        let (name, fence) = (table.name(), table.fence_column());
         let token = token.as_i64();
         let (set_fence, fence_condition) = match write.check() {
             FenceCheck::Claim => (format!("{fence} = {token}"), format!("{fence} <= {token}")),
@@ -109,24 +166,10 @@ impl Statements {
                 refused = self.refused_in_state,
             ),
         };
-        // FOUND_ROWS() is what the locked read found (it reads at most two): the key names one
-        // row, or nothing is written.
-        let locked_read = self
-            .read
-            .replace("= ? LIMIT 2", &format!("= {key_value} LIMIT 2"));
-        let update = format!(
-            "UPDATE {name} SET {sets} WHERE {key} = {key_value} AND {fence_condition} \
-             AND {fence} >= 0 AND {readable_state} AND FOUND_ROWS() = 1"
-        );
-        match via {
-            Via::Pool => format!("BEGIN; {locked_read} FOR UPDATE; {update} LIMIT 1; COMMIT"),
-            // Inside the caller's transaction, or nothing: outside one, the lock would end
-            // with the read.
-            Via::Caller(_) => format!(
-                "SELECT @@in_transaction; {locked_read} FOR UPDATE; \
-                 {update} AND @@in_transaction = 1 LIMIT 1"
-            ),
-        }
+        format!(
+            "UPDATE {name} SET {sets} WHERE {which} AND {fence_condition} AND {fence} >= 0 \
+             AND {readable_state}"
+        )
     }
 }
 
@@ -137,19 +180,22 @@ impl MySqlStore {
         let payload = table
             .payload_column()
             .map_or_else(|| "NULL".to_owned(), ToString::to_string);
-        let read = format!(
-            "SELECT {fence}, {state}, {payload} FROM {name} WHERE {key} = ? LIMIT 2",
+        let columns = format!(
+            "{fence}, {state}, {payload} FROM {name}",
             fence = table.fence_column(),
             state = table.state_column(),
             name = table.name(),
-            key = table.key_column(),
         );
+        let key = table.key_column();
+        let read = format!("SELECT {columns} WHERE {key} = ? LIMIT 2");
+        let read_keyed = format!("SELECT CAST({key} AS BINARY), {columns}");
         MySqlStore {
             name: table.store_name(),
             identity: StoreIdentity::new(),
             shape: Arc::default(),
             statements: Arc::new(Statements {
                 read,
+                read_keyed,
                 refused_in_state: literal::refused_in_state(),
             }),
             pool,
@@ -261,22 +307,28 @@ impl MySqlStore {
         extras: &[(MySqlIdent, MySqlValue)],
     ) -> Result<Written> {
         let value = self.checked(key, write, extras).await?;
+        self.in_race_rounds(|| self.write_once(Via::Pool, key, &value, token, write, extras))
+            .await?
+    }
+
+    /// `attempt`, sent again where the server rolled it back for a race it lost (a deadlock
+    /// between claims creating one record, a row another claim inserted first).
+    async fn in_race_rounds<T, Attempt: Future<Output = Result<T, MySqlFailure>>>(
+        &self,
+        mut attempt: impl FnMut() -> Attempt,
+    ) -> Result<T> {
         for _ in 0..RACE_ROUNDS {
-            match self
-                .write_once(Via::Pool, key, &value, token, write, extras)
-                .await
-            {
+            match attempt().await {
                 Err(MySqlFailure::Driver(err)) if is_rolled_back(&err) || is_duplicate(&err) => {
                     continue;
                 }
                 outcome => {
-                    return outcome
-                        .map_err(|failure| self.failed(failure, RequestEffect::Writes))?;
+                    return outcome.map_err(|failure| self.failed(failure, RequestEffect::Writes));
                 }
             }
         }
         Err(self.failed(
-            MySqlFailure::Inconsistent("the row kept being taken by other claims under the write"),
+            MySqlFailure::Inconsistent("the rows kept being taken by other claims under the write"),
             RequestEffect::Writes,
         ))
     }
@@ -362,7 +414,7 @@ impl MySqlStore {
     fn found_in(&self, rows: &[MySqlRow], key: &RecordKey) -> Result<Option<Record>, MySqlFailure> {
         match rows {
             [] => Ok(None),
-            [row] => record_from(row, key).map(Some),
+            [row] => record_from(row, key, 0).map(Some),
             _ => Err(self.not_unique(key)),
         }
     }
@@ -387,30 +439,7 @@ impl MySqlStore {
         record: &Record,
         extras: &[(MySqlIdent, MySqlValue)],
     ) -> Result<(), MySqlFailure> {
-        let payload = self.table.payload_column();
-        let (mut extra_columns, mut extra_values) = (String::new(), String::new());
-        for (column, value) in extras {
-            extra_columns += &format!(", {column}");
-            extra_values += &format!(", {}", columns::literal(value));
-        }
-        let sql = format!(
-            "INSERT INTO {name} ({key}, {fence}, {state}{payload_column}{extra_columns}) \
-             VALUES ({key_value}, {fence_value}, {state_value}{payload_value}{extra_values})",
-            name = self.table.name(),
-            key = self.table.key_column(),
-            fence = self.table.fence_column(),
-            state = self.table.state_column(),
-            payload_column = payload.map(|p| format!(", {p}")).unwrap_or_default(),
-            key_value = literal::key(value),
-            fence_value = record.fence.map_or(0, FencingToken::as_i64),
-            state_value = record
-                .state
-                .as_ref()
-                .map_or("NULL".to_owned(), |s| literal::text(s.as_str())),
-            payload_value = payload
-                .map(|_| format!(", {}", literal::bytes(&record.payload)))
-                .unwrap_or_default(),
-        );
+        let sql = self.insert_sql(&[(value, record)], extras);
         let insert = async |conn: &mut MySqlConnection| -> Result<(), MySqlFailure> {
             sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?;
             Ok(())
@@ -419,6 +448,119 @@ impl MySqlStore {
             Via::Pool => Checkout::run(&self.pool, insert).await,
             Via::Caller(conn) => insert(conn).await,
         }
+    }
+
+    /// The `INSERT` of `rows` (each key with the record a claim made of it), setting `extras`
+    /// in each.
+    fn insert_sql(
+        &self,
+        rows: &[(&KeyValue<'_>, &Record)],
+        extras: &[(MySqlIdent, MySqlValue)],
+    ) -> String {
+        let payload = self.table.payload_column();
+        let (mut extra_columns, mut extra_values) = (String::new(), String::new());
+        for (column, value) in extras {
+            extra_columns += &format!(", {column}");
+            extra_values += &format!(", {}", columns::literal(value));
+        }
+        let values: Vec<String> = rows
+            .iter()
+            .map(|(value, record)| {
+                format!(
+                    "({key_value}, {fence_value}, {state_value}{payload_value}{extra_values})",
+                    key_value = literal::key(value),
+                    fence_value = record.fence.map_or(0, FencingToken::as_i64),
+                    state_value = record
+                        .state
+                        .as_ref()
+                        .map_or("NULL".to_owned(), |s| literal::text(s.as_str())),
+                    payload_value = payload
+                        .map(|_| format!(", {}", literal::bytes(&record.payload)))
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        format!(
+            "INSERT INTO {name} ({key}, {fence}, {state}{payload_column}{extra_columns}) \
+             VALUES {values}",
+            name = self.table.name(),
+            key = self.table.key_column(),
+            fence = self.table.fence_column(),
+            state = self.table.state_column(),
+            payload_column = payload.map(|p| format!(", {p}")).unwrap_or_default(),
+            values = values.join(", "),
+        )
+    }
+
+    /// One try at [`StoreWrites::write_many`] on `conn`, for the keys whose values the table
+    /// takes: their rows locked and read and every admitted one updated in one round trip, the
+    /// missing ones a claim creates inserted, then the commit, once what the read found
+    /// agrees with what the update changed. The outcomes in the order of `keys`.
+    async fn write_many_once(
+        &self,
+        conn: &mut MySqlConnection,
+        keys: &[(&RecordKey, KeyValue<'_>)],
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>, MySqlFailure> {
+        let values: Vec<&KeyValue<'_>> = keys.iter().map(|(_, value)| value).collect();
+        let sql = self
+            .statements
+            .write_many(&self.table, &values, token, write);
+        let (rows, applied) = match <[_; 3]>::try_from(answers(conn, sql).await?) {
+            Ok([_, (rows, _), (_, applied)]) => (rows, applied),
+            Err(_) => return Err(four_answers()),
+        };
+        let mut found: Vec<Option<Result<Record, MySqlFailure>>> =
+            keys.iter().map(|_| None).collect();
+        for row in &rows {
+            let Some(i) = keys.iter().position(|(_, value)| value.is_in(row, 0)) else {
+                return Err(MySqlFailure::Inconsistent(
+                    "the locked read returned a row of none of the keys",
+                ));
+            };
+            if found[i].is_some() {
+                return Err(self.not_unique(keys[i].0));
+            }
+            found[i] = Some(record_from(row, keys[i].0, 1));
+        }
+        let (mut outcomes, mut admitted, mut created) = (Vec::new(), 0, Vec::new());
+        for ((key, value), found) in keys.iter().zip(found) {
+            let found = match found.transpose() {
+                Ok(found) => found,
+                Err(unreadable) => {
+                    outcomes.push(Err(self.failed(unreadable, RequestEffect::Writes)));
+                    continue;
+                }
+            };
+            if let Err(refusal) = write.decide(&self.name, key, token, found.as_ref()) {
+                outcomes.push(Err(refusal));
+                continue;
+            }
+            let record = write.apply(key, token, found.as_ref());
+            match found {
+                Some(_) => admitted += 1,
+                None => created.push((value, record.clone())),
+            }
+            outcomes.push(Ok(Written::new(found.as_ref(), record)));
+        }
+        if applied != admitted {
+            return Err(MySqlFailure::Inconsistent(
+                "the update changed other rows than the ones its locked read admits",
+            ));
+        }
+        if !created.is_empty() {
+            let rows: Vec<(&KeyValue<'_>, &Record)> = created
+                .iter()
+                .map(|(value, record)| (*value, record))
+                .collect();
+            let sql = self.insert_sql(&rows, &[]);
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(&mut *conn)
+                .await?;
+        }
+        sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
+        Ok(outcomes)
     }
 
     /// Refuses a payload for a table without a payload column, before anything is sent.
@@ -506,12 +648,12 @@ fn bind_key<'q>(
     }
 }
 
-/// A record from a row of `fence, state, payload`.
-fn record_from(row: &MySqlRow, key: &RecordKey) -> Result<Record, MySqlFailure> {
-    let fence: i64 = row.try_get(0)?;
+/// A record from a row's `fence, state, payload`, from its column `first` on.
+fn record_from(row: &MySqlRow, key: &RecordKey, first: usize) -> Result<Record, MySqlFailure> {
+    let fence: i64 = row.try_get(first)?;
     let fence = fence_from_db(fence)?;
     let state = row
-        .try_get::<Option<String>, _>(1)?
+        .try_get::<Option<String>, _>(first + 1)?
         .map(|text| {
             State::new(text.clone())
                 .map_err(|e| MySqlFailure::Corrupt(format!("stored state {text:?}"), e))
@@ -521,7 +663,9 @@ fn record_from(row: &MySqlRow, key: &RecordKey) -> Result<Record, MySqlFailure> 
         key: key.clone(),
         fence,
         state,
-        payload: row.try_get::<Option<Vec<u8>>, _>(2)?.unwrap_or_default(),
+        payload: row
+            .try_get::<Option<Vec<u8>>, _>(first + 2)?
+            .unwrap_or_default(),
     })
 }
 
@@ -562,5 +706,44 @@ impl StoreWrites for MySqlStore {
         write: &FencedWrite,
     ) -> Result<Written> {
         self.write_on_pool(key, token, write, &[]).await
+    }
+
+    /// One round trip for the rows of all `keys` (locked in key order, so concurrent batches
+    /// cannot deadlock, and every admitted one updated), an `INSERT` of the missing ones a
+    /// claim creates, and the commit. A key the table cannot take is refused on its own.
+    async fn write_many(
+        &self,
+        keys: &[RecordKey],
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Vec<Result<Written>>> {
+        check_distinct(keys)?;
+        self.check_payload(write)?;
+        let key_type = self.shape().await?.key_type;
+        let checked: Vec<Result<KeyValue<'_>, InvalidInput>> =
+            keys.iter().map(|key| key_type.value(key)).collect();
+        let taken: Vec<(&RecordKey, KeyValue<'_>)> = keys
+            .iter()
+            .zip(&checked)
+            .filter_map(|(key, value)| Some((key, value.as_ref().ok()?.clone())))
+            .collect();
+        let mut written = Vec::new();
+        if !taken.is_empty() {
+            written = self
+                .in_race_rounds(|| {
+                    Checkout::run(&self.pool, async |conn| {
+                        self.write_many_once(conn, &taken, token, write).await
+                    })
+                })
+                .await?;
+        }
+        let mut written = written.into_iter();
+        Ok(checked
+            .into_iter()
+            .map(|value| match value {
+                Ok(_) => written.next().expect("an outcome for every key sent"),
+                Err(refused) => Err(refused.into()),
+            })
+            .collect())
     }
 }

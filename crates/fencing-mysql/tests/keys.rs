@@ -115,6 +115,17 @@ async fn an_integer_key_has_one_spelling_within_its_columns_range() {
     wide.write(&key("-7"), token(4), &claim()).await.unwrap();
     refused(&wide, &["007", "+7", "-0", "7.0", "9223372036854775808"]).await;
     assert_eq!(fences(&database, "wide").await, [4, 3]);
+    // In one request: the key the column cannot take refused on its own, the others written.
+    let outcomes = wide
+        .write_many(&[key("7"), key("007"), key("8")], token(5), &claim())
+        .await
+        .unwrap();
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[1], Err(Error::InvalidInput(e)) if e.kind() == InputKind::RecordKey),
+        "{outcomes:?}"
+    );
+    assert_eq!(fences(&database, "wide").await, [4, 5, 5]);
 
     let narrow = store_on(&database, "narrow", "TINYINT UNSIGNED").await;
     narrow.write(&key("255"), token(3), &claim()).await.unwrap();
@@ -157,6 +168,13 @@ async fn uuids_in_binary_16_are_written_as_their_bytes() {
     )
     .await;
     assert_eq!(fences(&database, "uuids").await, [4]);
+    let p2 = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+    let outcomes = uuids
+        .write_many(&[key(p2), key(p1)], token(6), &claim())
+        .await
+        .unwrap();
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert_eq!(fences(&database, "uuids").await, [6, 6]);
 
     let short = store_on(&database, "short", "BINARY(8)").await;
     let err = short

@@ -238,10 +238,36 @@ async fn an_unreadable_row_is_corrupt_and_never_written_over() {
         let err = store.read(&key(name)).await.unwrap_err();
         assert_eq!(err.failure(), Some(Failure::Corrupt), "{name}: {err:?}");
     }
-    let untouched: i64 = sqlx::query_scalar("SELECT CAST(SUM(fence) AS SIGNED) FROM raw")
-        .fetch_one(&database.pool)
+    // In one request with a readable row and a missing one: those two written, each
+    // unreadable row reported corrupt on its own.
+    let keys: Vec<RecordKey> = ["negative", "fresh", "blank", "control", "long"]
+        .map(key)
+        .to_vec();
+    database
+        .execute("INSERT INTO raw VALUES ('fine', 2, 'pending')".to_owned())
+        .await;
+    let mut keys = keys;
+    keys.push(key("fine"));
+    let outcomes = store
+        .write_many(&keys, token(9), &FencedWrite::claim())
         .await
         .unwrap();
+    for (key, outcome) in keys.iter().zip(&outcomes) {
+        match key.as_str() {
+            "fresh" | "fine" => assert!(outcome.is_ok(), "{key}: {outcome:?}"),
+            _ => assert_eq!(
+                outcome.as_ref().unwrap_err().failure(),
+                Some(Failure::Corrupt),
+                "{key}: {outcome:?}"
+            ),
+        }
+    }
+    let untouched: i64 = sqlx::query_scalar(
+        "SELECT CAST(SUM(fence) AS SIGNED) FROM raw WHERE id NOT IN ('fresh', 'fine')",
+    )
+    .fetch_one(&database.pool)
+    .await
+    .unwrap();
     assert_eq!(untouched, 0, "-3 + 1 + 1 + 1");
     database.drop_database().await;
 }
@@ -381,6 +407,18 @@ async fn a_key_made_not_unique_after_the_first_write_is_refused_and_no_row_chang
         .await
         .unwrap();
     assert_eq!(fences, [1, 1], "neither row changed");
+    // In one request with another record: refused as a whole, nothing changed.
+    store.write(&key("r_816"), token(1), &create).await.unwrap();
+    let err = store
+        .write_many(&[key("r_816"), key("r_815")], token(34), &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert_eq!(err.failure(), Some(Failure::Misconfigured), "{err:?}");
+    let fences: Vec<i64> = sqlx::query_scalar("SELECT fence FROM records ORDER BY id")
+        .fetch_all(&database.pool)
+        .await
+        .unwrap();
+    assert_eq!(fences, [1, 1, 1], "no row changed");
     database.drop_database().await;
 }
 

@@ -17,18 +17,17 @@ use std::time::{Duration, Instant};
 
 use fencing_core::adapter::{HolderExt, StoreWrites};
 use fencing_core::{
-    BoxError, FenceCheck, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, Record,
-    RecordKey, ResourceName, SideEffect, State, TokenSource, async_trait,
+    FenceCheck, FencedWrite, FencingToken, Holder, Lifecycle, MemoryTokenSource, RecordKey,
+    ResourceName, State, TokenSource,
 };
 use fencing_postgres::{PgIdent, PgStore, PgTable, push_fence_condition};
-use fencing_test_support::bench;
+use fencing_test_support::bench::{self, Gateway, LATENCIES};
 use fencing_test_support::services::{LocalPostgres, PgRelease};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
 
 const ROWS: usize = 1200;
 const ROUNDS: usize = 9;
-const LATENCIES: [Duration; 2] = [Duration::ZERO, Duration::from_millis(5)];
 const PIPELINED: &str = "settlement, pipelined (32 in flight, groups of 32)";
 
 #[tokio::main(flavor = "current_thread")]
@@ -172,29 +171,6 @@ struct Bench {
     keys: Vec<RecordKey>,
     lifecycle: Lifecycle,
     gateway: Gateway,
-}
-
-/// An in-process payment gateway: every refund takes `latency` and nothing is ever found
-/// by lookup (no record is in flight when a round starts).
-#[derive(Clone)]
-struct Gateway {
-    latency: Duration,
-}
-
-#[async_trait]
-impl SideEffect for Gateway {
-    type Receipt = ();
-
-    async fn lookup(&self, _: &RecordKey) -> Result<Option<()>, BoxError> {
-        Ok(None)
-    }
-
-    async fn perform(&self, _: &RecordKey, _: &Record) -> Result<(), BoxError> {
-        if !self.latency.is_zero() {
-            tokio::time::sleep(self.latency).await;
-        }
-        Ok(())
-    }
 }
 
 /// `PgTokenSource::next` (its row bound to the server history, read in the same statement)

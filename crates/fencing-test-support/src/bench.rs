@@ -4,7 +4,37 @@
 
 use std::time::Duration;
 
-use fencing_core::{FencedStore, FencedWrite, FencingToken, Lifecycle, RecordKey};
+use async_trait::async_trait;
+use fencing_core::{
+    BoxError, FencedStore, FencedWrite, FencingToken, Lifecycle, Record, RecordKey, SideEffect,
+};
+
+/// The gateway latencies a settlement is timed at: none, and a fixed 5 ms per call.
+pub const LATENCIES: [Duration; 2] = [Duration::ZERO, Duration::from_millis(5)];
+
+/// An in-process payment gateway for a timed settlement: every refund takes `latency` and
+/// nothing is ever found by lookup (no record is in flight when a round starts).
+#[derive(Clone, Debug)]
+pub struct Gateway {
+    /// How long each refund takes.
+    pub latency: Duration,
+}
+
+#[async_trait]
+impl SideEffect for Gateway {
+    type Receipt = ();
+
+    async fn lookup(&self, _: &RecordKey) -> Result<Option<()>, BoxError> {
+        Ok(None)
+    }
+
+    async fn perform(&self, _: &RecordKey, _: &Record) -> Result<(), BoxError> {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        Ok(())
+    }
+}
 
 /// Runs every variant once per round, rotating which goes first, and returns each variant's
 /// median. `run(variant, round)` does any set-up it needs and returns the time of the part
