@@ -38,6 +38,11 @@ pub(crate) fn is_duplicate(err: &sqlx::Error) -> bool {
     number_of(err) == Some(1062)
 }
 
+/// Whether a statement named an index the table no longer has (1176).
+pub(crate) fn is_index_gone(err: &sqlx::Error) -> bool {
+    number_of(err) == Some(1176)
+}
+
 /// The server's error number of a database error.
 fn number_of(err: &sqlx::Error) -> Option<u16> {
     match err {

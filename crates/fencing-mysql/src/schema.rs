@@ -90,6 +90,8 @@ impl KeyType {
 pub(crate) struct Shape {
     /// How keys are spelled.
     pub(crate) key_type: KeyType,
+    /// A unique index on the key alone, as the schema read found it.
+    pub(crate) unique_index: MySqlIdent,
     /// Every column's name, lower-cased (column names never differ by case).
     columns: Vec<String>,
 }
@@ -140,9 +142,10 @@ pub(crate) async fn read(
 ) -> Result<Shape, MySqlFailure> {
     let columns = Columns::read(conn, table).await?;
     let key_type = columns.key_type(table)?;
-    check_unique_key(conn, table).await?;
+    let unique_index = unique_key_index(conn, table).await?;
     Ok(Shape {
         key_type,
+        unique_index,
         columns: columns
             .columns
             .into_iter()
@@ -308,14 +311,15 @@ fn is_no_pad(collation: &str) -> bool {
     collation.contains("_nopad_") || collation.contains("_0900_")
 }
 
-/// Checks that a unique index covers the key column alone.
-async fn check_unique_key(
+/// The name of a unique index that covers the key column alone, or the failure that says
+/// the key must be unique.
+async fn unique_key_index(
     conn: &mut MySqlConnection,
     table: &MySqlTable,
-) -> Result<(), MySqlFailure> {
+) -> Result<MySqlIdent, MySqlFailure> {
     let name = table.name();
-    let unique: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS \
+    let unique: Option<String> = sqlx::query_scalar(
+        "SELECT MIN(INDEX_NAME) FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
          GROUP BY INDEX_NAME HAVING COUNT(*) = 1 AND LOWER(MAX(COLUMN_NAME)) = LOWER(?)) u",
     )
@@ -324,13 +328,13 @@ async fn check_unique_key(
     .bind(table.key_column().as_str())
     .fetch_one(&mut *conn)
     .await?;
-    if unique == 0 {
+    let Some(index) = unique else {
         return Err(MySqlFailure::Schema(format!(
             "the key column {key} of {name} has no unique index of its own, so one write could \
              change several rows and nothing was written: the key column must be unique \
              (ALTER TABLE {name} ADD UNIQUE ({key}))",
             key = table.key_column()
         )));
-    }
-    Ok(())
+    };
+    MySqlIdent::new(index).map_err(|e| MySqlFailure::Corrupt("the key's index name".into(), e))
 }

@@ -17,11 +17,16 @@ use std::sync::Arc;
 
 use crate::checkout::Checkout;
 use crate::columns::{self, MySqlValue, MySqlWrite};
-use crate::error::{MySqlFailure, is_duplicate, is_rolled_back};
+use crate::error::{MySqlFailure, is_duplicate, is_index_gone, is_rolled_back};
 use crate::ident::MySqlIdent;
 use crate::literal;
 use crate::schema::{self, KeyValue, Shape};
 use crate::table::MySqlTable;
+
+/// The states a write may require and still go as one statement
+/// ([`MySqlStore::write_in_one_statement`]): its answer carries `fence · 8 + the index of the
+/// state found` (1 to 7), so fences below 2^60.
+const ONE_STATEMENT_STATES: usize = 8;
 
 /// How many times a write is sent again after the server rolled it back for a race it lost
 /// (a deadlock between two claims creating one record) before the store gives up.
@@ -115,6 +120,46 @@ impl Statements {
         format!(
             "BEGIN; {read} WHERE {keys} ORDER BY {key} FOR UPDATE; {update}",
             read = self.read_keyed
+        )
+    }
+
+    /// The one prepared statement of [`MySqlStore::write_in_one_statement`]: the update of the
+    /// key's row under the fence and state conditions, answering the row's fence and state
+    /// through `LAST_INSERT_ID`. It reads through `unique_index` (`FORCE INDEX`), so once that
+    /// index is gone the server refuses the statement (1176) instead of matching twin rows,
+    /// and it changes one row at most (`LIMIT 1`). Placeholders: the token (a claim's), the
+    /// new state and payload (where set), the key, the token, the required states twice.
+    fn one_statement(
+        &self,
+        table: &MySqlTable,
+        unique_index: &MySqlIdent,
+        write: &FencedWrite,
+    ) -> String {
+        let (name, key, fence, state) = (
+            table.name(),
+            table.key_column(),
+            table.fence_column(),
+            table.state_column(),
+        );
+        let (mut sets, fence_condition) = match write.check() {
+            FenceCheck::Claim => (format!("{fence} = ?"), format!("{fence} <= ?")),
+            FenceCheck::HolderOnly => (format!("{fence} = {fence}"), format!("{fence} = ?")),
+        };
+        if write.new_state().is_some() {
+            sets += &format!(", {state} = ?");
+        }
+        if let (Some(_), Some(column)) = (write.new_payload(), table.payload_column()) {
+            sets += &format!(", {column} = ?");
+        }
+        let count = write.required_states().map_or(0, <[State]>::len);
+        let states = vec!["?"; count].join(", ");
+        format!(
+            "UPDATE {name} FORCE INDEX ({unique_index}) SET {sets} WHERE {key} = ? \
+             AND {fence_condition} AND {fence} >= 0 AND {fence} < {limit} \
+             AND {state} IN ({states}) \
+             AND LAST_INSERT_ID({fence} * {ONE_STATEMENT_STATES} + FIELD({state}, {states})) \
+             LIMIT 1",
+            limit = 1i64 << 60,
         )
     }
 
@@ -307,8 +352,92 @@ impl MySqlStore {
         extras: &[(MySqlIdent, MySqlValue)],
     ) -> Result<Written> {
         let value = self.checked(key, write, extras).await?;
+        let unique_index = &self.shape().await?.unique_index;
+        if extras.is_empty()
+            && let Some(written) = self
+                .write_in_one_statement(unique_index, key, &value, token, write)
+                .await
+                .map_err(|failure| self.failed(failure, RequestEffect::Writes))?
+        {
+            return Ok(written);
+        }
         self.in_race_rounds(|| self.write_once(Via::Pool, key, &value, token, write, extras))
             .await?
+    }
+
+    /// The write as one prepared, autocommitted `UPDATE` where what it needs back fits in the
+    /// statement's own answer: a write that requires one of a few states, on a table without a
+    /// payload column (or setting the payload), whose row's fence and state come back through
+    /// `LAST_INSERT_ID(fence · 8 + FIELD(state, …))`. `None` where it does not apply or the
+    /// statement changed nothing (no such record, a refusal, a fence too large to carry): the
+    /// transaction of [`Self::write_once`] then finds out which, and says so.
+    async fn write_in_one_statement(
+        &self,
+        unique_index: &MySqlIdent,
+        key: &RecordKey,
+        value: &KeyValue<'_>,
+        token: FencingToken,
+        write: &FencedWrite,
+    ) -> Result<Option<Written>, MySqlFailure> {
+        let Some(states) = write.required_states() else {
+            return Ok(None);
+        };
+        let payload_known = self.table.payload_column().is_none() || write.new_payload().is_some();
+        if states.is_empty() || states.len() >= ONE_STATEMENT_STATES || !payload_known {
+            return Ok(None);
+        }
+        let sql = self
+            .statements
+            .one_statement(&self.table, unique_index, write);
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        if write.check() == FenceCheck::Claim {
+            query = query.bind(token.as_i64());
+        }
+        if let Some(state) = write.new_state() {
+            query = query.bind(state.as_str());
+        }
+        if let Some(payload) = write.new_payload() {
+            query = query.bind(payload);
+        }
+        query = bind_key(query, value).bind(token.as_i64());
+        for state in states.iter().chain(states) {
+            query = query.bind(state.as_str());
+        }
+        let done = match Checkout::run(&self.pool, async |conn| {
+            Ok::<_, MySqlFailure>(query.execute(conn).await?)
+        })
+        .await
+        {
+            // The key's index is gone: the transaction counts the rows the key names.
+            Err(MySqlFailure::Driver(err)) if is_index_gone(&err) => return Ok(None),
+            done => done?,
+        };
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        let found = done.last_insert_id();
+        let state = usize::try_from(found % ONE_STATEMENT_STATES as u64)
+            .ok()
+            .and_then(|index| states.get(index.checked_sub(1)?));
+        let (Some(state), Ok(fence)) = (state, i64::try_from(found / ONE_STATEMENT_STATES as u64))
+        else {
+            return Err(MySqlFailure::Inconsistent(
+                "the update's answer carried no state it requires",
+            ));
+        };
+        let found = Record {
+            key: key.clone(),
+            fence: fence_from_db(fence)?,
+            state: Some(state.clone()),
+            payload: Vec::new(),
+        };
+        if write.decide(&self.name, key, token, Some(&found)).is_err() {
+            return Err(MySqlFailure::Inconsistent(
+                "the update applied a write its row refuses",
+            ));
+        }
+        let record = write.apply(key, token, Some(&found));
+        Ok(Some(Written::new(Some(&found), record)))
     }
 
     /// `attempt`, sent again where the server rolled it back for a race it lost (a deadlock

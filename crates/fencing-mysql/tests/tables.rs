@@ -455,3 +455,98 @@ async fn a_fence_floor_reads_the_highest_fence_of_the_rows_it_is_given() {
     assert_eq!(derived.max_fence(&none).await.unwrap(), None);
     database.drop_database().await;
 }
+
+/// On a table without a payload column a lifecycle's claims and confirms go as one prepared
+/// statement (the fence and state found carried back in its answer) and report exactly what
+/// the transaction would: a fresh claim, a take-over of a record in flight (the fence and
+/// state it took over), a stale confirm refused with the fence that refused it, a fence too
+/// large for the statement's answer (the transaction takes the write over), and a key whose
+/// index was dropped under twin rows (refused, nothing changed).
+#[tokio::test]
+async fn writes_that_need_only_the_fence_and_state_back_report_what_they_found() {
+    let database = Database::new().await;
+    let table = MySqlTable::new(&database.name, "lean").unwrap();
+    table.create_if_missing(&database.pool).await.unwrap();
+    let store = MySqlStore::new(database.pool.clone(), table);
+    let lifecycle = Lifecycle::default();
+    let queued = FencedWrite::claim().set_state(lifecycle.pending().clone());
+    store.write(&key("r_815"), token(1), &queued).await.unwrap();
+    database
+        .execute("UPDATE lean SET fence = 0".to_owned())
+        .await;
+
+    let first = store
+        .write(&key("r_815"), token(33), &lifecycle.claim())
+        .await
+        .unwrap();
+    assert_eq!(first.previous_fence, None);
+    assert_eq!(first.previous_state.as_ref(), Some(lifecycle.pending()));
+    let taken_over = store
+        .write(&key("r_815"), token(34), &lifecycle.claim())
+        .await
+        .unwrap();
+    assert_eq!(taken_over.previous_fence, Some(token(33)));
+    assert_eq!(
+        taken_over.previous_state.as_ref(),
+        Some(lifecycle.in_flight())
+    );
+    let err = store
+        .write(&key("r_815"), token(33), &lifecycle.confirm())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Fenced { found: FoundFence::Fence(f), .. } if f == token(34)),
+        "{err:?}"
+    );
+    let confirmed = store
+        .write(&key("r_815"), token(34), &lifecycle.confirm())
+        .await
+        .unwrap();
+    assert_eq!(confirmed.record.state.as_ref(), Some(lifecycle.done()));
+
+    let huge = 1u64 << 60;
+    store
+        .write(&key("r_816"), token(huge), &queued)
+        .await
+        .unwrap();
+    let above = store
+        .write(&key("r_816"), token(huge + 5), &lifecycle.claim())
+        .await
+        .unwrap();
+    assert_eq!(above.previous_fence, Some(token(huge)));
+    assert_eq!(above.previous_state.as_ref(), Some(lifecycle.pending()));
+    let rows: Vec<(String, i64, String)> =
+        sqlx::query_as("SELECT CAST(id AS CHAR), fence, state FROM lean ORDER BY id")
+            .fetch_all(&database.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("r_815".to_owned(), 34, "sent".to_owned()),
+            ("r_816".to_owned(), (huge + 5) as i64, "sending".to_owned())
+        ]
+    );
+
+    // The key's index dropped after the first write and a twin row added: the statement
+    // that reads through that index is refused by the server, and the transaction finds the
+    // twins: nothing changes.
+    database
+        .execute(
+            "ALTER TABLE lean DROP PRIMARY KEY; \
+             INSERT INTO lean (id, fence, state) VALUES ('r_815', 34, 'sending')"
+                .to_owned(),
+        )
+        .await;
+    let err = store
+        .write(&key("r_815"), token(40), &lifecycle.claim())
+        .await
+        .unwrap_err();
+    assert_eq!(err.failure(), Some(Failure::Misconfigured), "{err:?}");
+    let fences: Vec<i64> = sqlx::query_scalar("SELECT fence FROM lean WHERE id = 'r_815'")
+        .fetch_all(&database.pool)
+        .await
+        .unwrap();
+    assert_eq!(fences, [34, 34], "neither row changed");
+    database.drop_database().await;
+}
