@@ -6,8 +6,6 @@ use std::fmt::Write;
 
 use fencing_core::adapter::refused_char_ranges;
 
-use crate::schema::KeyValue;
-
 /// Bytes as a hex literal, `X'…'` (a binary string).
 pub(crate) fn bytes(value: &[u8]) -> String {
     let mut literal = String::with_capacity(3 + 2 * value.len());
@@ -22,16 +20,6 @@ pub(crate) fn bytes(value: &[u8]) -> String {
 /// Text as a `utf8mb4` string, from its bytes in hex.
 pub(crate) fn text(value: &str) -> String {
     format!("CONVERT({} USING utf8mb4)", bytes(value.as_bytes()))
-}
-
-/// A key as its column compares it: a text key's bytes (compared in the column's binary
-/// collation), a uuid's 16 bytes, an integer key's digits.
-pub(crate) fn key(value: &KeyValue<'_>) -> String {
-    match value {
-        KeyValue::Text(text) => bytes(text.as_bytes()),
-        KeyValue::Bytes(uuid) => bytes(uuid),
-        KeyValue::Integer(n) => n.to_string(),
-    }
 }
 
 /// A regular expression (as text, from hex) that matches a stored state holding a character
@@ -59,7 +47,5 @@ mod tests {
         assert_eq!(bytes(b""), "X''");
         assert_eq!(bytes(b"';--\\\0"), "X'273b2d2d5c00'");
         assert_eq!(text("é'"), "CONVERT(X'c3a927' USING utf8mb4)");
-        assert_eq!(key(&KeyValue::Text("r_815")), "X'725f383135'");
-        assert_eq!(key(&KeyValue::Integer(-7)), "-7");
     }
 }

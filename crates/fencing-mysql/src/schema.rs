@@ -8,6 +8,7 @@ use sqlx::{AssertSqlSafe, MySqlConnection, Row};
 
 use crate::error::MySqlFailure;
 use crate::ident::MySqlIdent;
+use crate::literal;
 use crate::table::MySqlTable;
 
 /// How the table's keys are spelled in a statement, and which keys it can hold apart.
@@ -32,6 +33,16 @@ pub(crate) enum KeyValue<'k> {
 }
 
 impl KeyValue<'_> {
+    /// The key as its column compares it, written into a statement: a text key's bytes (in
+    /// the column's binary collation), a uuid's 16 bytes, an integer key's digits.
+    pub(crate) fn literal(&self) -> String {
+        match self {
+            KeyValue::Text(text) => literal::bytes(text.as_bytes()),
+            KeyValue::Bytes(uuid) => literal::bytes(uuid),
+            KeyValue::Integer(n) => n.to_string(),
+        }
+    }
+
     /// Whether the key in column `index` of `row`, read as the bytes the server spells it in
     /// (`CAST(… AS BINARY)`), is this one.
     pub(crate) fn is_in(&self, row: &MySqlRow, index: usize) -> bool {
@@ -337,4 +348,19 @@ async fn unique_key_index(
         )));
     };
     MySqlIdent::new(index).map_err(|e| MySqlFailure::Corrupt("the key's index name".into(), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_written_as_hex_bytes_or_digits() {
+        assert_eq!(KeyValue::Text("r_815").literal(), "X'725f383135'");
+        assert_eq!(
+            KeyValue::Bytes([0xab; 16]).literal(),
+            format!("X'{}'", "ab".repeat(16))
+        );
+        assert_eq!(KeyValue::Integer(-7).literal(), "-7");
+    }
 }

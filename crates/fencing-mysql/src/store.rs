@@ -78,7 +78,7 @@ impl Statements {
         extras: &[(MySqlIdent, MySqlValue)],
         via: &Via<'_>,
     ) -> String {
-        let key_value = literal::key(value);
+        let key_value = value.literal();
         // FOUND_ROWS() is what the locked read found (it reads at most two): the key names one
         // row, or nothing is written.
         let locked_read = self
@@ -114,7 +114,7 @@ impl Statements {
         write: &FencedWrite,
     ) -> String {
         let key = table.key_column();
-        let listed: Vec<String> = values.iter().map(|value| literal::key(value)).collect();
+        let listed: Vec<String> = values.iter().map(|value| value.literal()).collect();
         let keys = format!("{key} IN ({})", listed.join(", "));
         let update = self.update(table, &keys, token, write, &[]);
         format!(
@@ -597,7 +597,7 @@ impl MySqlStore {
             .map(|(value, record)| {
                 format!(
                     "({key_value}, {fence_value}, {state_value}{payload_value}{extra_values})",
-                    key_value = literal::key(value),
+                    key_value = value.literal(),
                     fence_value = record.fence.map_or(0, FencingToken::as_i64),
                     state_value = record
                         .state
