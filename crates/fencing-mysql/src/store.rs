@@ -712,22 +712,8 @@ impl MySqlStore {
     }
 }
 
-/// Where a write runs: in a transaction of its own on the store's pool, or inside the
-/// caller's transaction on the caller's connection.
-enum Via<'a> {
-    Pool,
-    Caller(&'a mut MySqlConnection),
-}
-
-impl Via<'_> {
-    /// The same connection, for one request before the next.
-    fn reborrow(&mut self) -> Via<'_> {
-        match self {
-            Via::Pool => Via::Pool,
-            Via::Caller(conn) => Via::Caller(conn),
-        }
-    }
-}
+/// Where a request takes its connection ([`fencing_core::adapter::Via`]).
+type Via<'a> = fencing_core::adapter::Via<'a, MySqlConnection>;
 
 /// Every statement of a packet sent as text, in order: the rows each returned and the rows it
 /// changed (found, for an `UPDATE`: sqlx connects with `CLIENT_FOUND_ROWS`).

@@ -639,21 +639,8 @@ impl PgStore {
     }
 }
 
-/// Where a request takes its connection: the caller's, or a [`Checkout`] of the store's pool.
-enum Via<'a> {
-    Pool,
-    Caller(&'a mut PgConnection),
-}
-
-impl Via<'_> {
-    /// The same connection, for one request before the next.
-    fn reborrow(&mut self) -> Via<'_> {
-        match self {
-            Via::Pool => Via::Pool,
-            Via::Caller(conn) => Via::Caller(conn),
-        }
-    }
-}
+/// Where a request takes its connection ([`fencing_core::adapter::Via`]).
+type Via<'a> = fencing_core::adapter::Via<'a, PgConnection>;
 
 #[async_trait]
 impl FencedStore for PgStore {

@@ -91,7 +91,7 @@ pub use crate::cas::engine::{
 pub use crate::cas::object::{Contents, WriteId};
 pub use crate::contract::extras::{Extras, SqlValue};
 pub use crate::contract::guard::LeaseGuardExt;
-pub use crate::contract::store::{RecordOutcomes, StoreIdentity, StoreWrites, check_distinct};
+pub use crate::contract::store::{RecordOutcomes, StoreIdentity, StoreWrites, Via, check_distinct};
 pub use crate::contract::token_source::FloorFilter;
 pub use crate::holder::retry::contention_pause;
 pub use crate::holder::write::HolderExt;

@@ -282,6 +282,27 @@ pub trait StoreWrites: Send + Sync + Debug {
     }
 }
 
+/// Where a SQL adapter's request takes its connection (`C`, the driver's connection type): a
+/// checkout of the store's own pool, or the caller's connection or transaction (its `…_in`
+/// forms).
+#[derive(Debug)]
+pub enum Via<'a, C> {
+    /// A connection of the store's own pool.
+    Pool,
+    /// The caller's connection or transaction.
+    Caller(&'a mut C),
+}
+
+impl<C> Via<'_, C> {
+    /// The same connection, for one request before the next.
+    pub fn reborrow(&mut self) -> Via<'_, C> {
+        match self {
+            Via::Pool => Via::Pool,
+            Via::Caller(conn) => Via::Caller(conn),
+        }
+    }
+}
+
 /// Which store a [`FencedStore`] is ([`FencedStore::identity`]): a batch admits a write only
 /// to a store whose identity and name are those of one it was built with.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
