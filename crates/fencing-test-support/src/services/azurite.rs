@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::local::{Watched, exchange, free_port, scratch, wait_for};
+use super::local::{Watched, exchange, free_port, scratch};
 
 /// The emulator's well-known account.
 pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
@@ -49,7 +49,7 @@ impl Azurite {
             &dir.join("azurite.log"),
         )?;
         let server = Azurite { process, port, dir };
-        wait_for(port, "Azurite", azurite_answers)?;
+        server.process.wait_for(port, "Azurite", azurite_answers)?;
         Ok(server)
     }
 

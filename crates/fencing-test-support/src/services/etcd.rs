@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::local::{Watched, exchange, free_port, scratch, wait_for};
+use super::local::{Watched, exchange, free_port, scratch};
 
 /// One member: its name, ports, data directory and process (none while killed).
 #[derive(Debug)]
@@ -15,6 +15,15 @@ struct Member {
     peer_port: u16,
     dir: PathBuf,
     process: Option<Watched>,
+}
+
+impl Member {
+    fn wait_until_healthy(&self) -> Result<(), String> {
+        match &self.process {
+            Some(process) => process.wait_for(self.client_port, "etcd", health),
+            None => Err(format!("etcd member {} is not running", self.name)),
+        }
+    }
 }
 
 /// A cluster of etcd members on loopback, killed when dropped (and when the test process
@@ -62,7 +71,7 @@ impl EtcdCluster {
             cluster.spawn(i, "new")?;
         }
         for member in &cluster.members {
-            wait_for(member.client_port, "etcd", health)?;
+            member.wait_until_healthy()?;
         }
         cluster.wait_for_leader(Duration::from_secs(20))?;
         Ok(cluster)
@@ -151,7 +160,8 @@ impl EtcdCluster {
     pub fn restart(&mut self, i: usize) {
         self.spawn(i, "existing")
             .unwrap_or_else(|why| panic!("restart etcd member {i}: {why}"));
-        wait_for(self.members[i].client_port, "etcd", health)
+        self.members[i]
+            .wait_until_healthy()
             .unwrap_or_else(|why| panic!("restart etcd member {i}: {why}"));
     }
 
@@ -229,7 +239,8 @@ impl EtcdCluster {
                 .unwrap_or_else(|why| panic!("restore etcd member {i}: {why}"));
         }
         for member in &self.members {
-            wait_for(member.client_port, "etcd", health)
+            member
+                .wait_until_healthy()
                 .unwrap_or_else(|why| panic!("restore: {why}"));
         }
         self.wait_for_leader(Duration::from_secs(20))

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A process run under `sh`, which kills it when the shell is told to stop or the test
 /// process that started it is gone.
@@ -69,6 +69,31 @@ impl Watched {
         status.is_ok_and(|s| s.success())
     }
 
+    /// Waits until the server answers on `port`. Up to a minute: a Node or Python server
+    /// (Azurite, moto) has taken over ten seconds to start while the machine's cores were
+    /// compiling. A server that exited (its port taken, a bad argument) is reported at once.
+    pub(super) fn wait_for(
+        &self,
+        port: u16,
+        what: &str,
+        answers: fn(u16) -> bool,
+    ) -> Result<(), String> {
+        const PATIENCE: Duration = Duration::from_secs(60);
+        let started = Instant::now();
+        while started.elapsed() < PATIENCE {
+            if answers(port) {
+                return Ok(());
+            }
+            if !self.signal("0") {
+                return Err(format!("{what} exited before it answered on port {port}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!(
+            "{what} did not answer on port {port} within {PATIENCE:?}"
+        ))
+    }
+
     /// TERM, not KILL: the shell's trap must run to take the server with it.
     pub(super) fn stop(&mut self, port: u16) {
         let _ = Command::new("kill")
@@ -90,16 +115,6 @@ pub(super) fn scratch(prefix: &str) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(fencing_testkit::unique_name(prefix));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)
-}
-
-pub(super) fn wait_for(port: u16, what: &str, answers: fn(u16) -> bool) -> Result<(), String> {
-    for _ in 0..500 {
-        if answers(port) {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Err(format!("{what} did not answer on port {port} within 10 s"))
 }
 
 /// A `redis-server` of the test's own, on a free loopback port, with nothing persisted.
@@ -143,7 +158,7 @@ impl RedisServer {
                 dir,
                 extra: extra.clone(),
             };
-            match wait_for(port, "redis-server", ping) {
+            match server.process.wait_for(port, "redis-server", ping) {
                 Ok(()) => return Ok(server),
                 Err(why) => {
                     let log =
@@ -184,7 +199,8 @@ impl RedisServer {
         self.process.stop(self.port);
         self.process = Self::spawn(self.port, &self.dir, &self.extra)
             .unwrap_or_else(|why| panic!("restart redis-server: {why}"));
-        wait_for(self.port, "redis-server", ping)
+        self.process
+            .wait_for(self.port, "redis-server", ping)
             .unwrap_or_else(|why| panic!("restart redis-server: {why}"));
     }
 }
@@ -265,7 +281,9 @@ impl RedisSentinels {
                 &dir.join(format!("sentinel-{i}.log")),
             )
             .unwrap_or_else(|why| panic!("redis-server --sentinel: {why}"));
-            wait_for(port, "redis-server --sentinel", ping).unwrap_or_else(|why| panic!("{why}"));
+            process
+                .wait_for(port, "redis-server --sentinel", ping)
+                .unwrap_or_else(|why| panic!("{why}"));
             sentinels.push((process, port));
         }
         let sentinels = RedisSentinels {
@@ -507,7 +525,7 @@ impl MotoServer {
             &dir.join("moto.log"),
         )?;
         let server = MotoServer { process, port, dir };
-        wait_for(port, "moto_server", moto_answers)?;
+        server.process.wait_for(port, "moto_server", moto_answers)?;
         Ok(server)
     }
 
@@ -660,7 +678,7 @@ impl PgBouncer {
             &dir.join("pgbouncer.log"),
         )?;
         let bouncer = PgBouncer { process, port, dir };
-        wait_for(port, "pgbouncer", |port| {
+        bouncer.process.wait_for(port, "pgbouncer", |port| {
             super::listening(([127, 0, 0, 1], port).into())
         })?;
         Ok(bouncer)
