@@ -1,6 +1,6 @@
 //! Test services in containers, through `testcontainers`. Image names and tags come from the
-//! environment (`FENCING_POSTGRES_IMAGE`/`_TAG`, `FENCING_REDIS_IMAGE`/`_TAG`,
-//! `FENCING_MOTO_IMAGE`/`_TAG`); the defaults are the official images a machine with a
+//! environment (`FENCING_POSTGRES_IMAGE`/`_TAG`, `FENCING_MARIADB_IMAGE`/`_TAG`,
+//! `FENCING_REDIS_IMAGE`/`_TAG`, `FENCING_MOTO_IMAGE`/`_TAG`); the defaults are the official images a machine with a
 //! registry pulls. `containers/prepare.sh` builds
 //! compatible images locally where there is no registry.
 //!
@@ -28,6 +28,7 @@ pub struct TestContainer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Service {
     Postgres,
+    MariaDb,
     Redis,
     Moto,
 }
@@ -46,6 +47,18 @@ impl TestContainer {
             .with_cmd(["-c", "fsync=off"])
             .with_label("fencing.test", "1");
         Self::start(Service::Postgres, 5432, move || request.start())
+    }
+
+    /// A MariaDB server (user `root` without a password from any address, database `test`).
+    pub fn mariadb() -> Result<Self, String> {
+        let (image, tag) = image_from_env("MARIADB", "mariadb", "10.11");
+        let request = GenericImage::new(image, tag)
+            .with_exposed_port(3306.tcp())
+            .with_wait_for(WaitFor::message_on_stderr("ready for connections"))
+            .with_env_var("MARIADB_ALLOW_EMPTY_ROOT_PASSWORD", "1")
+            .with_env_var("MARIADB_DATABASE", "test")
+            .with_label("fencing.test", "1");
+        Self::start(Service::MariaDb, 3306, move || request.start())
     }
 
     /// A Redis server with nothing persisted.
@@ -108,6 +121,7 @@ impl TestContainer {
     pub fn url(&self) -> String {
         match self.service {
             Service::Postgres => format!("postgres://postgres@127.0.0.1:{}/test", self.port),
+            Service::MariaDb => format!("mysql://root@127.0.0.1:{}/test", self.port),
             Service::Redis => format!("redis://127.0.0.1:{}/", self.port),
             Service::Moto => format!("http://127.0.0.1:{}", self.port),
         }
@@ -145,6 +159,7 @@ impl TestContainer {
         while Instant::now() < deadline {
             let answered = match self.service {
                 Service::Postgres => postgres_answers(self.port),
+                Service::MariaDb => mysql_answers(self.port),
                 Service::Redis => super::local::ping(self.port),
                 Service::Moto => super::local::moto_answers(self.port),
             };
@@ -188,6 +203,19 @@ fn postgres_answers(port: u16) -> bool {
     stream.write_all(&ssl_request).is_ok()
         && stream.read_exact(&mut reply).is_ok()
         && matches!(&reply, b"S" | b"N")
+}
+
+/// True when the server on `port` greets with a MySQL handshake (protocol 10) rather than an
+/// error packet (a host it does not let in yet, a server still starting).
+fn mysql_answers(port: u16) -> bool {
+    let Ok(mut stream) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut header = [0u8; 5];
+    stream.read_exact(&mut header).is_ok() && header[4] == 10
 }
 
 /// Runs the docker CLI (it follows `DOCKER_HOST`) and returns its standard output.

@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use super::local::{Watched, free_port, scratch};
 
 /// A `mariadbd` on a free loopback port with a data directory of its own (user `root`
-/// without a password, a database `test`), its binary log on (row format, GTIDs), killed and
-/// removed when dropped, and also when the test process dies.
+/// without a password, a database `test`), its binary log on (row format, GTIDs), the
+/// character set and collation Debian's configuration gives the machine's server (utf8mb4,
+/// `utf8mb4_general_ci`), killed and removed when dropped, and also when the test process
+/// dies.
 #[derive(Debug)]
 pub struct LocalMariaDb {
     process: Option<Watched>,
@@ -132,7 +134,8 @@ impl LocalMariaDb {
              --bind-address=127.0.0.1 --socket='{dir}/mysqld.sock' --pid-file='{dir}/mysqld.pid' \
              --tmpdir='{dir}/tmp' \
              --server-id={id} --log-bin='{data}/binlog' --binlog-format=ROW \
-             --innodb-buffer-pool-size=32M --skip-name-resolve",
+             --innodb-buffer-pool-size=32M --skip-name-resolve \
+             --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci",
             data = self.data.display(),
             dir = self.dir.display(),
             port = self.port,

@@ -1,8 +1,8 @@
 //! How tests find the servers they talk to. `$FENCING_TEST_SERVICES` chooses
 //! ([`ServiceMode`]); `auto` tries, in this order: an explicit URL in the environment, a
-//! server on its standard local port, a local binary started on a free port (Redis, moto), a
-//! container where a Docker engine answers. A test that finds none fails and says what it
-//! tried: a silent skip would hide a missing service.
+//! server on its standard local port, a local binary started on a free port (Redis, MariaDB,
+//! moto), a container where a Docker engine answers. A test that finds none fails and says
+//! what it tried: a silent skip would hide a missing service.
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::OnceLock;
@@ -188,23 +188,25 @@ pub fn postgres_url() -> String {
 }
 
 /// A MySQL or MariaDB URL for tests (user `root` without a password, database `test`), found
-/// as [`ServiceMode`] says: `$FENCING_MYSQL_URL` or the server on 127.0.0.1:3306 (MariaDB on
-/// every machine of this project's kind; `scripts/setup` starts it where it stopped).
+/// as [`ServiceMode`] says: `$FENCING_MYSQL_URL`, the server on 127.0.0.1:3306 (MariaDB on
+/// every machine of this project's kind; `scripts/setup` starts it where it stopped), a
+/// [`LocalMariaDb`] started for this test binary on a free port (it stops when the binary
+/// exits), or a container.
 ///
 /// # Panics
 ///
 /// When none is available, with a message naming everything tried.
 pub fn mysql_url() -> String {
+    static SPARE: OnceLock<LocalMariaDb> = OnceLock::new();
+    static CONTAINER: Shared<TestContainer> = OnceLock::new();
     find(Service {
         name: "MySQL or MariaDB",
         env_var: MYSQL_URL_VAR,
         standard: ("mysql://root@127.0.0.1:3306/test", || {
             listening(([127, 0, 0, 1], 3306).into())
         }),
-        local_binary: || {
-            Err("a mariadbd of the tests' own: not yet (scripts/setup starts the machine's)".into())
-        },
-        container: || Err("a MariaDB container: no image in containers/ yet".into()),
+        local_binary: || Ok(SPARE.get_or_init(LocalMariaDb::primary).url("test")),
+        container: || shared_container(&CONTAINER, TestContainer::mariadb),
     })
 }
 
