@@ -2,7 +2,9 @@
 //! decides by the core's rules and applies.
 
 use async_trait::async_trait;
-use fencing_core::adapter::{HolderExt, RequestEffect, StoreIdentity, StoreWrites, check_distinct};
+use fencing_core::adapter::{
+    HolderExt, RequestEffect, StoreIdentity, StoreWrites, check_distinct, check_store_name,
+};
 use fencing_core::{
     FenceCheck, FencedStore, FencedWrite, FencingToken, Holder, InputKind, InvalidInput, Record,
     RecordKey, Result, State, Written,
@@ -246,6 +248,14 @@ impl MySqlStore {
             pool,
             table,
         }
+    }
+
+    /// The same store under another name in errors and batches (`mysql:database.table`
+    /// unless renamed), e.g. `payouts`. Any text without control or format characters.
+    pub fn named(mut self, name: &str) -> Result<Self, InvalidInput> {
+        check_store_name(name)?;
+        self.name = name.into();
+        Ok(self)
     }
 
     /// A [`MySqlWrite`] (a fenced write that may set other columns too) of `key` under
@@ -705,6 +715,16 @@ impl MySqlStore {
             ));
         }
         Ok(())
+    }
+
+    /// A driver error from a statement of the caller's own, run in one transaction with this
+    /// store's writes (a ledger entry beside a confirm), as this store's error: a lost
+    /// connection is [`fencing_core::Error::Ambiguous`], anything else the failure of the
+    /// store it means ([`fencing_core::Error::failure`]: a missing table is
+    /// [`fencing_core::Error::Misconfigured`], a refused grant
+    /// [`fencing_core::Error::PermissionDenied`]…), the driver's error kept as its source.
+    pub fn sql_failure(&self, err: sqlx::Error) -> fencing_core::Error {
+        self.failed(err.into(), RequestEffect::Writes)
     }
 
     fn failed(&self, failure: MySqlFailure, effect: RequestEffect) -> fencing_core::Error {

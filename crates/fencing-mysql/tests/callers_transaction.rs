@@ -132,3 +132,48 @@ async fn a_stale_holder_is_refused_in_a_transaction_and_a_connection_outside_one
     );
     database.drop_database().await;
 }
+
+/// A statement of the caller's own in the write's transaction fails as this store's error
+/// (`MySqlStore::sql_failure`): a missing ledger table is `Misconfigured`, naming the store,
+/// the driver's error kept as its source; a connection killed under the transaction is
+/// `Ambiguous` (the commit may or may not have happened, as far as the caller can tell).
+#[tokio::test]
+async fn a_statement_of_the_callers_own_fails_as_the_stores_error_with_the_drivers_as_source() {
+    let database = Database::new().await;
+    prepared(&database).await;
+    let store = database.store();
+    let lifecycle = Lifecycle::default();
+    let (source, resource) = fencing_testkit::issued_up_to(33).await;
+    let holder = Holder::new(&resource, token(33), &source);
+
+    let mut tx = database.pool.begin().await.unwrap();
+    store
+        .write_in(&mut tx, &holder, &key("r_815"), &lifecycle.claim())
+        .await
+        .unwrap();
+    let err = sqlx::query("INSERT INTO no_such_ledger VALUES ('r_815', 1200)")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| store.sql_failure(e))
+        .unwrap_err();
+    assert!(matches!(&err, Error::Misconfigured { .. }), "{err:?}");
+    assert!(err.to_string().contains(store.name()), "{err}");
+    let cause = std::error::Error::source(&err).expect("the driver's error kept");
+    assert!(cause.to_string().contains("no_such_ledger"), "{cause}");
+    tx.rollback().await.unwrap();
+
+    let mut tx = database.pool.begin().await.unwrap();
+    let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    database.execute(format!("KILL CONNECTION {id}")).await;
+    let err = sqlx::query("INSERT INTO ledger VALUES ('r_815', 1200)")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| store.sql_failure(e))
+        .unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
+    drop(tx);
+    database.drop_database().await;
+}

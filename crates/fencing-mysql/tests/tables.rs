@@ -550,3 +550,27 @@ async fn writes_that_need_only_the_fence_and_state_back_report_what_they_found()
     assert_eq!(fences, [34, 34], "neither row changed");
     database.drop_database().await;
 }
+
+/// A store renamed for errors and batches refuses under its new name; a name with a control
+/// character is refused as bad input.
+#[tokio::test]
+async fn a_store_named_for_its_job_refuses_under_that_name() {
+    let database = Database::new().await;
+    let store = database.store().named("payouts").unwrap();
+    assert_eq!(store.name(), "payouts");
+    store
+        .write(&key("r_815"), token(34), &FencedWrite::claim())
+        .await
+        .unwrap();
+    let err = store
+        .write(&key("r_815"), token(33), &FencedWrite::claim())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Fenced { store, .. } if store == "payouts"),
+        "{err:?}"
+    );
+    let err = database.store().named("pay\nouts").unwrap_err();
+    assert_eq!(err.kind(), InputKind::StoreSet, "{err:?}");
+    database.drop_database().await;
+}

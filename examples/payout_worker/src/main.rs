@@ -1,21 +1,24 @@
 //! A payout worker on a payments team's own schema: uuid keys, a status column, columns of
 //! their own set with the confirm, a ledger entry in the same transaction, a Redis lease
-//! renewed while it runs, and its epochs kept in PostgreSQL.
+//! renewed while it runs, and its epochs kept in the team's database: PostgreSQL, or MySQL
+//! and MariaDB (a `mysql://` URL).
 //!
 //! ```text
 //! cargo run -p payout-worker
 //! DATABASE_URL=postgres://… REDIS_URL=redis://… cargo run -p payout-worker
+//! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run -p payout-worker
 //! AWS_ENDPOINT_URL=http://127.0.0.1:5000 cargo run -p payout-worker
 //! ```
 //!
-//! It creates the tables in a schema `payout_demo` if missing (as they were before fencing),
-//! fits the payouts table for fencing with the SQL a migration tool would run, queues 25
-//! payouts for merchant m_4471 and runs one worker over them.
+//! It creates the tables if missing (as they were before fencing: in a schema `payout_demo`
+//! on PostgreSQL, a database `payout_demo` on MySQL), fits the payouts table for fencing with
+//! the SQL a migration tool would run, queues 25 payouts for merchant m_4471 and runs one
+//! worker over them.
 //!
 //! With `AWS_ENDPOINT_URL` set (an emulator such as moto, or a service endpoint), each
 //! payout's ledger entry goes to the DynamoDB table `payout_demo_ledger` and its receipt to
 //! the S3 bucket `payout-demo-receipts` (both created if missing), written under the lease's
-//! token before the PostgreSQL confirm. Credentials come from `AWS_ACCESS_KEY_ID` and
+//! token before the payout's confirm. Credentials come from `AWS_ACCESS_KEY_ID` and
 //! `AWS_SECRET_ACCESS_KEY` (`test`/`test` if unset, as an emulator takes), the region from
 //! `AWS_REGION` (`us-east-1`). A worker on the service would build its clients with
 //! `aws-config` instead (the guide shows both).
@@ -29,13 +32,16 @@
 //! cargo run -p payout-worker -- --ttl-secs 10 --queue 0
 //! ```
 
+mod payouts;
 mod worker;
 
 use std::sync::Arc;
 
 use fencing::prelude::*;
-use sqlx::AssertSqlSafe;
 
+use crate::payouts::{MySqlPayouts, PayoutsDb, PgPayouts};
+
+/// The schema (PostgreSQL) or database (MySQL) of the team's tables.
 const SCHEMA: &str = "payout_demo";
 
 struct Options {
@@ -91,28 +97,26 @@ async fn main() -> Result<(), BoxError> {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let redis_url =
         std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
-    let pool = sqlx::PgPool::connect(&database_url).await?;
+    let payouts: Box<dyn PayoutsDb> = if database_url.starts_with("mysql:") {
+        let pool = sqlx::MySqlPool::connect(&database_url).await?;
+        Box::new(MySqlPayouts::new(pool, SCHEMA)?)
+    } else {
+        let pool = sqlx::PgPool::connect(&database_url).await?;
+        Box::new(PgPayouts::new(pool, SCHEMA)?)
+    };
 
-    worker::create_tables(&pool, SCHEMA).await?;
-    let table = worker::payouts_table(SCHEMA)?;
+    payouts.create_tables().await?;
     println!("-- the migration fencing asks for (run by a migration tool, or here):");
-    println!("{}", table.migration_sql());
-    sqlx::raw_sql(AssertSqlSafe(table.migration_sql()))
-        .execute(&pool)
-        .await?;
-    worker::queue_payouts(&pool, SCHEMA, "m_4471", options.queue, 7025).await?;
+    println!("{}", payouts.migration_sql());
+    payouts.migrate().await?;
+    payouts.queue("m_4471", options.queue, 7025).await?;
 
-    // Tokens from Redis, prefixed with epochs from PostgreSQL: a Redis that loses its counter
-    // cannot issue a token twice.
-    let epochs = PgEpochSource::new(
-        pool.clone(),
-        fencing::postgres::PgQualifiedName::new(SCHEMA, "epochs")?,
-    );
-    epochs.create_if_missing().await?;
+    // Tokens from Redis, prefixed with epochs from the team's database: a Redis that loses
+    // its counter cannot issue a token twice.
     let redis = redis::Client::open(redis_url)?
         .get_multiplexed_async_connection()
         .await?;
-    let lease: Arc<dyn Lease> = Arc::new(RedisLease::new(redis, Arc::new(epochs)));
+    let lease: Arc<dyn Lease> = Arc::new(RedisLease::new(redis, payouts.epochs().await?));
 
     let ledger = match std::env::var("AWS_ENDPOINT_URL") {
         Ok(endpoint) => {
@@ -120,7 +124,7 @@ async fn main() -> Result<(), BoxError> {
             worker::Ledger::on_aws(dynamodb, s3, "payout_demo_ledger", "payout-demo-receipts")
                 .await?
         }
-        Err(_) => worker::Ledger::Postgres,
+        Err(_) => worker::Ledger::InDatabase,
     };
 
     let gateway = worker::Gateway::default();
@@ -128,15 +132,10 @@ async fn main() -> Result<(), BoxError> {
         gateway.stall_on_call(call, std::time::Duration::from_secs(secs));
     }
     let ttl = Ttl::from_secs(options.ttl_secs)?;
-    let run = worker::run(&pool, SCHEMA, lease, "m_4471", ttl, &gateway, &ledger).await?;
+    let run = worker::run(&*payouts, lease, "m_4471", ttl, &gateway, &ledger).await?;
     println!("{run}");
-    let (paid, entries): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
-        "SELECT (SELECT count(*) FROM \"{SCHEMA}\".payouts WHERE status = 'paid'), \
-         (SELECT count(*) FROM \"{SCHEMA}_Billing\".\"LedgerEntries\")"
-    )))
-    .fetch_one(&pool)
-    .await?;
-    println!("payouts paid in all: {paid}; ledger entries in PostgreSQL in all: {entries}");
+    let (paid, entries) = payouts.counts().await?;
+    println!("payouts paid in all: {paid}; ledger entries in the database in all: {entries}");
     if let worker::Ledger::Aws { entries, .. } = &ledger {
         let items = entries
             .client()

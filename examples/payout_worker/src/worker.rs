@@ -1,76 +1,31 @@
 //! The payout worker: a payments team's own tables, their own pool, a Redis lease, and a
-//! confirm that posts the ledger entry, either in PostgreSQL in the same transaction, or in
-//! DynamoDB with a receipt in S3, each under the lease's token, before the PostgreSQL confirm.
+//! confirm that posts the ledger entry, either in the payouts' database (PostgreSQL, or
+//! MySQL and MariaDB: [`crate::payouts`]) in the same transaction, or in DynamoDB with a
+//! receipt in S3, each under the lease's token, before the payout's confirm.
 //!
-//! The tables are the team's, as they were before fencing: `payouts` keyed by `uuid` with a
-//! `status` column, and `"Billing"."LedgerEntries"` with a `bigserial` key. The only change
-//! fencing asks for is the one `PgTable::migration_sql` prints (a `fence` column and its
-//! check), which a migration tool would run. On AWS, the ledger is a DynamoDB table keyed by
-//! `merchant` and `payout_id` whose amount and gateway reference are attributes of their own,
-//! and the receipt a JSON object any reader can parse, the fence among its fields.
+//! On AWS, the ledger is a DynamoDB table keyed by `merchant` and `payout_id` whose amount
+//! and gateway reference are attributes of their own, and the receipt a JSON object any
+//! reader can parse, the fence among its fields.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing::postgres::PgValue;
 use fencing::prelude::*;
 use fencing::{
     FencedWrite, LeaseRenewal, MismatchPolicy, RecordWrites, Result, RetryPolicy, State, Written,
 };
-use sqlx::{AssertSqlSafe, PgPool, Row};
 
-/// The team's schema, as it was before fencing, in `schema` (the ledger in `"Billing"`-like
-/// `"<schema>_Billing"`, so runs do not share it), with a few payouts for `merchant`.
-pub(crate) async fn create_tables(pool: &PgPool, schema: &str) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "CREATE SCHEMA IF NOT EXISTS \"{schema}\"; \
-         CREATE TABLE IF NOT EXISTS \"{schema}\".payouts (id uuid PRIMARY KEY, merchant text NOT NULL, \
-           amount_cents bigint NOT NULL, status text NOT NULL DEFAULT 'queued', \
-           created_at timestamptz NOT NULL DEFAULT clock_timestamp(), paid_at timestamptz, gateway_ref text); \
-         CREATE SCHEMA IF NOT EXISTS \"{schema}_Billing\"; \
-         CREATE TABLE IF NOT EXISTS \"{schema}_Billing\".\"LedgerEntries\" (id bigserial PRIMARY KEY, \
-           payout_id uuid NOT NULL UNIQUE, amount_cents bigint NOT NULL, \
-           posted_at timestamptz NOT NULL DEFAULT now())"
-    )))
-    .execute(pool)
-    .await
-    .map(drop)
-}
-
-/// Queues `count` payouts of `cents` each for `merchant`.
-pub(crate) async fn queue_payouts(
-    pool: &PgPool,
-    schema: &str,
-    merchant: &str,
-    count: i64,
-    cents: i64,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO \"{schema}\".payouts (id, merchant, amount_cents) \
-         SELECT gen_random_uuid(), $1, $2 FROM generate_series(1, $3)"
-    )))
-    .bind(merchant)
-    .bind(cents)
-    .bind(count)
-    .execute(pool)
-    .await
-    .map(drop)
-}
-
-/// The payouts table as fencing sees it: key `id` (uuid), state `status`, fence `fence`.
-pub(crate) fn payouts_table(schema: &str) -> Result<PgTable> {
-    Ok(PgTable::new(schema, "payouts")?.with_state_column("status")?)
-}
+use crate::payouts::{PayoutsDb, lifecycle};
 
 /// Where a paid payout's ledger entry goes.
 pub(crate) enum Ledger {
-    /// `"<schema>_Billing"."LedgerEntries"`, in the confirm's transaction: a refused confirm
-    /// takes its entry with it.
-    Postgres,
+    /// The ledger table of the payouts' database, in the confirm's transaction: a refused
+    /// confirm takes its entry with it.
+    InDatabase,
     /// An item in DynamoDB and a receipt in S3, written under the lease's token after the
-    /// transfer and before the PostgreSQL confirm, so that `paid` means all three exist. Each
+    /// transfer and before the payout's confirm, so that `paid` means all three exist. Each
     /// store checks the fence itself: a stale worker is refused by whichever it reaches first
     /// after a newer worker wrote there.
     Aws {
@@ -134,12 +89,6 @@ impl Ledger {
     pub(crate) fn receipt_key(merchant: &str, payout: &RecordKey) -> Result<RecordKey> {
         Ok(RecordKey::new(format!("{merchant}/{payout}"))?)
     }
-}
-
-/// `queued → sending → paid`.
-pub(crate) fn lifecycle() -> Lifecycle {
-    let state = |s: &str| State::new(s).expect("a state name");
-    Lifecycle::new(state("queued"), state("sending"), state("paid")).expect("three states")
 }
 
 /// A payment gateway as the worker sees one: it creates a payout transfer once per
@@ -276,50 +225,24 @@ pub(crate) fn resource(merchant: &str) -> Result<ResourceName> {
     Ok(ResourceName::new(format!("payouts:{merchant}"))?)
 }
 
-/// The amount of each payout of `merchant` not yet paid, by payout id: a plain read, which
-/// claims nothing.
-async fn unpaid_amounts(
-    pool: &PgPool,
-    schema: &str,
-    merchant: &str,
-    payouts: &PgStore,
-) -> Result<HashMap<RecordKey, i64>> {
-    let rows = sqlx::query(AssertSqlSafe(format!(
-        "SELECT id::text, amount_cents FROM \"{schema}\".payouts \
-         WHERE merchant = $1 AND status <> 'paid' ORDER BY created_at, id"
-    )))
-    .bind(merchant)
-    .fetch_all(pool)
-    .await
-    .map_err(|e| payouts.sql_failure(e))?;
-    let mut amounts = HashMap::new();
-    for row in &rows {
-        amounts.insert(
-            RecordKey::new(row.get::<String, _>(0))?,
-            row.get::<i64, _>(1),
-        );
-    }
-    Ok(amounts)
-}
-
 /// One run of the payout worker for `merchant`: acquire the lease, claim every queued (or
-/// stuck) payout in one statement, and for each, call the gateway by payout id, post its
+/// stuck) payout in one round trip, and for each, call the gateway by payout id, post its
 /// ledger entry (by `ledger`) and confirm it. Every write carries the lease's token, so a run
-/// that paused past its TTL is refused at its first write after a newer run's claim: in
-/// PostgreSQL its transaction (ledger entry included) rolls back; on AWS the ledger item or
-/// the receipt a newer run wrote refuses it, and the payout is never marked paid by it.
+/// that paused past its TTL is refused at its first write after a newer run's claim: in the
+/// payouts' database its transaction (ledger entry included) rolls back; on AWS the ledger
+/// item or the receipt a newer run wrote refuses it, and the payout is never marked paid by
+/// it.
 pub(crate) async fn run(
-    pool: &PgPool,
-    schema: &str,
+    payouts: &dyn PayoutsDb,
     lease: Arc<dyn Lease>,
     merchant: &str,
     ttl: Ttl,
     gateway: &Gateway,
     ledger: &Ledger,
 ) -> Result<Run> {
-    let payouts = Arc::new(PgStore::new(pool.clone(), payouts_table(schema)?).named("payouts")?);
+    let store = payouts.store();
     let resource = resource(merchant)?;
-    let mut stores: Vec<Arc<dyn FencedStore>> = vec![payouts.clone()];
+    let mut stores: Vec<Arc<dyn FencedStore>> = vec![store.clone()];
     if let Ledger::Aws { entries, receipts } = ledger {
         stores.push(entries.clone());
         stores.push(receipts.clone());
@@ -342,20 +265,19 @@ pub(crate) async fn run(
             let lifecycle = lifecycle();
             // A plain read lists the candidates; the claim, fenced and conditional on the state,
             // decides which are this run's (a payout cancelled meanwhile is skipped there).
-            let amounts = unpaid_amounts(pool, schema, merchant, &payouts).await?;
+            let amounts = payouts.unpaid_amounts(merchant).await?;
             let keys: Vec<RecordKey> = amounts.keys().cloned().collect();
             let claimed = payouts
-                .write_together(&batch.holder(), &keys, &lifecycle.claim())
+                .claim_all(&batch.holder(), &keys, &lifecycle.claim())
                 .await?;
-            run.already_paid = claimed.already_done.len() as u32;
+            run.already_paid = claimed.already_paid as u32;
             let call = PayoutCall {
                 gateway,
                 amounts: &amounts,
             };
             let paid_with_entry = PaidWithLedgerEntry {
-                pool,
-                schema,
-                payouts: &payouts,
+                payouts,
+                store: &*store,
                 ledger,
                 merchant,
                 amounts: &amounts,
@@ -365,7 +287,7 @@ pub(crate) async fn run(
             // that gives up stops new transfers (the guard is the renewal's too).
             let settled = batch
                 .holder()
-                .pipeline(&payouts, &lifecycle, &call)
+                .pipeline(&*store, &lifecycle, &call)
                 .concurrency(8)
                 .writes(&paid_with_entry)
                 .run_claimed(claimed.written)
@@ -386,12 +308,11 @@ pub(crate) async fn run(
         .await
 }
 
-/// Each payout's confirm with its ledger entry: in one PostgreSQL transaction, or (on AWS)
-/// after the ledger item and the receipt, each under the same fence.
+/// Each payout's confirm with its ledger entry: in one transaction of the payouts' database,
+/// or (on AWS) after the ledger item and the receipt, each under the same fence.
 struct PaidWithLedgerEntry<'a> {
-    pool: &'a PgPool,
-    schema: &'a str,
-    payouts: &'a PgStore,
+    payouts: &'a dyn PayoutsDb,
+    store: &'a dyn FencedStore,
     ledger: &'a Ledger,
     merchant: &'a str,
     amounts: &'a HashMap<RecordKey, i64>,
@@ -401,9 +322,7 @@ struct PaidWithLedgerEntry<'a> {
 #[async_trait]
 impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
     async fn claim(&self, holder: &Holder, key: &RecordKey) -> Result<Written> {
-        holder
-            .write(self.payouts, key, &self.lifecycle.claim())
-            .await
+        holder.write(self.store, key, &self.lifecycle.claim()).await
     }
 
     async fn confirm(
@@ -413,16 +332,10 @@ impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
         reference: &String,
     ) -> Result<Written> {
         match self.ledger {
-            Ledger::Postgres => {
-                confirm_with_ledger_entry(
-                    self.pool,
-                    self.schema,
-                    self.payouts,
-                    holder,
-                    key,
-                    reference,
-                )
-                .await
+            Ledger::InDatabase => {
+                self.payouts
+                    .confirm_with_ledger_entry(holder, key, reference)
+                    .await
             }
             Ledger::Aws { entries, receipts } => {
                 let payout = Payout {
@@ -432,43 +345,10 @@ impl RecordWrites<String> for PaidWithLedgerEntry<'_> {
                     reference,
                 };
                 post_to_aws(entries, receipts, holder, &payout).await?;
-                self.payouts.write_with(holder, key, paid(reference)?).await
+                self.payouts.confirm(holder, key, reference).await
             }
         }
     }
-}
-
-/// Marks the payout paid (with its time and the gateway's reference) and posts its ledger
-/// entry, in one transaction: a confirm the fence refuses takes the ledger entry with it.
-async fn confirm_with_ledger_entry(
-    pool: &PgPool,
-    schema: &str,
-    payouts: &PgStore,
-    holder: &Holder,
-    key: &RecordKey,
-    reference: &str,
-) -> Result<Written> {
-    let mut tx = pool.begin().await.map_err(|e| payouts.sql_failure(e))?;
-    let written = payouts
-        .write_in(&mut tx, holder, key, paid(reference)?)
-        .await?;
-    sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO \"{schema}_Billing\".\"LedgerEntries\" (payout_id, amount_cents) \
-         SELECT id, amount_cents FROM \"{schema}\".payouts WHERE id = $1::uuid"
-    )))
-    .bind(key.as_str())
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| payouts.sql_failure(e))?;
-    tx.commit().await.map_err(|e| payouts.sql_failure(e))?;
-    Ok(written)
-}
-
-/// The confirm: `paid`, with its time and the gateway's reference.
-fn paid(reference: &str) -> Result<PgWrite> {
-    Ok(PgWrite::new(lifecycle().confirm())
-        .set("paid_at", PgValue::Now)?
-        .set("gateway_ref", reference)?)
 }
 
 /// A transferred payout, as its ledger entry and receipt record it.

@@ -5,6 +5,9 @@
 //! JSON): every payout paid once, its ledger entry posted once, the stalled worker refused
 //! in every store.
 
+#[path = "../src/payouts.rs"]
+#[allow(unreachable_pub)]
+mod payouts;
 #[path = "../src/worker.rs"]
 #[allow(unreachable_pub)]
 mod worker;
@@ -15,53 +18,23 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing::postgres::{PgEpochSource, PgQualifiedName};
 use fencing::prelude::*;
 use fencing::{Error, FencedWrite, FoundFence, Result};
 use fencing_core::adapter::HolderExt;
 use fencing_test_support::{aws, services};
 use fencing_testkit::unique_name;
+use payouts::{MySqlPayouts, PayoutsDb, PgPayouts};
 use sqlx::AssertSqlSafe;
 
 const PAYOUTS: i64 = 30;
 
-async fn redis_lease(pool: &sqlx::PgPool, schema: &str) -> Arc<dyn Lease> {
-    let epochs = PgEpochSource::new(
-        pool.clone(),
-        PgQualifiedName::new(schema, "epochs").unwrap(),
-    );
-    epochs.create_if_missing().await.unwrap();
+async fn redis_lease(payouts: &dyn PayoutsDb) -> Arc<dyn Lease> {
     let redis = redis::Client::open(services::redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    Arc::new(RedisLease::new(redis, Arc::new(epochs)))
-}
-
-/// The team's schema with `PAYOUTS` payouts for a merchant of this test's own, the last one
-/// cancelled before the runs: (schema, merchant).
-async fn queued_payouts(pool: &sqlx::PgPool) -> (String, String) {
-    let schema = unique_name("payouts").replace('-', "_");
-    worker::create_tables(pool, &schema).await.unwrap();
-    let table = worker::payouts_table(&schema).unwrap();
-    sqlx::raw_sql(AssertSqlSafe(table.migration_sql()))
-        .execute(pool)
-        .await
-        .unwrap();
-    let merchant = unique_name("m_4471");
-    worker::queue_payouts(pool, &schema, &merchant, PAYOUTS, 7025)
-        .await
-        .unwrap();
-    // Both runs leave the cancelled payout alone and go on.
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "UPDATE \"{schema}\".payouts SET status = 'cancelled' \
-         WHERE id = (SELECT id FROM \"{schema}\".payouts ORDER BY created_at DESC, id DESC LIMIT 1)"
-    )))
-    .execute(pool)
-    .await
-    .unwrap();
-    (schema, merchant)
+    Arc::new(RedisLease::new(redis, payouts.epochs().await.unwrap()))
 }
 
 async fn pool() -> sqlx::PgPool {
@@ -72,17 +45,84 @@ async fn pool() -> sqlx::PgPool {
         .unwrap()
 }
 
+async fn mysql_pool() -> sqlx::MySqlPool {
+    sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(6)
+        .connect(&services::mysql_url())
+        .await
+        .unwrap()
+}
+
+/// Where the team's payouts live: a schema of this test's own in PostgreSQL, or a database of
+/// its own in MySQL.
+#[derive(Clone)]
+enum PayoutsAt {
+    Postgres(String),
+    MySql(String),
+}
+
+impl PayoutsAt {
+    /// The payouts, through a pool of the caller's own (connections belong to the runtime
+    /// that made them).
+    async fn payouts(&self) -> Box<dyn PayoutsDb> {
+        match self {
+            PayoutsAt::Postgres(schema) => Box::new(PgPayouts::new(pool().await, schema).unwrap()),
+            PayoutsAt::MySql(database) => {
+                Box::new(MySqlPayouts::new(mysql_pool().await, database).unwrap())
+            }
+        }
+    }
+}
+
+/// The team's tables with `PAYOUTS` payouts for a merchant of this test's own, fitted for
+/// fencing by the migration, the last payout cancelled before the runs: (where, merchant).
+async fn queued_payouts(mysql: bool) -> (PayoutsAt, String) {
+    let name = unique_name("payouts").replace('-', "_");
+    let at = if mysql {
+        PayoutsAt::MySql(name)
+    } else {
+        PayoutsAt::Postgres(name)
+    };
+    let payouts = at.payouts().await;
+    payouts.create_tables().await.unwrap();
+    payouts.migrate().await.unwrap();
+    let merchant = unique_name("m_4471");
+    payouts.queue(&merchant, PAYOUTS, 7025).await.unwrap();
+    // Both runs leave the cancelled payout alone and go on.
+    match &at {
+        PayoutsAt::Postgres(schema) => {
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "UPDATE \"{schema}\".payouts SET status = 'cancelled' WHERE id = \
+                 (SELECT id FROM \"{schema}\".payouts ORDER BY created_at DESC, id DESC LIMIT 1)"
+            )))
+            .execute(&pool().await)
+            .await
+            .unwrap();
+        }
+        PayoutsAt::MySql(database) => {
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "UPDATE `{database}`.payouts SET status = 'cancelled' \
+                 ORDER BY created_at DESC, id DESC LIMIT 1"
+            )))
+            .execute(&mysql_pool().await)
+            .await
+            .unwrap();
+        }
+    }
+    (at, merchant)
+}
+
 /// How the ledger is reached, for a worker that builds its own clients.
 #[derive(Clone)]
 enum LedgerAt {
-    Postgres,
+    InDatabase,
     Aws { table: String, bucket: String },
 }
 
 impl LedgerAt {
     async fn ledger(&self) -> worker::Ledger {
         match self {
-            LedgerAt::Postgres => worker::Ledger::Postgres,
+            LedgerAt::InDatabase => worker::Ledger::InDatabase,
             LedgerAt::Aws { table, bucket } => worker::Ledger::on_aws(
                 aws::dynamodb_client(aws_sdk_dynamodb::Config::builder()),
                 aws::s3_client(aws_sdk_s3::Config::builder()),
@@ -100,15 +140,15 @@ impl LedgerAt {
 /// its 10th gateway call, after the gateway created the transfer and before its answer
 /// returns, until `gateway.wake()` (at most a minute): its renewal stalls with it.
 fn stalled_worker(
-    schema: &str,
+    at: &PayoutsAt,
     merchant: &str,
     gateway: &Arc<worker::Gateway>,
     ledger: &LedgerAt,
     ttl: Ttl,
 ) -> JoinHandle<Result<worker::Run>> {
     gateway.stall_on_call(10, Duration::from_secs(60));
-    let (schema, merchant, gateway, ledger) = (
-        schema.to_owned(),
+    let (at, merchant, gateway, ledger) = (
+        at.clone(),
         merchant.to_owned(),
         gateway.clone(),
         ledger.clone(),
@@ -119,12 +159,10 @@ fn stalled_worker(
             .build()
             .unwrap()
             .block_on(async {
-                let pool = sqlx::PgPool::connect(&services::postgres_url())
-                    .await
-                    .unwrap();
-                let lease = redis_lease(&pool, &schema).await;
+                let payouts = at.payouts().await;
+                let lease = redis_lease(&*payouts).await;
                 let ledger = ledger.ledger().await;
-                worker::run(&pool, &schema, lease, &merchant, ttl, &gateway, &ledger).await
+                worker::run(&*payouts, lease, &merchant, ttl, &gateway, &ledger).await
             })
     })
 }
@@ -169,51 +207,96 @@ fn check_runs(b: &worker::Run, gateway: &worker::Gateway, a_confirmed: i64) {
     assert_eq!(journal.repeated_calls, 0, "nothing sent twice");
 }
 
-/// The payouts table by plain SQL: `(paid with a time and reference, claimed by `token`,
-/// the cancelled one's fence)`.
-async fn payouts_audit(pool: &sqlx::PgPool, schema: &str, token: FencingToken) -> (i64, i64, i64) {
-    let (paid, fenced_by, cancelled_fence): (i64, i64, i64) =
-        sqlx::query_as(AssertSqlSafe(format!(
-            "SELECT (SELECT count(*) FROM \"{schema}\".payouts WHERE status = 'paid' \
-           AND paid_at IS NOT NULL AND gateway_ref IS NOT NULL), \
-         (SELECT count(*) FROM \"{schema}\".payouts WHERE fence = $1), \
-         (SELECT fence FROM \"{schema}\".payouts WHERE status = 'cancelled')"
-        )))
-        .bind(token.as_i64())
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    (paid, fenced_by, cancelled_fence)
+impl PayoutsAt {
+    /// The payouts table by plain SQL: `(paid with a time and reference, claimed by `token`,
+    /// the cancelled one's fence)`.
+    async fn audit(&self, token: FencingToken) -> (i64, i64, i64) {
+        match self {
+            PayoutsAt::Postgres(schema) => sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT (SELECT count(*) FROM \"{schema}\".payouts WHERE status = 'paid' \
+                   AND paid_at IS NOT NULL AND gateway_ref IS NOT NULL), \
+                 (SELECT count(*) FROM \"{schema}\".payouts WHERE fence = $1), \
+                 (SELECT fence FROM \"{schema}\".payouts WHERE status = 'cancelled')"
+            )))
+            .bind(token.as_i64())
+            .fetch_one(&pool().await)
+            .await
+            .unwrap(),
+            PayoutsAt::MySql(database) => sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT (SELECT COUNT(*) FROM `{database}`.payouts WHERE status = 'paid' \
+                   AND paid_at IS NOT NULL AND gateway_ref IS NOT NULL), \
+                 (SELECT COUNT(*) FROM `{database}`.payouts WHERE fence = ?), \
+                 (SELECT COALESCE(fence, 0) FROM `{database}`.payouts \
+                   WHERE status = 'cancelled')"
+            )))
+            .bind(token.as_i64())
+            .fetch_one(&mysql_pool().await)
+            .await
+            .unwrap(),
+        }
+    }
+
+    /// The ledger table by plain SQL: `(entries, distinct payouts, cents)`.
+    async fn ledger_entries(&self) -> (i64, i64, i64) {
+        match self {
+            PayoutsAt::Postgres(schema) => sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT count(*), count(DISTINCT payout_id), \
+                 COALESCE(sum(amount_cents), 0)::int8 FROM \"{schema}_Billing\".\"LedgerEntries\""
+            )))
+            .fetch_one(&pool().await)
+            .await
+            .unwrap(),
+            PayoutsAt::MySql(database) => sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT COUNT(*), COUNT(DISTINCT payout_id), \
+                 CAST(COALESCE(SUM(amount_cents), 0) AS SIGNED) FROM `{database}`.ledger_entries"
+            )))
+            .fetch_one(&mysql_pool().await)
+            .await
+            .unwrap(),
+        }
+    }
+
+    async fn drop(&self) {
+        match self {
+            PayoutsAt::Postgres(schema) => {
+                sqlx::raw_sql(AssertSqlSafe(format!(
+                    "DROP SCHEMA \"{schema}\" CASCADE; DROP SCHEMA \"{schema}_Billing\" CASCADE"
+                )))
+                .execute(&pool().await)
+                .await
+                .unwrap();
+            }
+            PayoutsAt::MySql(database) => {
+                sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE `{database}`")))
+                    .execute(&mysql_pool().await)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
 }
 
-async fn drop_schemas(pool: &sqlx::PgPool, schema: &str) {
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP SCHEMA \"{schema}\" CASCADE; DROP SCHEMA \"{schema}_Billing\" CASCADE"
-    )))
-    .execute(pool)
-    .await
-    .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once() {
-    let pool = pool().await;
-    let (schema, merchant) = queued_payouts(&pool).await;
+/// Two workers with the ledger in the payouts' own database: A stalls in its 10th gateway
+/// call holding the lease, B takes over once A's TTL has run out, then A wakes. A is refused
+/// (its own clock, or the payouts table's fence), every payout is paid once with one ledger
+/// entry, A's stalled confirm rolled back with its entry.
+async fn a_stalled_worker_is_refused_with_the_ledger_in_the_database(mysql: bool) {
+    let (at, merchant) = queued_payouts(mysql).await;
     let gateway = Arc::new(worker::Gateway::default());
     let ttl = Ttl::from_millis(1500).unwrap();
-    let a = stalled_worker(&schema, &merchant, &gateway, &LedgerAt::Postgres, ttl);
+    let a = stalled_worker(&at, &merchant, &gateway, &LedgerAt::InDatabase, ttl);
     // B starts once A is stalled, waits for the lease to expire, and takes over; A wakes
     // once B is done.
     until_stalled(&gateway).await;
-    let lease = redis_lease(&pool, &schema).await;
+    let payouts = at.payouts().await;
+    let lease = redis_lease(&*payouts).await;
     let b = worker::run(
-        &pool,
-        &schema,
+        &*payouts,
         lease,
         &merchant,
         ttl,
         &gateway,
-        &worker::Ledger::Postgres,
+        &worker::Ledger::InDatabase,
     )
     .await
     .unwrap();
@@ -227,27 +310,34 @@ async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once(
         "A must stop: {err:?}"
     );
 
-    let (paid, fenced_by_b, cancelled_fence) =
-        payouts_audit(&pool, &schema, b.token.unwrap()).await;
+    let (paid, fenced_by_b, cancelled_fence) = at.audit(b.token.unwrap()).await;
     assert_eq!(paid, PAYOUTS - 1, "every payout paid but the cancelled one");
     assert_eq!(cancelled_fence, 0, "the cancelled payout was never claimed");
     // B claimed every payout A had not confirmed, and only those.
     let a_confirmed = paid - fenced_by_b;
     check_runs(&b, &gateway, a_confirmed);
-    let (entries, distinct, cents): (i64, i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
-        "SELECT count(*), count(DISTINCT payout_id), COALESCE(sum(amount_cents), 0)::int8 \
-         FROM \"{schema}_Billing\".\"LedgerEntries\""
-    )))
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let (entries, distinct, cents) = at.ledger_entries().await;
     assert_eq!(
         (entries, distinct),
         (PAYOUTS - 1, PAYOUTS - 1),
         "one ledger entry each, A's stalled one rolled back"
     );
     assert_eq!(cents, (PAYOUTS - 1) * 7025);
-    drop_schemas(&pool, &schema).await;
+    // What the binary prints at the end says the same.
+    assert_eq!(payouts.counts().await.unwrap(), (PAYOUTS - 1, PAYOUTS - 1));
+    at.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once() {
+    a_stalled_worker_is_refused_with_the_ledger_in_the_database(false).await;
+}
+
+/// The same worker, unchanged, on MySQL or MariaDB: `BINARY(16)` uuid keys, its epochs there
+/// too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mysql_a_worker_stalled_past_its_ttl_is_refused_and_every_payout_is_paid_once() {
+    a_stalled_worker_is_refused_with_the_ledger_in_the_database(true).await;
 }
 
 /// A number attribute of a raw item.
@@ -263,21 +353,25 @@ fn string<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> &'a str 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_three_written() {
     let pool = pool().await;
-    let (schema, merchant) = queued_payouts(&pool).await;
-    let at = LedgerAt::Aws {
+    let (at, merchant) = queued_payouts(false).await;
+    let PayoutsAt::Postgres(schema) = at.clone() else {
+        unreachable!("PostgreSQL")
+    };
+    let ledger_at = LedgerAt::Aws {
         table: unique_name("ledger"),
         bucket: unique_name("receipts"),
     };
     // Created here, so that A and B each find them.
-    let ledger = at.ledger().await;
+    let ledger = ledger_at.ledger().await;
     let worker::Ledger::Aws { entries, receipts } = &ledger else {
         unreachable!("an AWS ledger")
     };
     let gateway = Arc::new(worker::Gateway::default());
     let ttl = Ttl::from_millis(1500).unwrap();
-    let a = stalled_worker(&schema, &merchant, &gateway, &at, ttl);
+    let a = stalled_worker(&at, &merchant, &gateway, &ledger_at, ttl);
     until_stalled(&gateway).await;
-    let lease = redis_lease(&pool, &schema).await;
+    let payouts = at.payouts().await;
+    let lease = redis_lease(&*payouts).await;
     // Nobody but A has acquired yet: the highest token issued is A's.
     let resource = worker::resource(&merchant).unwrap();
     let a_token = lease
@@ -286,17 +380,9 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
         .await
         .unwrap()
         .expect("A's token");
-    let b = worker::run(
-        &pool,
-        &schema,
-        lease.clone(),
-        &merchant,
-        ttl,
-        &gateway,
-        &ledger,
-    )
-    .await
-    .unwrap();
+    let b = worker::run(&*payouts, lease.clone(), &merchant, ttl, &gateway, &ledger)
+        .await
+        .unwrap();
     gateway.wake();
     let stalled = {
         let journal = gateway.journal();
@@ -318,7 +404,7 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
         "A must stop: {err:?}"
     );
     let b_token = b.token.unwrap();
-    let (paid, fenced_by_b, cancelled_fence) = payouts_audit(&pool, &schema, b_token).await;
+    let (paid, fenced_by_b, cancelled_fence) = at.audit(b_token).await;
     let a_confirmed = paid - fenced_by_b;
     check_runs(&b, &gateway, a_confirmed);
 
@@ -362,9 +448,9 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
         matches!(&err, Error::Fenced { store, found: FoundFence::Fence(f), .. } if store == "receipts" && *f == b_token),
         "S3 must refuse A's token: {err:?}"
     );
-    let payouts = PgStore::new(pool.clone(), worker::payouts_table(&schema).unwrap());
+    let payouts = PgStore::new(pool.clone(), PgPayouts::table(&schema).unwrap());
     let err = a_fence
-        .write(&payouts, &stalled, &worker::lifecycle().confirm())
+        .write(&payouts, &stalled, &payouts::lifecycle().confirm())
         .await
         .unwrap_err();
     assert!(
@@ -435,5 +521,5 @@ async fn on_three_stores_a_stalled_worker_is_refused_by_each_and_paid_means_all_
     .await
     .unwrap();
     assert_eq!(pg_entries, 0, "the ledger lives in DynamoDB");
-    drop_schemas(&pool, &schema).await;
+    at.drop().await;
 }
