@@ -18,15 +18,18 @@ pub enum LeaseKind {
     Dynamodb,
     /// `EtcdLease` on a three-member cluster, tokens from its revisions.
     Etcd,
+    /// `MySqlLease`, tokens from a MySQL (MariaDB) counter, in a database of the run's own.
+    Mysql,
 }
 
 impl LeaseKind {
     /// Every kind, in the order seeds rotate through them.
-    pub const ALL: [LeaseKind; 4] = [
+    pub const ALL: [LeaseKind; 5] = [
         LeaseKind::Redis,
         LeaseKind::Postgres,
         LeaseKind::Dynamodb,
         LeaseKind::Etcd,
+        LeaseKind::Mysql,
     ];
 
     /// Its name on the command line.
@@ -36,6 +39,7 @@ impl LeaseKind {
             LeaseKind::Postgres => "postgres",
             LeaseKind::Dynamodb => "dynamodb",
             LeaseKind::Etcd => "etcd",
+            LeaseKind::Mysql => "mysql",
         }
     }
 }
@@ -605,7 +609,10 @@ mod tests {
         for seed in 0..30 {
             let plan = RunPlan::from_seed(seed, false, sizing(), true);
             assert!(plan.faults.iter().any(|f| f.kind == FaultKind::Stall));
-            assert_eq!(plan.lease, LeaseKind::ALL[(seed % 4) as usize]);
+            assert_eq!(
+                plan.lease,
+                LeaseKind::ALL[(seed % LeaseKind::ALL.len() as u64) as usize]
+            );
         }
         assert_eq!(RunPlan::refund_key(814), "r_0815");
         let example = RunPlan::worked_example(7, false);

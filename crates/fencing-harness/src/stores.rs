@@ -12,11 +12,12 @@ use std::sync::Arc;
 use fencing_core::{EpochSource, Lease, Result};
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
 use fencing_etcd::{EtcdKeys, EtcdLease};
+use fencing_mysql::{MySqlLease, MySqlQualifiedName, MySqlTokenSource};
 use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisSentinelConnection};
 use fencing_s3::{S3Bucket, S3Store};
 use fencing_test_support::aws;
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::{AssertSqlSafe, MySqlPool, PgPool};
 
 use crate::plan::{LeaseKind, REFUND_CENTS, RunPlan};
 use crate::queue::{self, JobQueue};
@@ -72,6 +73,11 @@ impl RunNames {
         &self.id
     }
 
+    /// The MySQL database of the MySQL lease's leases and counters.
+    pub fn mysql_database(&self) -> &str {
+        &self.id
+    }
+
     /// The DynamoDB ledger table.
     pub fn ledger_table(&self) -> String {
         format!("{}-ledger", self.id)
@@ -116,6 +122,10 @@ impl RunNames {
 
     fn qualified(&self, table: &str) -> PgQualifiedName {
         PgQualifiedName::new(&self.id, table).expect("run ids are valid identifiers")
+    }
+
+    fn mysql_qualified(&self, table: &str) -> MySqlQualifiedName {
+        MySqlQualifiedName::new(&self.id, table).expect("run ids are valid identifiers")
     }
 }
 
@@ -293,6 +303,8 @@ pub async fn create_lease_tables(
         }
         // Keys under the run's id need no set-up.
         LeaseKind::Etcd => {}
+        // On a server the run's stores do not reach: `create_mysql_lease`.
+        LeaseKind::Mysql => {}
     }
     Ok(())
 }
@@ -305,6 +317,41 @@ pub async fn create_pg_lease(names: &RunNames, pool: &PgPool) -> Result<()> {
     PgLease::new(names.qualified("leases"), counters)
         .create_if_missing()
         .await
+}
+
+/// Creates the MySQL lease's database of run `names` and its tables (its leases and their
+/// counters) on the server of `pool`.
+pub async fn create_mysql_lease(
+    names: &RunNames,
+    pool: &MySqlPool,
+) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE DATABASE IF NOT EXISTS `{}`",
+        names.mysql_database()
+    )))
+    .execute(pool)
+    .await?;
+    mysql_lease(names, pool.clone()).create_if_missing().await?;
+    Ok(())
+}
+
+/// Drops the MySQL lease's database of run `names`.
+pub async fn drop_mysql_lease(
+    names: &RunNames,
+    pool: &MySqlPool,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS `{}`",
+        names.mysql_database()
+    )))
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+fn mysql_lease(names: &RunNames, pool: MySqlPool) -> MySqlLease {
+    let counters = MySqlTokenSource::new(pool, names.mysql_qualified("tokens"));
+    MySqlLease::new(names.mysql_qualified("leases"), counters)
 }
 
 /// Drops a run's PostgreSQL schema (the emulator's tables and buckets go with the emulator).
@@ -434,6 +481,8 @@ pub enum LeaseServer {
     Postgres(PgPool),
     /// An etcd cluster, for [`LeaseKind::Etcd`] (boxed: a client is a few hundred bytes).
     Etcd(Box<etcd_client::Client>),
+    /// MySQL or MariaDB, for [`LeaseKind::Mysql`].
+    MySql(MySqlPool),
 }
 
 /// The lease of `kind` for run `names`. The Redis lease takes its epochs from PostgreSQL, so
@@ -472,7 +521,8 @@ pub fn lease(
             clients.dynamodb.clone(),
             names.dynamo_lease_table(),
         )?),
-        (kind @ (LeaseKind::Redis | LeaseKind::Etcd), _) => {
+        (LeaseKind::Mysql, Some(LeaseServer::MySql(pool))) => Arc::new(mysql_lease(names, pool)),
+        (kind @ (LeaseKind::Redis | LeaseKind::Etcd | LeaseKind::Mysql), _) => {
             panic!("the {} lease needs its server", kind.name())
         }
     })

@@ -66,8 +66,8 @@ fn a_short_pipelined_campaign_injects_every_fault_and_finds_violations_only_with
     short_campaign(240, 8, 0, 0);
 }
 
-/// Five fenced runs that inject every fault kind between them (two on the Redis lease: one
-/// restarts Redis, the other fails it over), three control runs with fences off and
+/// Six fenced runs that inject every fault kind between them (seeds rotate through the five
+/// lease kinds, so two are on the Redis lease: one restarts Redis, the other fails it over), three control runs with fences off and
 /// `unchecked` controls of the failover and `reissued` ones of the history checker, each of
 /// `refunds` with `concurrency` in flight per worker; every fenced run must pass its audit and
 /// its history check, and each control must find violations (the history checker's, in its
@@ -78,13 +78,13 @@ fn short_campaign(refunds: usize, concurrency: usize, unchecked: usize, reissued
         refunds,
         ttl: Duration::from_millis(800),
     };
-    let first = seed_covering_every_fault(5, sizing, containers);
+    let first = seed_covering_every_fault(6, sizing, containers);
     let logs = logs_dir("short-campaign");
     let output = Command::new(HARNESS)
         .args([
             "campaign",
             "--fenced",
-            "5",
+            "6",
             "--unfenced",
             "3",
             "--full",

@@ -422,8 +422,8 @@ fn say(bar: &ProgressBar, line: String) {
 }
 
 /// PostgreSQL as the tests find it, the AWS emulator of the campaign's own (in containers
-/// of its own in containers mode, so that it can pause them), and a Redis and a
-/// three-member etcd cluster of its own. The emulator is never one found running: only one
+/// of its own in containers mode, so that it can pause them), MySQL as the tests find it
+/// (the MySQL lease's), and a Redis and a three-member etcd cluster of its own. The emulator is never one found running: only one
 /// that answers a request at a time makes conditional writes atomic as on AWS, and without
 /// that two workers can be granted one DynamoDB lease with one token.
 fn start_services(containers: bool) -> Result<Services, String> {
@@ -441,6 +441,8 @@ fn start_services(containers: bool) -> Result<Services, String> {
     };
     Ok(Services {
         database_url,
+        // The machine's, or one of the mode's own (a container in containers mode).
+        mysql_url: services::mysql_url(),
         aws_endpoint,
         redis,
         etcd,

@@ -421,8 +421,8 @@ EUR settlement) with separate processes:
   receives it with a visibility timeout of the lease's TTL (in whole seconds, rounded up) and
   extends that every third of the TTL while it works; a worker that stalls or dies stops
   extending, the message becomes visible again, and the next worker to poll receives it;
-* two workers (`fencing-harness worker`) polling the queue. The one that receives the job takes the merchant's lease (Redis, PostgreSQL, DynamoDB
-  or a three-member etcd cluster, rotating with the seed), takes the job's row in PostgreSQL,
+* two workers (`fencing-harness worker`) polling the queue. The one that receives the job takes the merchant's lease (Redis, PostgreSQL, DynamoDB,
+  a three-member etcd cluster or MySQL, rotating with the seed), takes the job's row in PostgreSQL,
   claims each refund in PostgreSQL, calls the gateway,
   confirms the refund, posts its ledger entry in DynamoDB, puts its receipt in S3 and marks it
   filed; once none is left it marks the job finished and deletes the message. Every one of

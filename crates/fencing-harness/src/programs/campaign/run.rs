@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencing_harness::audit::{self, AuditReport, WorkerReports};
-use fencing_harness::plan::{Fault, FaultKind, PausedStore, RunPlan};
+use fencing_harness::plan::{Fault, FaultKind, LeaseKind, PausedStore, RunPlan};
 use fencing_harness::signal;
 use fencing_harness::stores::{self, Clients, RunNames};
 use fencing_test_support::services::{EtcdCluster, MotoServer, RedisServer, TestContainer};
@@ -23,6 +23,8 @@ use fencing_test_support::relay::Relay;
 /// Where the services of a campaign are.
 pub(crate) struct Services {
     pub(crate) database_url: String,
+    /// MySQL or MariaDB, for the MySQL lease.
+    pub(crate) mysql_url: String,
     pub(crate) aws_endpoint: String,
     /// Redis of the campaign's own, so that it can be restarted.
     pub(crate) redis: RedisServer,
@@ -205,6 +207,13 @@ pub(crate) async fn run(
     )
     .await?;
     stores::create(&names, &clients, plan, true).await?;
+    let mysql = if plan.lease == LeaseKind::Mysql {
+        let pool = sqlx::MySqlPool::connect(&services.mysql_url).await?;
+        stores::create_mysql_lease(&names, &pool).await?;
+        Some(pool)
+    } else {
+        None
+    };
 
     let journal = dir.join("journal.jsonl");
     let (gateway, gateway_addr) = start_gateway(&services.program, &journal).await?;
@@ -264,6 +273,9 @@ pub(crate) async fn run(
     if result.passed() {
         stores::drop_schema(&names, &clients.pool).await?;
         stores::drop_aws(&names, &clients, plan.lease).await?;
+        if let Some(pool) = &mysql {
+            stores::drop_mysql_lease(&names, pool).await?;
+        }
     } else {
         // Kept with the run's logs: what went wrong, in time.
         result.draw(&dir.join("timeline.svg"))?;
@@ -278,6 +290,7 @@ fn lease_args(services: &Services, failover: Option<&Failover>) -> Vec<String> {
         Some(Failover::Redis(_)) => Vec::new(),
         _ => vec!["--redis-url".to_owned(), services.redis.url()],
     };
+    args.extend(["--mysql-url".to_owned(), services.mysql_url.clone()]);
     args.extend(failover.into_iter().flat_map(Failover::worker_args));
     args
 }

@@ -138,7 +138,7 @@ impl Worker {
             LeaseKind::Etcd => Some(LeaseServer::Etcd(Box::new(
                 etcd_client(&args.of.etcd_endpoints).await?,
             ))),
-            LeaseKind::Postgres | LeaseKind::Dynamodb => None,
+            LeaseKind::Postgres | LeaseKind::Dynamodb | LeaseKind::Mysql => None,
         };
         let lease = stores::lease(args.of.lease, &names, &clients, server, true)
             .map_err(|err| err.to_string())?;

@@ -78,6 +78,9 @@ pub(crate) struct Args {
     /// lives in `--database-url`).
     #[arg(long)]
     lease_database_url: Option<String>,
+    /// MySQL or MariaDB (the MySQL lease).
+    #[arg(long)]
+    mysql_url: Option<String>,
     /// Redis (the Redis lease on one server).
     #[arg(long, conflicts_with = "redis_sentinels")]
     redis_url: Option<String>,
@@ -336,6 +339,17 @@ async fn lease_server(args: &Args, application_name: &str) -> Result<Option<Leas
             None => None,
         },
         LeaseKind::Dynamodb => None,
+        LeaseKind::Mysql => {
+            let url = args
+                .mysql_url
+                .as_deref()
+                .ok_or("the MySQL lease needs --mysql-url")?;
+            Some(LeaseServer::MySql(
+                sqlx::MySqlPool::connect(url)
+                    .await
+                    .map_err(|err| format!("cannot connect to the lease's MySQL: {err}"))?,
+            ))
+        }
     })
 }
 
