@@ -207,13 +207,7 @@ pub(crate) async fn run(
     )
     .await?;
     stores::create(&names, &clients, plan, true).await?;
-    let mysql = if plan.lease == LeaseKind::Mysql {
-        let pool = sqlx::MySqlPool::connect(&services.mysql_url).await?;
-        stores::create_mysql_lease(&names, &pool).await?;
-        Some(pool)
-    } else {
-        None
-    };
+    let mysql = mysql_lease_database(plan, services, &names).await?;
 
     let journal = dir.join("journal.jsonl");
     let (gateway, gateway_addr) = start_gateway(&services.program, &journal).await?;
@@ -271,16 +265,42 @@ pub(crate) async fn run(
         handovers,
     };
     if result.passed() {
-        stores::drop_schema(&names, &clients.pool).await?;
-        stores::drop_aws(&names, &clients, plan.lease).await?;
-        if let Some(pool) = &mysql {
-            stores::drop_mysql_lease(&names, pool).await?;
-        }
+        drop_stores(&names, &clients, plan, mysql.as_ref()).await?;
     } else {
         // Kept with the run's logs: what went wrong, in time.
         result.draw(&dir.join("timeline.svg"))?;
     }
     Ok(result)
+}
+
+/// The MySQL lease's database of the run, made on the campaign's MySQL (that lease kind
+/// only), and the pool it was made through.
+async fn mysql_lease_database(
+    plan: &RunPlan,
+    services: &Services,
+    names: &RunNames,
+) -> Result<Option<sqlx::MySqlPool>, RunError> {
+    if plan.lease != LeaseKind::Mysql {
+        return Ok(None);
+    }
+    let pool = sqlx::MySqlPool::connect(&services.mysql_url).await?;
+    stores::create_mysql_lease(names, &pool).await?;
+    Ok(Some(pool))
+}
+
+/// Drops what a passed run kept: its schema, its AWS resources, its MySQL lease's database.
+async fn drop_stores(
+    names: &RunNames,
+    clients: &Clients,
+    plan: &RunPlan,
+    mysql: Option<&sqlx::MySqlPool>,
+) -> Result<(), RunError> {
+    stores::drop_schema(names, &clients.pool).await?;
+    stores::drop_aws(names, clients, plan.lease).await?;
+    if let Some(pool) = mysql {
+        stores::drop_mysql_lease(names, pool).await?;
+    }
+    Ok(())
 }
 
 /// How a worker reaches the servers of the run's lease: the campaign's Redis, unless the run
