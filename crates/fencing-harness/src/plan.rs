@@ -84,6 +84,10 @@ pub enum FaultKind {
     /// The worker that wrote last cut off from one member of the etcd cluster (a minority)
     /// past the TTL, the same way: its client must reach the other two.
     EtcdPartition,
+    /// The worker that wrote last cut off from MySQL (the MySQL lease and its counters) past
+    /// the TTL, the same way: it cannot renew, so the lease passes to the other worker, while
+    /// its PostgreSQL writes go on.
+    MysqlPartition,
     /// The holder's wall clock (as the process reads it: libfaketime) set back by the
     /// fault's pause, one and a half to two TTLs, for as long, then put right: a lease judged
     /// by its holder's clock (DynamoDB's) is renewed into the past meanwhile.
@@ -101,7 +105,7 @@ impl FaultKind {
     }
 
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
@@ -114,6 +118,7 @@ impl FaultKind {
         FaultKind::RedisPartition,
         FaultKind::AwsPartition,
         FaultKind::EtcdPartition,
+        FaultKind::MysqlPartition,
         FaultKind::ClockBehind,
         FaultKind::ClockAhead,
     ];
@@ -133,6 +138,7 @@ impl FaultKind {
             FaultKind::RedisPartition => "worker cut off from Redis past the TTL",
             FaultKind::AwsPartition => "worker cut off from the AWS emulator past the TTL",
             FaultKind::EtcdPartition => "worker cut off from one etcd member past the TTL",
+            FaultKind::MysqlPartition => "worker cut off from MySQL past the TTL",
             FaultKind::ClockBehind => "holder's clock set behind by 1.5-2 TTLs",
             FaultKind::ClockAhead => "waiting workers' clocks set ahead by 1.5-2 TTLs",
         }
@@ -265,7 +271,8 @@ impl RunPlan {
     /// half, at least one always. A run on the Redis lease runs either on one server, restarted
     /// in the run and cut off from a worker by a partition, or behind Sentinel, failed over in
     /// the run (one half each); half the runs on the PostgreSQL lease keep it on a primary with
-    /// a standby, failed over in the run; a run on the etcd lease always has its leader killed;
+    /// a standby, failed over in the run; a run on the etcd lease always has its leader killed,
+    /// and one on the MySQL lease a worker cut off from MySQL;
     /// a container pause strikes only where `containers` says the stores run in containers.
     /// Runs without fences always include a stall: it is the fault a fence is for.
     pub fn on_lease(
@@ -287,6 +294,7 @@ impl RunPlan {
                 FaultKind::RedisPartition => lease == LeaseKind::Redis && !behind_sentinel,
                 FaultKind::PgFailover => with_standby,
                 FaultKind::EtcdLeaderKill | FaultKind::EtcdPartition => lease == LeaseKind::Etcd,
+                FaultKind::MysqlPartition => lease == LeaseKind::Mysql,
                 FaultKind::ContainerPause => containers,
                 _ => true,
             };
@@ -297,6 +305,7 @@ impl RunPlan {
                     | FaultKind::RedisPartition
                     | FaultKind::PgFailover
                     | FaultKind::EtcdLeaderKill
+                    | FaultKind::MysqlPartition
             ) || (kind == FaultKind::Stall && !fences);
             let drawn = rng.random_bool(0.5);
             if eligible && (always || drawn) {
@@ -541,6 +550,10 @@ mod tests {
             );
             assert!(!plan.has(FaultKind::PgFailover) || plan.lease == LeaseKind::Postgres);
             assert!(!plan.has(FaultKind::EtcdPartition) || plan.lease == LeaseKind::Etcd);
+            assert_eq!(
+                plan.has(FaultKind::MysqlPartition),
+                plan.lease == LeaseKind::Mysql
+            );
             assert_eq!(
                 plan.faults
                     .iter()

@@ -44,6 +44,7 @@ fn samples(results: &[RunResult]) -> Vec<&RunResult> {
         FaultKind::RedisPartition,
         FaultKind::AwsPartition,
         FaultKind::EtcdPartition,
+        FaultKind::MysqlPartition,
         FaultKind::ClockBehind,
         FaultKind::ClockAhead,
     ] {

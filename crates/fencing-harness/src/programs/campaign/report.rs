@@ -497,6 +497,11 @@ system's business, so the interleavings, unlike the plan, can differ.
   other two directly; the holder's relay is partitioned. A minority is lost to one client
   while the cluster stays whole: the client's requests to that member hang until they time
   out, and its lease renewals must go through the others.
+* **A worker cut off from MySQL past the TTL** (every run on the MySQL lease): each worker
+  reaches MySQL, where the lease and its counters live, through a relay of its own; the
+  holder's relay is partitioned. It cannot renew, so its lease runs out and the other worker
+  takes over, while its own PostgreSQL writes go on; its renewal, held in the relay, arrives
+  at the heal and must be refused.
 * **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
   restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader
   meanwhile, under the holder's renewals and the other worker's acquisitions.

@@ -158,10 +158,18 @@ enum Link {
     Aws,
     /// The first member of the etcd cluster (the others reached directly).
     Etcd,
+    /// MySQL: the MySQL lease and its counters.
+    Mysql,
 }
 
 impl Link {
-    const ALL: [Link; 4] = [Link::Postgres, Link::Redis, Link::Aws, Link::Etcd];
+    const ALL: [Link; 5] = [
+        Link::Postgres,
+        Link::Redis,
+        Link::Aws,
+        Link::Etcd,
+        Link::Mysql,
+    ];
 
     /// The fault that cuts a worker off from this server.
     fn fault(self) -> FaultKind {
@@ -170,6 +178,7 @@ impl Link {
             Link::Redis => FaultKind::RedisPartition,
             Link::Aws => FaultKind::AwsPartition,
             Link::Etcd => FaultKind::EtcdPartition,
+            Link::Mysql => FaultKind::MysqlPartition,
         }
     }
 
@@ -185,6 +194,7 @@ impl Link {
             Link::Redis => "Redis",
             Link::Aws => "the AWS emulator",
             Link::Etcd => "one etcd member",
+            Link::Mysql => "MySQL",
         }
     }
 }
@@ -609,7 +619,8 @@ impl<'a> Watch<'a> {
             FaultKind::PgPartition
             | FaultKind::RedisPartition
             | FaultKind::AwsPartition
-            | FaultKind::EtcdPartition => self.cut_off(fault, holder, at),
+            | FaultKind::EtcdPartition
+            | FaultKind::MysqlPartition => self.cut_off(fault, holder, at),
             FaultKind::ClockBehind | FaultKind::ClockAhead => {
                 self.jump_clocks(fault, holder, at)?
             }
@@ -830,6 +841,7 @@ impl Spawner<'_> {
         let services = &self.services;
         let redis_url = services.redis.url();
         let redis_relayed = self.relayed(Link::Redis, &redis_url, relays)?;
+        let mysql_relayed = self.relayed(Link::Mysql, &services.mysql_url, relays)?;
         let mut etcd = services.etcd.endpoints();
         etcd[0] = self.relayed(Link::Etcd, &etcd[0], relays)?;
         let mut routes = vec![
@@ -843,6 +855,8 @@ impl Spawner<'_> {
         routes.extend(self.lease_args.iter().map(|arg| {
             if *arg == redis_url {
                 redis_relayed.clone()
+            } else if *arg == services.mysql_url {
+                mysql_relayed.clone()
             } else {
                 arg.clone()
             }
