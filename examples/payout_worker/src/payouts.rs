@@ -310,18 +310,25 @@ impl PayoutsDb for MySqlPayouts {
     }
 
     async fn queue(&self, merchant: &str, count: i64, cents: i64) -> Result<(), BoxError> {
-        if count == 0 {
-            return Ok(());
+        // A thousand rows a statement (a statement takes at most 65,535 placeholders), all of
+        // them in one transaction: the queue is filled whole or not at all.
+        const ROWS: i64 = 1_000;
+        let mut tx = self.pool.begin().await?;
+        let mut left = count;
+        while left > 0 {
+            let rows = left.min(ROWS);
+            let values = vec!["(UNHEX(REPLACE(UUID(), '-', '')), ?, ?)"; rows as usize].join(", ");
+            let mut insert = sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO `{}`.payouts (id, merchant, amount_cents) VALUES {values}",
+                self.database
+            )));
+            for _ in 0..rows {
+                insert = insert.bind(merchant).bind(cents);
+            }
+            insert.execute(&mut *tx).await?;
+            left -= rows;
         }
-        let rows = vec!["(UNHEX(REPLACE(UUID(), '-', '')), ?, ?)"; count as usize].join(", ");
-        let mut insert = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO `{}`.payouts (id, merchant, amount_cents) VALUES {rows}",
-            self.database
-        )));
-        for _ in 0..count {
-            insert = insert.bind(merchant).bind(cents);
-        }
-        insert.execute(&self.pool).await?;
+        tx.commit().await?;
         Ok(())
     }
 
