@@ -1,5 +1,5 @@
 //! The audit after a run, independent of the library: plain SQL on the refunds and their
-//! history, plain SDK calls on the ledger and on every version of every receipt, and the
+//! history (in PostgreSQL or MariaDB, [`crate::tables`]), plain SDK calls on the ledger and on every version of every receipt, and the
 //! gateway's journal, and the job queue's own counts. It trusts nothing the workers reported
 //! but the one thing no store can tell: which worker's call deleted the job's message.
 
@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use sqlx::{AssertSqlSafe, Row};
 
 pub use fencing_simulation::settlement::euros;
 
@@ -15,7 +14,8 @@ pub use crate::checks::{Check, Violation};
 use crate::gateway::{Outcome, read_journal};
 use crate::history::History;
 use crate::plan::{REFUND_CENTS, RunPlan};
-use crate::stores::{Clients, JOB, RunNames};
+use crate::stores::{Clients, JOB, RunNames, RunStores};
+use crate::tables::RefundRow;
 
 /// What the audit found.
 #[derive(Clone, Debug, Default)]
@@ -79,6 +79,7 @@ pub async fn audit(
         report: AuditReport::default(),
         names,
         clients,
+        stores: RunStores::new(names, clients, plan.lease)?,
         expected: (0..plan.sizing.refunds).map(RunPlan::refund_key).collect(),
         references: HashMap::new(),
         refund_fences: HashMap::new(),
@@ -116,10 +117,12 @@ struct Auditor<'a> {
     report: AuditReport,
     names: &'a RunNames,
     clients: &'a Clients,
+    /// The run's stores, whose refunds and job tables it reads plainly.
+    stores: RunStores,
     expected: Vec<String>,
     /// The gateway's reference of every refund it created.
     references: HashMap<String, String>,
-    /// Every refund's fence, as PostgreSQL holds it.
+    /// Every refund's fence, as its table holds it.
     refund_fences: HashMap<String, i64>,
 }
 
@@ -171,37 +174,28 @@ impl Auditor<'_> {
     }
 
     async fn refunds(&mut self) -> Result<(), AuditError> {
-        let schema = self.names.schema();
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id, state, filed, fence, claimed_by, confirmed_by, gateway_ref FROM \"{schema}\".refunds"
-        )))
-        .fetch_all(&self.clients.pool)
-        .await?;
-        let mut by_key = HashMap::new();
-        for row in &rows {
-            by_key.insert(row.get::<String, _>("id"), row);
-        }
+        let rows = self.stores.refunds.refund_rows().await?;
+        let by_key: HashMap<&str, &RefundRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
         for key in &self.expected.clone() {
-            let Some(row) = by_key.get(key) else {
+            let Some(row) = by_key.get(key.as_str()) else {
                 self.report
                     .violation(Check::Totals, Some(key), "the refund row is gone");
                 continue;
             };
-            let state: String = row.get("state");
-            if state != "sent" || !row.get::<bool, _>("filed") {
+            let state = &row.state;
+            if state != "sent" || !row.filed {
                 self.report.violation(
                     Check::Totals,
                     Some(key),
-                    format!("left {state}, filed {}", row.get::<bool, _>("filed")),
+                    format!("left {state}, filed {}", row.filed),
                 );
             }
             if state != "sent" {
                 continue;
             }
             self.report.sent += 1;
-            self.refund_fences.insert(key.clone(), row.get("fence"));
-            let claimed: Option<String> = row.get("claimed_by");
-            let confirmed: Option<String> = row.get("confirmed_by");
+            self.refund_fences.insert(key.clone(), row.fence);
+            let (claimed, confirmed) = (&row.claimed_by, &row.confirmed_by);
             if claimed != confirmed {
                 self.report.violation(
                     Check::ConfirmedByClaimer,
@@ -209,7 +203,7 @@ impl Auditor<'_> {
                     format!("claimed by {claimed:?}, confirmed by {confirmed:?}"),
                 );
             }
-            let recorded: Option<String> = row.get("gateway_ref");
+            let recorded = &row.gateway_ref;
             if recorded.as_ref() != self.references.get(key) {
                 self.report.violation(
                     Check::ConfirmedByClaimer,
@@ -221,14 +215,9 @@ impl Auditor<'_> {
                 );
             }
         }
-        let history = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id, fence FROM \"{schema}\".refund_history WHERE fence IS NOT NULL ORDER BY id, seq"
-        )))
-        .fetch_all(&self.clients.pool)
-        .await?;
+        let history = self.stores.refunds.refund_fence_history().await?;
         let mut highest: HashMap<String, i64> = HashMap::new();
-        for row in &history {
-            let (key, fence): (String, i64) = (row.get(0), row.get(1));
+        for (key, fence) in history {
             let before = highest.entry(key.clone()).or_insert(fence);
             if fence < *before {
                 self.report.violation(
@@ -243,19 +232,8 @@ impl Auditor<'_> {
     }
 
     async fn job(&mut self, deletions: &[String]) -> Result<(), AuditError> {
-        let schema = self.names.schema();
-        let finishers: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT DISTINCT finished_by FROM \"{schema}\".job_history \
-             WHERE finished_by IS NOT NULL"
-        )))
-        .fetch_all(&self.clients.pool)
-        .await?;
-        let finished_by: Option<String> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT finished_by FROM \"{schema}\".jobs WHERE id = $1"
-        )))
-        .bind(JOB)
-        .fetch_one(&self.clients.pool)
-        .await?;
+        let finishers = self.stores.job.finishers().await?;
+        let finished_by = self.stores.job.finished_by(JOB).await?;
         let violation = |report: &mut AuditReport, detail: String| {
             report.violation(Check::JobDeletedOnce, None, detail)
         };

@@ -16,6 +16,7 @@ pub mod plan;
 pub mod queue;
 pub mod scale;
 pub mod stores;
+pub mod tables;
 
 use std::time::Duration;
 

@@ -42,6 +42,25 @@ impl LeaseKind {
             LeaseKind::Mysql => "mysql",
         }
     }
+
+    /// Where a run on this lease keeps the team's tables (its refunds and its job's row):
+    /// MariaDB on the MySQL lease, as a team whose tables all live in MySQL has them,
+    /// PostgreSQL on every other.
+    pub fn team_database(self) -> TeamDatabase {
+        match self {
+            LeaseKind::Mysql => TeamDatabase::Mysql,
+            _ => TeamDatabase::Postgres,
+        }
+    }
+}
+
+/// The SQL server a run keeps the team's tables on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TeamDatabase {
+    /// PostgreSQL: the run's schema.
+    Postgres,
+    /// MariaDB (MySQL): the run's database, beside the MySQL lease's tables.
+    Mysql,
 }
 
 /// A fault the campaign injects.
@@ -55,6 +74,10 @@ pub enum FaultKind {
     RedisRestart,
     /// `pg_terminate_backend` every PostgreSQL connection of the run's workers.
     PgTerminate,
+    /// `KILL CONNECTION` every MySQL connection of the run's workers (a run on the MySQL
+    /// lease, whose refunds are in MariaDB): a write in flight is rolled back or not, and the
+    /// worker cannot tell which.
+    MysqlKill,
     /// `docker pause` a store's container past the TTL, then unpause it (containers mode).
     ContainerPause,
     /// SIGKILL the etcd cluster's leader, restart it on its data once the pause has passed.
@@ -105,11 +128,12 @@ impl FaultKind {
     }
 
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::Stall,
         FaultKind::KillAfterCall,
         FaultKind::RedisRestart,
         FaultKind::PgTerminate,
+        FaultKind::MysqlKill,
         FaultKind::ContainerPause,
         FaultKind::EtcdLeaderKill,
         FaultKind::RedisFailover,
@@ -130,6 +154,7 @@ impl FaultKind {
             FaultKind::KillAfterCall => "SIGKILL between call and confirm",
             FaultKind::RedisRestart => "Redis restart, nothing persisted",
             FaultKind::PgTerminate => "pg_terminate_backend",
+            FaultKind::MysqlKill => "KILL of the workers' MySQL connections",
             FaultKind::ContainerPause => "store container paused past the TTL",
             FaultKind::EtcdLeaderKill => "etcd leader SIGKILL",
             FaultKind::RedisFailover => "Redis failover to a lagging replica",
@@ -272,7 +297,8 @@ impl RunPlan {
     /// in the run and cut off from a worker by a partition, or behind Sentinel, failed over in
     /// the run (one half each); half the runs on the PostgreSQL lease keep it on a primary with
     /// a standby, failed over in the run; a run on the etcd lease always has its leader killed,
-    /// and one on the MySQL lease a worker cut off from MySQL;
+    /// and one on the MySQL lease a worker cut off from MySQL (its refunds and job row are in
+    /// MariaDB: no PostgreSQL fault strikes it, a `KILL` of its MySQL connections may);
     /// a container pause strikes only where `containers` says the stores run in containers.
     /// Runs without fences always include a stall: it is the fault a fence is for.
     pub fn on_lease(
@@ -294,7 +320,11 @@ impl RunPlan {
                 FaultKind::RedisPartition => lease == LeaseKind::Redis && !behind_sentinel,
                 FaultKind::PgFailover => with_standby,
                 FaultKind::EtcdLeaderKill | FaultKind::EtcdPartition => lease == LeaseKind::Etcd,
-                FaultKind::MysqlPartition => lease == LeaseKind::Mysql,
+                FaultKind::MysqlPartition | FaultKind::MysqlKill => lease == LeaseKind::Mysql,
+                // A run whose team tables are in MySQL has nothing of its own in PostgreSQL.
+                FaultKind::PgTerminate | FaultKind::PgPartition => {
+                    lease.team_database() == TeamDatabase::Postgres
+                }
                 FaultKind::ContainerPause => containers,
                 _ => true,
             };
@@ -314,7 +344,9 @@ impl RunPlan {
                     kind,
                     at: rng.random_range(n / 10..=n / 2),
                     pause: Duration::from_millis(ttl_ms + rng.random_range(ttl_ms / 2..=ttl_ms)),
-                    store: if rng.random_bool(0.5) {
+                    store: if rng.random_bool(0.5)
+                        && lease.team_database() == TeamDatabase::Postgres
+                    {
                         PausedStore::Postgres
                     } else {
                         PausedStore::Aws
@@ -523,6 +555,28 @@ mod tests {
         );
     }
 
+    /// A run whose team tables are in MariaDB has nothing of its own in PostgreSQL: no fault
+    /// strikes PostgreSQL there, and a container pause falls on the AWS emulator.
+    #[test]
+    fn runs_on_the_mysql_lease_suffer_mysql_faults_and_none_of_postgresql() {
+        let plans: Vec<RunPlan> = (0..200)
+            .map(|seed| RunPlan::on_lease(seed, LeaseKind::Mysql, true, sizing(), true))
+            .collect();
+        for plan in &plans {
+            assert!(plan.has(FaultKind::MysqlPartition), "{plan}");
+            assert!(
+                plan.faults.iter().all(|f| !matches!(
+                    (f.kind, f.store),
+                    (FaultKind::PgTerminate | FaultKind::PgPartition, _)
+                        | (FaultKind::ContainerPause, PausedStore::Postgres)
+                )),
+                "{plan}"
+            );
+        }
+        let killed = plans.iter().filter(|p| p.has(FaultKind::MysqlKill)).count();
+        assert!(killed > 0 && killed < plans.len(), "{killed} of 200");
+    }
+
     #[test]
     fn a_seed_gives_one_plan() {
         for seed in 0..50 {
@@ -552,6 +606,11 @@ mod tests {
             assert!(!plan.has(FaultKind::EtcdPartition) || plan.lease == LeaseKind::Etcd);
             assert_eq!(
                 plan.has(FaultKind::MysqlPartition),
+                plan.lease == LeaseKind::Mysql
+            );
+            assert!(!plan.has(FaultKind::MysqlKill) || plan.lease == LeaseKind::Mysql);
+            assert_eq!(
+                plan.lease.team_database() == TeamDatabase::Mysql,
                 plan.lease == LeaseKind::Mysql
             );
             assert_eq!(

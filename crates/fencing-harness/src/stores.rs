@@ -1,9 +1,9 @@
 //! Where one run keeps its data, and how each side reaches it: the campaign creates the
 //! stores (as a migration would), the workers build the library's stores over them.
 //!
-//! A run's refunds live in the PostgreSQL schema named after the run, with a history table
-//! filled by a trigger (so the audit sees every accepted write, not only the last); its
-//! ledger is a DynamoDB table; its receipts an S3 bucket with versioning on (so the audit sees
+//! A run's refunds and its job's row live in the PostgreSQL schema named after the run, or,
+//! on the MySQL lease, in the MariaDB database named after it ([`crate::tables`]), each
+//! with a history table filled by a trigger; its ledger is a DynamoDB table; its receipts an S3 bucket with versioning on (so the audit sees
 //! every version of every receipt). The job itself is a message on the run's SQS queue, and a
 //! row of the `jobs` table whose fence gates the message's deletion.
 
@@ -12,15 +12,16 @@ use std::sync::Arc;
 use fencing_core::{EpochSource, Lease, Result};
 use fencing_dynamodb::{DynamoLease, DynamoStore, DynamoTable};
 use fencing_etcd::{EtcdKeys, EtcdLease};
-use fencing_mysql::{MySqlLease, MySqlQualifiedName, MySqlTokenSource};
+use fencing_mysql::{MySqlLease, MySqlQualifiedName, MySqlStore, MySqlTable, MySqlTokenSource};
 use fencing_postgres::{PgEpochSource, PgLease, PgQualifiedName, PgStore, PgTable, PgTokenSource};
 use fencing_redis::{RedisKeys, RedisLease, RedisSentinelConnection};
 use fencing_s3::{S3Bucket, S3Store};
 use fencing_test_support::aws;
 use sqlx::{AssertSqlSafe, MySqlPool, PgPool};
 
-use crate::plan::{LeaseKind, REFUND_CENTS, RunPlan};
+use crate::plan::{LeaseKind, REFUND_CENTS, RunPlan, TeamDatabase};
 use crate::queue::{self, JobQueue};
+use crate::tables::{self, TeamTable};
 
 /// The merchant every run settles.
 pub const MERCHANT: &str = "m_4471";
@@ -140,6 +141,8 @@ pub struct Clients {
     pub s3: aws_sdk_s3::Client,
     /// SQS, for the job queue.
     pub sqs: aws_sdk_sqs::Client,
+    /// MySQL (MariaDB), in a run that keeps anything there ([`Self::with_mysql`]).
+    pub mysql: Option<MySqlPool>,
 }
 
 impl Clients {
@@ -172,6 +175,38 @@ impl Clients {
             dynamodb: aws::dynamodb_client_at(aws_endpoint, aws_sdk_dynamodb::Config::builder()),
             s3: aws::s3_client_at(aws_endpoint, aws_sdk_s3::Config::builder()),
             sqs: queue::client(aws_endpoint),
+            mysql: None,
+        })
+    }
+
+    /// The same clients and a pool of at most four connections to MySQL at `url`, whose
+    /// connections use `database` by default when given (a worker's use the run's database:
+    /// that is how the campaign finds them to kill).
+    pub async fn with_mysql(
+        mut self,
+        url: &str,
+        database: Option<&str>,
+    ) -> std::result::Result<Self, sqlx::Error> {
+        let mut options: sqlx::mysql::MySqlConnectOptions = url.parse()?;
+        if let Some(database) = database {
+            options = options.database(database);
+        }
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect_with(options)
+            .await?;
+        self.mysql = Some(pool);
+        Ok(self)
+    }
+
+    /// The MySQL pool, which a run on the MySQL lease needs.
+    pub fn mysql(&self) -> Result<&MySqlPool> {
+        self.mysql.as_ref().ok_or_else(|| {
+            fencing_core::Error::from(fencing_core::InvalidInput::new(
+                fencing_core::InputKind::StoreSet,
+                "a run on the MySQL lease needs MySQL (--mysql-url)",
+            ))
         })
     }
 
@@ -194,53 +229,8 @@ impl Clients {
 /// The job's id: one settlement per run.
 pub const JOB: &str = "settlement";
 
-/// The refunds table as the team wrote it, with a fence column, and the trigger that keeps
-/// its history.
-fn refunds_ddl(schema: &str, with_fence: bool) -> String {
-    let fence = if with_fence {
-        "fence bigint NOT NULL DEFAULT 0 CHECK (fence >= 0),"
-    } else {
-        ""
-    };
-    format!(
-        "CREATE SCHEMA \"{schema}\";
-         CREATE TABLE \"{schema}\".refunds (
-             id text PRIMARY KEY, merchant text NOT NULL, amount_cents bigint NOT NULL,
-             state text NOT NULL DEFAULT 'pending', {fence}
-             claimed_by text, confirmed_by text, gateway_ref text,
-             filed boolean NOT NULL DEFAULT false);
-         CREATE TABLE \"{schema}\".refund_history (
-             seq bigserial PRIMARY KEY, id text NOT NULL, fence bigint, state text NOT NULL,
-             claimed_by text, confirmed_by text, filed boolean NOT NULL,
-             at timestamptz NOT NULL DEFAULT clock_timestamp());
-         CREATE FUNCTION \"{schema}\".keep_history() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             INSERT INTO \"{schema}\".refund_history (id, fence, state, claimed_by, confirmed_by, filed)
-             VALUES (NEW.id, {fence_value}, NEW.state, NEW.claimed_by, NEW.confirmed_by, NEW.filed);
-             RETURN NEW;
-         END $$;
-         CREATE TRIGGER keep_history AFTER INSERT OR UPDATE ON \"{schema}\".refunds
-             FOR EACH ROW EXECUTE FUNCTION \"{schema}\".keep_history();
-         CREATE TABLE \"{schema}\".jobs (
-             id text PRIMARY KEY, state text NOT NULL DEFAULT 'pending', {fence}
-             taken_by text, finished_by text);
-         CREATE TABLE \"{schema}\".job_history (
-             seq bigserial PRIMARY KEY, fence bigint, taken_by text, finished_by text);
-         CREATE FUNCTION \"{schema}\".keep_job_history() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             INSERT INTO \"{schema}\".job_history (fence, taken_by, finished_by)
-             VALUES ({fence_value}, NEW.taken_by, NEW.finished_by);
-             RETURN NEW;
-         END $$;
-         CREATE TRIGGER keep_job_history AFTER UPDATE ON \"{schema}\".jobs
-             FOR EACH ROW EXECUTE FUNCTION \"{schema}\".keep_job_history();
-         INSERT INTO \"{schema}\".jobs (id) VALUES ('{JOB}');",
-        fence_value = if with_fence { "NEW.fence" } else { "NULL" },
-    )
-}
-
-/// Creates a run's stores: `refunds` pending refunds of 70.25 EUR in PostgreSQL, the job's
-/// row, the ledger table, the receipts bucket (versioned), the lease's own tables, and the
+/// Creates a run's stores: `refunds` pending refunds of 70.25 EUR and the job's row in
+/// PostgreSQL or, on the MySQL lease, in MariaDB (which `clients` must then reach), the ledger table, the receipts bucket (versioned), the lease's own tables, and the
 /// job queue with the job on it. `with_fence: false` leaves the fence columns out, as a team
 /// that forgot its migration would.
 pub async fn create(
@@ -249,19 +239,12 @@ pub async fn create(
     plan: &RunPlan,
     with_fence: bool,
 ) -> std::result::Result<JobQueue, Box<dyn std::error::Error + Send + Sync>> {
-    sqlx::raw_sql(AssertSqlSafe(refunds_ddl(names.schema(), with_fence)))
-        .execute(&clients.pool)
-        .await?;
-    sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO \"{}\".refunds (id, merchant, amount_cents) \
-         SELECT 'r_' || lpad(n::text, 4, '0'), $1, $2 FROM generate_series(1, $3) AS n",
-        names.schema()
-    )))
-    .bind(MERCHANT)
-    .bind(REFUND_CENTS)
-    .bind(plan.sizing.refunds as i64)
-    .execute(&clients.pool)
-    .await?;
+    match plan.lease.team_database() {
+        TeamDatabase::Postgres => create_pg_tables(names, clients, plan, with_fence).await?,
+        TeamDatabase::Mysql => {
+            create_mysql_tables(names, clients.mysql()?, plan, with_fence).await?
+        }
+    }
     DynamoTable::new(names.ledger_table())?
         .create_if_missing(&clients.dynamodb)
         .await?;
@@ -280,6 +263,58 @@ pub async fn create(
         .await?;
     create_lease_tables(names, clients, plan.lease).await?;
     JobQueue::create(clients.sqs.clone(), &names.job_queue(), names.id()).await
+}
+
+/// The team's tables of run `names` in its PostgreSQL schema, and `plan`'s pending refunds.
+async fn create_pg_tables(
+    names: &RunNames,
+    clients: &Clients,
+    plan: &RunPlan,
+    with_fence: bool,
+) -> std::result::Result<(), sqlx::Error> {
+    let ddl = tables::postgres_ddl(names.schema(), with_fence, JOB);
+    sqlx::raw_sql(AssertSqlSafe(ddl))
+        .execute(&clients.pool)
+        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO \"{}\".refunds (id, merchant, amount_cents) \
+         SELECT 'r_' || lpad(n::text, 4, '0'), $1, $2 FROM generate_series(1, $3) AS n",
+        names.schema()
+    )))
+    .bind(MERCHANT)
+    .bind(REFUND_CENTS)
+    .bind(plan.sizing.refunds as i64)
+    .execute(&clients.pool)
+    .await
+    .map(drop)
+}
+
+/// The run's MySQL database (where the MySQL lease keeps its tables too), the team's tables
+/// in it, and `plan`'s pending refunds, in one statement (at most 9,999 rows of three values,
+/// under a statement's 65,535 placeholders).
+async fn create_mysql_tables(
+    names: &RunNames,
+    pool: &MySqlPool,
+    plan: &RunPlan,
+    with_fence: bool,
+) -> std::result::Result<(), sqlx::Error> {
+    let database = names.mysql_database();
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE DATABASE IF NOT EXISTS `{database}`"
+    )))
+    .execute(pool)
+    .await?;
+    let ddl = tables::mysql_ddl(database, with_fence, JOB);
+    sqlx::raw_sql(AssertSqlSafe(ddl)).execute(pool).await?;
+    let mut insert = sqlx::QueryBuilder::new(format!(
+        "INSERT INTO `{database}`.refunds (id, merchant, amount_cents) "
+    ));
+    insert.push_values(0..plan.sizing.refunds, |mut row, index| {
+        row.push_bind(RunPlan::refund_key(index))
+            .push_bind(MERCHANT)
+            .push_bind(REFUND_CENTS);
+    });
+    insert.build().execute(pool).await.map(drop)
 }
 
 /// Creates what the lease of `kind` keeps beside the run's stores: its counters in PostgreSQL
@@ -303,8 +338,12 @@ pub async fn create_lease_tables(
         }
         // Keys under the run's id need no set-up.
         LeaseKind::Etcd => {}
-        // On a server the run's stores do not reach: `create_mysql_lease`.
-        LeaseKind::Mysql => {}
+        // In the run's database, which the team's tables made.
+        LeaseKind::Mysql => {
+            mysql_lease(names, clients.mysql()?.clone())
+                .create_if_missing()
+                .await?
+        }
     }
     Ok(())
 }
@@ -319,24 +358,8 @@ pub async fn create_pg_lease(names: &RunNames, pool: &PgPool) -> Result<()> {
         .await
 }
 
-/// Creates the MySQL lease's database of run `names` and its tables (its leases and their
-/// counters) on the server of `pool`.
-pub async fn create_mysql_lease(
-    names: &RunNames,
-    pool: &MySqlPool,
-) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "CREATE DATABASE IF NOT EXISTS `{}`",
-        names.mysql_database()
-    )))
-    .execute(pool)
-    .await?;
-    mysql_lease(names, pool.clone()).create_if_missing().await?;
-    Ok(())
-}
-
-/// Drops the MySQL lease's database of run `names`.
-pub async fn drop_mysql_lease(
+/// Drops the MySQL database of run `names` (its tables and the MySQL lease's).
+pub async fn drop_mysql_database(
     names: &RunNames,
     pool: &MySqlPool,
 ) -> std::result::Result<(), sqlx::Error> {
@@ -426,27 +449,36 @@ pub async fn drop_aws(
 /// The library's stores over a run's data, as a worker uses them.
 #[derive(Clone, Debug)]
 pub struct RunStores {
-    /// Refunds in PostgreSQL: key `id`, state `state`, fence `fence`.
-    pub refunds: Arc<PgStore>,
+    /// Refunds in PostgreSQL or MySQL: key `id`, state `state`, fence `fence`.
+    pub refunds: TeamTable,
     /// The ledger in DynamoDB.
     pub ledger: Arc<DynamoStore>,
     /// Receipts in S3.
     pub receipts: Arc<S3Store>,
-    /// The job's row in PostgreSQL: its fence gates the job message's deletion.
-    pub job: Arc<PgStore>,
+    /// The job's row, beside the refunds: its fence gates the job message's deletion.
+    pub job: TeamTable,
 }
 
 impl RunStores {
-    /// The stores of run `names` through `clients`.
-    pub fn new(names: &RunNames, clients: &Clients) -> Result<Self> {
+    /// The stores of run `names` on `lease` through `clients`.
+    pub fn new(names: &RunNames, clients: &Clients, lease: LeaseKind) -> Result<Self> {
+        let team_table = |table: &str, name: &str| -> Result<TeamTable> {
+            Ok(match lease.team_database() {
+                TeamDatabase::Postgres => TeamTable::Postgres(Arc::new(
+                    PgStore::new(clients.pool.clone(), PgTable::new(names.schema(), table)?)
+                        .named(name)?,
+                )),
+                TeamDatabase::Mysql => TeamTable::Mysql(Arc::new(
+                    MySqlStore::new(
+                        clients.mysql()?.clone(),
+                        MySqlTable::new(names.mysql_database(), table)?,
+                    )
+                    .named(name)?,
+                )),
+            })
+        };
         Ok(RunStores {
-            refunds: Arc::new(
-                PgStore::new(
-                    clients.pool.clone(),
-                    PgTable::new(names.schema(), "refunds")?,
-                )
-                .named("refunds")?,
-            ),
+            refunds: team_table("refunds", "refunds")?,
             ledger: Arc::new(
                 DynamoStore::new(
                     clients.dynamodb.clone(),
@@ -461,10 +493,7 @@ impl RunStores {
                 )
                 .named("receipts")?,
             ),
-            job: Arc::new(
-                PgStore::new(clients.pool.clone(), PgTable::new(names.schema(), "jobs")?)
-                    .named("job")?,
-            ),
+            job: team_table("jobs", "job")?,
         })
     }
 }
@@ -481,8 +510,6 @@ pub enum LeaseServer {
     Postgres(PgPool),
     /// An etcd cluster, for [`LeaseKind::Etcd`] (boxed: a client is a few hundred bytes).
     Etcd(Box<etcd_client::Client>),
-    /// MySQL or MariaDB, for [`LeaseKind::Mysql`].
-    MySql(MySqlPool),
 }
 
 /// The lease of `kind` for run `names`. The Redis lease takes its epochs from PostgreSQL, so
@@ -521,8 +548,8 @@ pub fn lease(
             clients.dynamodb.clone(),
             names.dynamo_lease_table(),
         )?),
-        (LeaseKind::Mysql, Some(LeaseServer::MySql(pool))) => Arc::new(mysql_lease(names, pool)),
-        (kind @ (LeaseKind::Redis | LeaseKind::Etcd | LeaseKind::Mysql), _) => {
+        (LeaseKind::Mysql, _) => Arc::new(mysql_lease(names, clients.mysql()?.clone())),
+        (kind @ (LeaseKind::Redis | LeaseKind::Etcd), _) => {
             panic!("the {} lease needs its server", kind.name())
         }
     })

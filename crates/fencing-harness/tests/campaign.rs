@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fencing_harness::audit::Check;
-use fencing_harness::plan::{FaultKind, LeaseKind, RunPlan, Sizing};
+use fencing_harness::plan::{FaultKind, LeaseKind, RunPlan, Sizing, TeamDatabase};
 use fencing_harness::stores::{self, Clients, RunNames};
 use fencing_test_support::services::{self, RedisServer, ServiceMode};
 use sqlx::{AssertSqlSafe, Row};
@@ -212,13 +212,19 @@ fn run_stores(names: &RunNames, lease: LeaseKind, with_fence: bool) -> Clients {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let clients = Clients::connect(
+        let mut clients = Clients::connect(
             &services::postgres_url(),
             "harness_test",
             &services::aws_endpoint(),
         )
         .await
         .unwrap();
+        if lease.team_database() == TeamDatabase::Mysql {
+            clients = clients
+                .with_mysql(&services::mysql_url(), None)
+                .await
+                .unwrap();
+        }
         let plan = RunPlan {
             lease,
             ..RunPlan::from_seed(
@@ -238,26 +244,42 @@ fn run_stores(names: &RunNames, lease: LeaseKind, with_fence: bool) -> Clients {
     })
 }
 
-/// Every row of the refunds' history: (id, state), one per write the table accepted.
-fn history(names: &RunNames) -> Vec<(String, String)> {
+/// Every row of the refunds' history: (id, state), one per write the table accepted; the
+/// run's tables dropped after.
+fn history(names: &RunNames, lease: LeaseKind) -> Vec<(String, String)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let pool = sqlx::PgPool::connect(&services::postgres_url())
-            .await
-            .unwrap();
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id, state FROM \"{}\".refund_history ORDER BY seq",
-            names.schema()
-        )))
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        let rows = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-        stores::drop_schema(names, &pool).await.unwrap();
-        rows
+        let sql =
+            |table: String| format!("SELECT id, state FROM {table}.refund_history ORDER BY seq");
+        match lease.team_database() {
+            TeamDatabase::Mysql => {
+                let pool = sqlx::MySqlPool::connect(&services::mysql_url())
+                    .await
+                    .unwrap();
+                let sql = sql(format!("`{}`", names.mysql_database()));
+                let rows = sqlx::query(AssertSqlSafe(sql))
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+                stores::drop_mysql_database(names, &pool).await.unwrap();
+                rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+            }
+            TeamDatabase::Postgres => {
+                let pool = sqlx::PgPool::connect(&services::postgres_url())
+                    .await
+                    .unwrap();
+                let sql = sql(format!("\"{}\"", names.schema()));
+                let rows = sqlx::query(AssertSqlSafe(sql))
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+                stores::drop_schema(names, &pool).await.unwrap();
+                rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+            }
+        }
     })
 }
 
@@ -268,6 +290,7 @@ fn worker(names: &RunNames, lease: LeaseKind, redis_url: &str) -> Output {
         .args(["--database-url", &services::postgres_url()])
         .args(["--redis-url", redis_url])
         .args(["--aws-endpoint", &services::aws_endpoint()])
+        .args(["--mysql-url", &services::mysql_url()])
         // Nothing listens on the discard port: a worker that got as far as calling would fail.
         .args(["--gateway", "127.0.0.1:9"])
         .output()
@@ -276,14 +299,25 @@ fn worker(names: &RunNames, lease: LeaseKind, redis_url: &str) -> Output {
 
 #[test]
 fn a_worker_on_a_table_without_a_fence_column_fails_fast_and_writes_nothing() {
+    without_a_fence_column(LeaseKind::Postgres);
+}
+
+/// The same where the refunds live in MariaDB (a run on the MySQL lease).
+#[test]
+fn a_worker_on_a_mysql_table_without_a_fence_column_fails_fast_and_writes_nothing() {
+    without_a_fence_column(LeaseKind::Mysql);
+}
+
+fn without_a_fence_column(lease: LeaseKind) {
     let names = RunNames::fresh(7);
-    run_stores(&names, LeaseKind::Postgres, false);
-    let output = worker(&names, LeaseKind::Postgres, "redis://127.0.0.1:1/");
+    run_stores(&names, lease, false);
+    let output = worker(&names, lease, "redis://127.0.0.1:1/");
     let out = text(&output);
+    println!("{out}");
     assert_eq!(output.status.code(), Some(2), "{out}");
-    assert!(out.contains("fence"), "{out}");
+    assert!(out.contains("has no fence column"), "{out}");
     assert!(out.contains("nothing was written"), "{out}");
-    let history = history(&names);
+    let history = history(&names, lease);
     assert_eq!(history.len(), 20, "only the 20 inserts: {history:?}");
     assert!(history.iter().all(|(_, state)| state == "pending"));
 }
@@ -305,7 +339,11 @@ fn a_redis_that_refuses_scripts_stops_the_worker_before_it_writes() {
     assert_eq!(output.status.code(), Some(2), "{out}");
     assert!(out.contains("refuses scripts"), "{out}");
     assert!(out.contains("nothing was written"), "{out}");
-    assert_eq!(history(&names).len(), 20, "only the inserts");
+    assert_eq!(
+        history(&names, LeaseKind::Redis).len(),
+        20,
+        "only the inserts"
+    );
 }
 
 #[test]

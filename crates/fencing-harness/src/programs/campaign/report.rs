@@ -422,8 +422,9 @@ EUR settlement) with separate processes:
   extends that every third of the TTL while it works; a worker that stalls or dies stops
   extending, the message becomes visible again, and the next worker to poll receives it;
 * two workers (`fencing-harness worker`) polling the queue. The one that receives the job takes the merchant's lease (Redis, PostgreSQL, DynamoDB,
-  a three-member etcd cluster or MySQL, rotating with the seed), takes the job's row in PostgreSQL,
-  claims each refund in PostgreSQL, calls the gateway,
+  a three-member etcd cluster or MySQL, rotating with the seed), takes the job's row and
+  claims each refund in PostgreSQL (in MariaDB on the MySQL lease: a team whose tables all
+  live in MySQL, the lease's tables beside them in the run's database), calls the gateway,
   confirms the refund, posts its ledger entry in DynamoDB, puts its receipt in S3 and marks it
   filed; once none is left it marks the job finished and deletes the message. Every one of
   those writes carries the lease's fencing token and is checked by the
@@ -469,8 +470,13 @@ system's business, so the interleavings, unlike the plan, can differ.
   runs the standby stops before the run's first acquisition, so the promoted standby has no
   counter row for the resource at all: the table's binding row makes it start above every
   token the lost primary issued.
-* **pg_terminate_backend** on every connection of the run's workers.
-* **A worker cut off from PostgreSQL past the TTL** (half the runs, drawn): in such a run
+* **pg_terminate_backend** on every connection of the run's workers (runs whose refunds
+  are in PostgreSQL).
+* **KILL of the workers' MySQL connections** (half the runs on the MySQL lease, drawn):
+  `KILL CONNECTION` of every connection whose default database is the run's; a write in
+  flight is rolled back or committed, and its worker cannot tell which (it sends it again
+  with the same token).
+* **A worker cut off from PostgreSQL past the TTL** (half the runs whose refunds are in PostgreSQL, drawn): in such a run
   each worker reaches PostgreSQL (its refunds, the job row, and the leases, counters or
   epochs kept there) through a TCP relay of its own; the holder's relay is partitioned for
   1.5 to 2 TTLs, then healed. A partition holds every byte both ways: nothing is refused and
@@ -498,10 +504,10 @@ system's business, so the interleavings, unlike the plan, can differ.
   while the cluster stays whole: the client's requests to that member hang until they time
   out, and its lease renewals must go through the others.
 * **A worker cut off from MySQL past the TTL** (every run on the MySQL lease): each worker
-  reaches MySQL, where the lease and its counters live, through a relay of its own; the
-  holder's relay is partitioned. It cannot renew, so its lease runs out and the other worker
-  takes over, while its own PostgreSQL writes go on; its renewal, held in the relay, arrives
-  at the heal and must be refused.
+  reaches MySQL, where the lease, its counters, the refunds and the job's row live, through
+  a relay of its own; the holder's relay is partitioned. It cannot renew, so its lease runs
+  out and the other worker takes over; its renewal and its refund writes, held in the
+  relay, arrive at the heal, after the new holder may have written, and must be refused.
 * **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
   restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader
   meanwhile, under the holder's renewals and the other worker's acquisitions.

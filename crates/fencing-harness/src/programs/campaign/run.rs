@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencing_harness::audit::{self, AuditReport, WorkerReports};
-use fencing_harness::plan::{Fault, FaultKind, LeaseKind, PausedStore, RunPlan};
+use fencing_harness::plan::{Fault, FaultKind, PausedStore, RunPlan, TeamDatabase};
 use fencing_harness::signal;
 use fencing_harness::stores::{self, Clients, RunNames};
 use fencing_test_support::services::{EtcdCluster, MotoServer, RedisServer, TestContainer};
@@ -19,6 +19,7 @@ use super::clock::FakedClock;
 use super::failover::{Failover, LONGEST_LAG};
 use super::picture::RunPicture;
 use fencing_test_support::relay::Relay;
+use sqlx::AssertSqlSafe;
 
 /// Where the services of a campaign are.
 pub(crate) struct Services {
@@ -210,14 +211,16 @@ pub(crate) async fn run(
     let started = Instant::now();
     std::fs::create_dir_all(dir)?;
     let names = RunNames::fresh(plan.seed);
-    let clients = Clients::connect(
+    let mut clients = Clients::connect(
         &services.database_url,
         "harness_campaign",
         &services.aws_endpoint,
     )
     .await?;
+    if plan.lease.team_database() == TeamDatabase::Mysql {
+        clients = clients.with_mysql(&services.mysql_url, None).await?;
+    }
     stores::create(&names, &clients, plan, true).await?;
-    let mysql = mysql_lease_database(plan, services, &names).await?;
 
     let journal = dir.join("journal.jsonl");
     let (gateway, gateway_addr) = start_gateway(&services.program, &journal).await?;
@@ -275,7 +278,7 @@ pub(crate) async fn run(
         handovers,
     };
     if result.passed() {
-        drop_stores(&names, &clients, plan, mysql.as_ref()).await?;
+        drop_stores(&names, &clients, plan).await?;
     } else {
         // Kept with the run's logs: what went wrong, in time.
         result.draw(&dir.join("timeline.svg"))?;
@@ -283,32 +286,12 @@ pub(crate) async fn run(
     Ok(result)
 }
 
-/// The MySQL lease's database of the run, made on the campaign's MySQL (that lease kind
-/// only), and the pool it was made through.
-async fn mysql_lease_database(
-    plan: &RunPlan,
-    services: &Services,
-    names: &RunNames,
-) -> Result<Option<sqlx::MySqlPool>, RunError> {
-    if plan.lease != LeaseKind::Mysql {
-        return Ok(None);
-    }
-    let pool = sqlx::MySqlPool::connect(&services.mysql_url).await?;
-    stores::create_mysql_lease(names, &pool).await?;
-    Ok(Some(pool))
-}
-
-/// Drops what a passed run kept: its schema, its AWS resources, its MySQL lease's database.
-async fn drop_stores(
-    names: &RunNames,
-    clients: &Clients,
-    plan: &RunPlan,
-    mysql: Option<&sqlx::MySqlPool>,
-) -> Result<(), RunError> {
+/// Drops what a passed run kept: its schema, its AWS resources, its MySQL database.
+async fn drop_stores(names: &RunNames, clients: &Clients, plan: &RunPlan) -> Result<(), RunError> {
     stores::drop_schema(names, &clients.pool).await?;
     stores::drop_aws(names, clients, plan.lease).await?;
-    if let Some(pool) = mysql {
-        stores::drop_mysql_lease(names, pool).await?;
+    if let Some(pool) = &clients.mysql {
+        stores::drop_mysql_database(names, pool).await?;
     }
     Ok(())
 }
@@ -635,6 +618,11 @@ impl<'a> Watch<'a> {
                     .service_fault(at, "the workers' PostgreSQL connections terminated");
                 terminate_backends(self.clients, self.names).await? > 0
             }
+            FaultKind::MysqlKill => {
+                self.picture
+                    .service_fault(at, "the workers' MySQL connections killed");
+                kill_mysql_connections(self.clients, self.names).await? > 0
+            }
             FaultKind::EtcdLeaderKill => {
                 self.picture.service_fault(
                     at,
@@ -942,6 +930,27 @@ async fn wait_until_stopped(pid: u32) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// `KILL CONNECTION` of every MySQL connection whose database is the run's (a worker's
+/// connections use it by default; the campaign's own do not); how many it killed. A
+/// connection gone meanwhile is not counted.
+async fn kill_mysql_connections(clients: &Clients, names: &RunNames) -> Result<usize, RunError> {
+    let pool = clients.mysql()?;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()",
+    )
+    .bind(names.mysql_database())
+    .fetch_all(pool)
+    .await?;
+    let mut killed = 0;
+    for id in ids {
+        let kill = sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")));
+        if kill.execute(pool).await.is_ok() {
+            killed += 1;
+        }
+    }
+    Ok(killed)
 }
 
 async fn terminate_backends(clients: &Clients, names: &RunNames) -> Result<i64, sqlx::Error> {

@@ -29,7 +29,7 @@ use fencing_core::{
     FencedBatch, FencedStore, Lease, LeaseGuard, LeaseRenewal, MismatchPolicy, RecordKey, Ttl,
 };
 use fencing_harness::history;
-use fencing_harness::plan::LeaseKind;
+use fencing_harness::plan::{LeaseKind, TeamDatabase};
 use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames, RunStores};
 use fencing_redis::RedisSentinelConnection;
@@ -78,7 +78,7 @@ pub(crate) struct Args {
     /// lives in `--database-url`).
     #[arg(long)]
     lease_database_url: Option<String>,
-    /// MySQL or MariaDB (the MySQL lease).
+    /// MySQL or MariaDB (the MySQL lease, and the refunds and job's row of a run on it).
     #[arg(long)]
     mysql_url: Option<String>,
     /// Redis (the Redis lease on one server).
@@ -162,8 +162,8 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         let renewal = LeaseRenewal::start(lease.clone(), guard.clone(), worker.ttl.duration() / 3);
         let stores = &worker.stores;
         let batch_stores: [Arc<dyn FencedStore>; 4] = [
-            stores.job.clone(),
-            stores.refunds.clone(),
+            stores.job.store(),
+            stores.refunds.store(),
             stores.ledger.clone(),
             stores.receipts.clone(),
         ];
@@ -207,14 +207,25 @@ impl Worker {
     async fn connect(args: &Args) -> Result<Worker, String> {
         let names = RunNames::new(&args.of.run);
         let application_name = format!("harness_{}_{}", names.id(), args.of.name);
-        let clients = Clients::connect(
+        let mut clients = Clients::connect(
             &args.of.database_url,
             &application_name,
             &args.of.aws_endpoint,
         )
         .await
         .map_err(|err| format!("cannot connect to PostgreSQL: {err}"))?;
-        let stores = RunStores::new(&names, &clients).map_err(|err| err.to_string())?;
+        if args.of.lease.team_database() == TeamDatabase::Mysql {
+            let url = args
+                .mysql_url
+                .as_deref()
+                .ok_or("a run on the MySQL lease needs --mysql-url")?;
+            clients = clients
+                .with_mysql(url, Some(names.mysql_database()))
+                .await
+                .map_err(|err| format!("cannot connect to MySQL: {err}"))?;
+        }
+        let stores =
+            RunStores::new(&names, &clients, args.of.lease).map_err(|err| err.to_string())?;
         let server = lease_server(args, &application_name).await?;
         preflight(&stores).await?;
         let counter_binding = args.counter_binding == Switch::On;
@@ -233,7 +244,6 @@ impl Worker {
         Ok(Worker {
             name: args.of.name.clone(),
             settlement: settle::Settlement {
-                pool: clients.pool.clone(),
                 stores: stores.clone(),
                 gateway: args.of.gateway.clone(),
                 stop_after_call: args.stop_after_call.clone(),
@@ -317,7 +327,7 @@ impl Worker {
 }
 
 /// The server the run's lease lives on, connected (none for a lease in the run's own
-/// PostgreSQL or in DynamoDB).
+/// PostgreSQL or MySQL, or in DynamoDB).
 async fn lease_server(args: &Args, application_name: &str) -> Result<Option<LeaseServer>, String> {
     Ok(match args.of.lease {
         LeaseKind::Redis if !args.redis_sentinels.is_empty() => {
@@ -338,18 +348,8 @@ async fn lease_server(args: &Args, application_name: &str) -> Result<Option<Leas
             )),
             None => None,
         },
-        LeaseKind::Dynamodb => None,
-        LeaseKind::Mysql => {
-            let url = args
-                .mysql_url
-                .as_deref()
-                .ok_or("the MySQL lease needs --mysql-url")?;
-            Some(LeaseServer::MySql(
-                sqlx::MySqlPool::connect(url)
-                    .await
-                    .map_err(|err| format!("cannot connect to the lease's MySQL: {err}"))?,
-            ))
-        }
+        // In the run's database: the clients' pool.
+        LeaseKind::Dynamodb | LeaseKind::Mysql => None,
     })
 }
 
@@ -367,11 +367,11 @@ async fn delete(queue: &JobQueue, message: &JobMessage, by: &str) {
 /// bucket exist.
 async fn preflight(stores: &RunStores) -> Result<(), String> {
     let probe = RecordKey::new("preflight").expect("a valid key");
-    let checks: [&dyn FencedStore; 4] = [
-        &*stores.job,
-        &*stores.refunds,
-        &*stores.ledger,
-        &*stores.receipts,
+    let checks: [Arc<dyn FencedStore>; 4] = [
+        stores.job.store(),
+        stores.refunds.store(),
+        stores.ledger.clone(),
+        stores.receipts.clone(),
     ];
     for store in checks {
         store

@@ -5,34 +5,24 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencing_core::adapter::SqlValue;
 use fencing_core::{
     EffectOutcome, EffectStart, FencedBatch, FencedWrite, Holder, Lifecycle, RecordKey,
     RecordWrites, Result, SkippedRecord, Written,
 };
 use fencing_harness::gateway::GatewayCall;
 use fencing_harness::stores::{JOB, MERCHANT, RunStores};
-use fencing_postgres::PgWrite;
+use fencing_harness::tables::UnfiledRefund;
 use futures_util::TryStreamExt;
-use sqlx::{AssertSqlSafe, PgPool, Row};
 
 /// What a worker settles with.
 pub(crate) struct Settlement {
-    pub(crate) pool: PgPool,
     pub(crate) stores: RunStores,
     pub(crate) gateway: String,
     pub(crate) stop_after_call: Option<String>,
     /// How long a write may go unanswered (a store cut off by a partition) before its outcome
     /// is taken as unknown and it is sent again.
     pub(crate) request_timeout: Duration,
-}
-
-/// A refund not yet filed, as a plain read found it.
-#[derive(Clone)]
-struct Unfiled {
-    key: RecordKey,
-    amount_cents: i64,
-    /// The gateway's reference, when an earlier holder confirmed it already.
-    confirmed_reference: Option<String>,
 }
 
 impl Settlement {
@@ -52,14 +42,7 @@ impl Settlement {
 
     /// Who finished the job, once someone has: read plainly, as the job's row holds it.
     pub(crate) async fn job_finished_by(&self) -> Result<Option<String>> {
-        sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT finished_by FROM {} WHERE id = $1",
-            self.stores.job.table().name()
-        )))
-        .bind(JOB)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| self.stores.job.sql_failure(e))
+        self.stores.job.finished_by(JOB).await
     }
 
     /// The job under `batch`: takes the job's row (from then on an earlier holder is refused
@@ -86,45 +69,22 @@ impl Settlement {
     }
 
     async fn write_job(&self, batch: &FencedBatch, column: &str, holder: &str) -> Result<()> {
-        let job = &self.stores.job;
         let key = RecordKey::new(JOB)?;
-        let write = PgWrite::new(FencedWrite::claim()).set(column, holder)?;
-        job.write_with(&self.holder(batch), &key, write)
+        let columns = [(column, SqlValue::from(holder))];
+        self.stores
+            .job
+            .write_with(&self.holder(batch), &key, FencedWrite::claim(), &columns)
             .await
             .map(drop)
     }
 
     /// How many refunds are not filed yet.
     async fn unfiled(&self) -> Result<i64> {
-        sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT count(*) FROM {} WHERE merchant = $1 AND NOT filed",
-            self.stores.refunds.table().name()
-        )))
-        .bind(MERCHANT)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| self.stores.refunds.sql_failure(e))
+        self.stores.refunds.count_unfiled(MERCHANT).await
     }
 
-    async fn list(&self) -> Result<Vec<Unfiled>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id, amount_cents, CASE WHEN state = 'sent' THEN gateway_ref END \
-             FROM {} WHERE merchant = $1 AND NOT filed ORDER BY id",
-            self.stores.refunds.table().name()
-        )))
-        .bind(MERCHANT)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.stores.refunds.sql_failure(e))?;
-        rows.iter()
-            .map(|row| {
-                Ok(Unfiled {
-                    key: RecordKey::new(row.get::<String, _>(0))?,
-                    amount_cents: row.get(1),
-                    confirmed_reference: row.get(2),
-                })
-            })
-            .collect()
+    async fn list(&self) -> Result<Vec<UnfiledRefund>> {
+        self.stores.refunds.unfiled(MERCHANT).await
     }
 
     /// Settles every unfiled refund under `batch`, `holder` naming this acquisition in the
@@ -155,26 +115,34 @@ impl Settlement {
                     reference.clone()
                 }
                 None => {
-                    let claim = PgWrite::new(lifecycle.claim()).set("claimed_by", holder)?;
-                    let claimed = refunds.write_with(&self.holder(batch), key, claim).await;
+                    let claimed = refunds
+                        .write_with(
+                            &self.holder(batch),
+                            key,
+                            lifecycle.claim(),
+                            &[("claimed_by", holder.into())],
+                        )
+                        .await;
                     let claimed = match claimed {
                         Err(err) if SkippedRecord::of(&err).is_some() => continue,
                         claimed => claimed?,
                     };
                     println!("claimed {key}");
                     let confirm = async |reference: &String| {
-                        let confirm = PgWrite::new(lifecycle.confirm())
-                            .set("confirmed_by", holder)?
-                            .set("gateway_ref", reference.as_str())?;
                         refunds
-                            .write_with(&self.holder(batch), key, confirm)
+                            .write_with(
+                                &self.holder(batch),
+                                key,
+                                lifecycle.confirm(),
+                                &confirmed_by(holder, reference),
+                            )
                             .await
                             .map(drop)
                     };
                     match self
                         .holder(batch)
                         .run_effect_then(
-                            &**refunds,
+                            &*refunds.store(),
                             EffectStart::Claimed(&claimed),
                             &lifecycle,
                             &call,
@@ -210,7 +178,7 @@ impl Settlement {
     ) -> Result<usize> {
         let lifecycle = Lifecycle::default();
         let unfiled = self.list().await?;
-        let (confirmed, unsent): (Vec<Unfiled>, Vec<Unfiled>) = unfiled
+        let (confirmed, unsent): (Vec<UnfiledRefund>, Vec<UnfiledRefund>) = unfiled
             .into_iter()
             .partition(|u| u.confirmed_reference.is_some());
         let earlier = std::sync::atomic::AtomicUsize::new(0);
@@ -245,9 +213,10 @@ impl Settlement {
             lifecycle: &lifecycle,
             amounts: &amounts,
         };
+        let refunds = self.stores.refunds.store();
         let settled = self
             .holder(batch)
-            .pipeline(&*self.stores.refunds, &lifecycle, &call)
+            .pipeline(&*refunds, &lifecycle, &call)
             .concurrency(concurrency)
             .writes(&writes)
             .run(unsent.into_iter().map(|u| u.key))
@@ -272,28 +241,8 @@ impl Settlement {
     /// entry's and the receipt's, and nothing would ever write them again. Returns whether it
     /// took the refund over.
     async fn take_over(&self, batch: &FencedBatch, key: &RecordKey) -> Result<bool> {
-        let refunds = &self.stores.refunds;
-        let claim = PgWrite::new(FencedWrite::claim());
         let holder = self.holder(batch);
-        async {
-            let failed = |e| refunds.sql_failure(e);
-            let mut tx = self.pool.begin().await.map_err(failed)?;
-            let filed: bool = sqlx::query_scalar(AssertSqlSafe(format!(
-                "SELECT filed FROM {} WHERE id = $1 FOR UPDATE",
-                refunds.table().name()
-            )))
-            .bind(key.as_str())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(failed)?;
-            if filed {
-                return Ok(false);
-            }
-            refunds.write_in(&mut tx, &holder, key, claim).await?;
-            tx.commit().await.map_err(failed)?;
-            Ok(true)
-        }
-        .await
+        self.stores.refunds.claim_unless_filed(&holder, key).await
     }
 
     /// Files a confirmed refund: its ledger entry, its receipt, then `filed` on its row, each
@@ -332,9 +281,9 @@ impl Settlement {
                 &FencedWrite::claim().set_payload(receipt.into_bytes()),
             )
             .await?;
-        let mark_filed = PgWrite::new(FencedWrite::claim()).set("filed", true)?;
+        let filed = [("filed", SqlValue::Bool(true))];
         refunds
-            .write_with(&self.holder(batch), key, mark_filed)
+            .write_with(&self.holder(batch), key, FencedWrite::claim(), &filed)
             .await?;
         println!("filed {key}");
         Ok(())
@@ -356,8 +305,13 @@ struct RefundWrites<'a> {
 impl RecordWrites<String> for RefundWrites<'_> {
     async fn claim(&self, holder: &Holder, key: &RecordKey) -> Result<Written> {
         let s = self.settlement;
-        let claim = PgWrite::new(self.lifecycle.claim()).set("claimed_by", self.holder)?;
-        let claimed = s.stores.refunds.write_with(holder, key, claim).await?;
+        let claimed_by = [("claimed_by", self.holder.into())];
+        let claim = self.lifecycle.claim();
+        let claimed = s
+            .stores
+            .refunds
+            .write_with(holder, key, claim, &claimed_by)
+            .await?;
         println!("claimed {key}");
         Ok(claimed)
     }
@@ -369,13 +323,24 @@ impl RecordWrites<String> for RefundWrites<'_> {
         reference: &String,
     ) -> Result<Written> {
         let s = self.settlement;
-        let confirm = PgWrite::new(self.lifecycle.confirm())
-            .set("confirmed_by", self.holder)?
-            .set("gateway_ref", reference.as_str())?;
-        let confirmed = s.stores.refunds.write_with(holder, key, confirm).await?;
+        let columns = confirmed_by(self.holder, reference);
+        let confirm = self.lifecycle.confirm();
+        let confirmed = s
+            .stores
+            .refunds
+            .write_with(holder, key, confirm, &columns)
+            .await?;
         let amount_cents = self.amounts[key];
         s.file(self.batch, self.holder, key, amount_cents, reference)
             .await?;
         Ok(confirmed)
     }
+}
+
+/// The columns a confirm sets beside the fence: who confirmed, and the gateway's reference.
+fn confirmed_by<'a>(holder: &str, reference: &str) -> [(&'a str, SqlValue); 2] {
+    [
+        ("confirmed_by", holder.into()),
+        ("gateway_ref", reference.into()),
+    ]
 }
