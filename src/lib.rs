@@ -102,8 +102,15 @@ pub use fencing_core::{
     WriteWith, Written, acquire, async_trait, seed_from_floors,
 };
 
+mod since_0_1;
+
+/// The handle a holder writes with, as 0.1 named it.
+#[doc(hidden)]
+#[allow(deprecated)]
+pub use since_0_1::Fence;
+
 /// What a job names: `use fencing::prelude::*;` brings the traits a job calls or implements
-/// (the lease, the store, the side effect), the handful of core names a job writes down (the
+/// (the lease, the store, the side effect, the token source, a pipeline's writes), the handful of core names a job writes down (the
 /// guard and its holder, the batch, the names and tokens, the in-memory lease and store), and
 /// the stores and leases of the enabled adapters. Nothing in it shadows a name of the standard
 /// library's prelude: the error and result types are `fencing::Error` and `fencing::Result`.
@@ -114,9 +121,14 @@ pub use fencing_core::{
 pub mod prelude {
     pub use fencing_core::{
         BoxError, EffectOutcome, FencedBatch, FencedStore, FencingToken, Finished, Holder, Lease,
-        LeaseGuard, Lifecycle, MemoryLease, MemoryStore, Record, RecordKey, ResourceName,
-        SideEffect, Ttl, async_trait,
+        LeaseGuard, Lifecycle, MemoryLease, MemoryStore, Record, RecordKey, RecordWrites,
+        ResourceName, SideEffect, TokenSource, Ttl, async_trait,
     };
+
+    // 0.1's prelude names that moved: deprecated one release, each naming its new path.
+    #[doc(hidden)]
+    #[allow(deprecated)]
+    pub use crate::since_0_1::*;
 
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

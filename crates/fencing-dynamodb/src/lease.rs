@@ -65,11 +65,25 @@ impl DynamoLease {
         self.tokens.create_if_missing().await
     }
 
+    /// [`Self::create_if_missing`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `DynamoLease::create_if_missing()`")]
+    #[doc(hidden)]
+    pub async fn create_table(&self) -> Result<()> {
+        self.create_if_missing().await
+    }
+
     /// The token source the tokens come from, as its own type (with the methods of that
     /// store's source); [`Lease::token_source`] gives the same source as a `&dyn TokenSource`
     /// (and is what a `dyn Lease` or an `Arc` of this lease answers).
     pub fn token_source(&self) -> &DynamoTokenSource {
         &self.tokens
+    }
+
+    /// [`Self::token_source`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `DynamoLease::token_source()`")]
+    #[doc(hidden)]
+    pub fn tokens(&self) -> &DynamoTokenSource {
+        self.token_source()
     }
 
     /// Extends or releases `guard`'s lease: `update` applies only while its owner holds it.

@@ -387,6 +387,16 @@ impl DynamoStore {
         Ok(Some((record, others)))
     }
 
+    /// [`Self::read_with`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `DynamoStore::read_with`")]
+    #[doc(hidden)]
+    pub async fn read_with_attributes(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(Record, HashMap<String, AttributeValue>)>> {
+        self.read_with(key).await
+    }
+
     /// The item `key` names, by a strongly consistent `GetItem`.
     async fn get_item(&self, key: &RecordKey) -> Result<Option<HashMap<String, AttributeValue>>> {
         let item_key = self.table.key_item(key)?;

@@ -302,6 +302,16 @@ impl DynamoTable {
     pub async fn create_if_missing(&self, client: &Client) -> Result<()> {
         create_table(client, &self.name, &self.key.elements(), &self.store_name()).await
     }
+
+    /// [`Self::create_if_missing`], as 0.1 named it.
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `DynamoTable::create_if_missing(&client)`"
+    )]
+    #[doc(hidden)]
+    pub async fn create(&self, client: &Client) -> Result<()> {
+        self.create_if_missing(client).await
+    }
 }
 
 /// The key schema of a table: each key attribute with its type and role, partition first.

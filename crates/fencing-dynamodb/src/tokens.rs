@@ -224,6 +224,16 @@ impl DynamoTokenSource {
         }
     }
 
+    /// [`Self::create_if_missing`], as 0.1 named it.
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `DynamoTokenSource::create_if_missing()`"
+    )]
+    #[doc(hidden)]
+    pub async fn create_table(&self) -> Result<()> {
+        self.create_if_missing().await
+    }
+
     /// The key of the counter (and lease) item of `resource`.
     fn resource_key(&self, resource: &ResourceName) -> Item {
         self.item_key(resource.as_str())

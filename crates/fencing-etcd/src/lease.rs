@@ -72,6 +72,13 @@ impl EtcdLease {
         &self.tokens
     }
 
+    /// [`Self::token_source`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `EtcdLease::token_source()`")]
+    #[doc(hidden)]
+    pub fn tokens(&self) -> &EtcdTokenSource {
+        self.token_source()
+    }
+
     fn keys(&self) -> &EtcdKeys {
         self.tokens.keys()
     }

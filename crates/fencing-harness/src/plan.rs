@@ -284,6 +284,39 @@ pub struct RunPlan {
     pub concurrency: usize,
 }
 
+/// What a run's servers are, as its seed drew them: which faults can strike it.
+struct Deployment {
+    lease: LeaseKind,
+    /// The Redis lease behind Sentinel (failed over), not on one server (restarted).
+    behind_sentinel: bool,
+    /// The PostgreSQL lease on a primary and a standby (failed over).
+    with_standby: bool,
+    /// The stores in containers (paused).
+    containers: bool,
+}
+
+impl Deployment {
+    /// Whether a fault of `kind` can strike a run so deployed.
+    fn suffers(&self, kind: FaultKind) -> bool {
+        let lease = self.lease;
+        match kind {
+            FaultKind::RedisRestart | FaultKind::RedisPartition => {
+                lease == LeaseKind::Redis && !self.behind_sentinel
+            }
+            FaultKind::RedisFailover => self.behind_sentinel,
+            FaultKind::PgFailover => self.with_standby,
+            FaultKind::EtcdLeaderKill | FaultKind::EtcdPartition => lease == LeaseKind::Etcd,
+            FaultKind::MysqlPartition | FaultKind::MysqlKill => lease == LeaseKind::Mysql,
+            // A run whose team tables are in MySQL has nothing of its own in PostgreSQL.
+            FaultKind::PgTerminate | FaultKind::PgPartition => {
+                lease.team_database() == TeamDatabase::Postgres
+            }
+            FaultKind::ContainerPause => self.containers,
+            _ => true,
+        }
+    }
+}
+
 impl RunPlan {
     /// The plan of `seed` on the lease the seed rotates to ([`LeaseKind::ALL`]): see
     /// [`Self::on_lease`].
@@ -309,25 +342,16 @@ impl RunPlan {
         containers: bool,
     ) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
-        let behind_sentinel = lease == LeaseKind::Redis && rng.random_bool(0.5);
-        let with_standby = lease == LeaseKind::Postgres && rng.random_bool(0.5);
+        let deployment = Deployment {
+            lease,
+            behind_sentinel: lease == LeaseKind::Redis && rng.random_bool(0.5),
+            with_standby: lease == LeaseKind::Postgres && rng.random_bool(0.5),
+            containers,
+        };
         let n = sizing.refunds.max(10);
         let mut faults = Vec::new();
         for kind in FaultKind::ALL {
-            let eligible = match kind {
-                FaultKind::RedisRestart => lease == LeaseKind::Redis && !behind_sentinel,
-                FaultKind::RedisFailover => behind_sentinel,
-                FaultKind::RedisPartition => lease == LeaseKind::Redis && !behind_sentinel,
-                FaultKind::PgFailover => with_standby,
-                FaultKind::EtcdLeaderKill | FaultKind::EtcdPartition => lease == LeaseKind::Etcd,
-                FaultKind::MysqlPartition | FaultKind::MysqlKill => lease == LeaseKind::Mysql,
-                // A run whose team tables are in MySQL has nothing of its own in PostgreSQL.
-                FaultKind::PgTerminate | FaultKind::PgPartition => {
-                    lease.team_database() == TeamDatabase::Postgres
-                }
-                FaultKind::ContainerPause => containers,
-                _ => true,
-            };
+            let eligible = deployment.suffers(kind);
             let always = matches!(
                 kind,
                 FaultKind::RedisRestart

@@ -209,6 +209,17 @@ impl PgStore {
         self.read_via(Via::Caller(conn), key).await
     }
 
+    /// [`Self::read_in`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `PgStore::read_in`")]
+    #[doc(hidden)]
+    pub async fn read_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &RecordKey,
+    ) -> Result<Option<Record>> {
+        self.read_in(conn, key).await
+    }
+
     async fn read_via(&self, mut via: Via<'_>, key: &RecordKey) -> Result<Option<Record>> {
         let schema = self.schema(via.reborrow()).await?;
         schema.key_type.check(key)?;
@@ -354,6 +365,19 @@ impl PgStore {
     ) -> Result<PgWrittenTogether> {
         self.write_together_via(Via::Caller(conn), holder, keys, &write.into())
             .await
+    }
+
+    /// [`Self::write_together_in`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `PgStore::write_together_in`")]
+    #[doc(hidden)]
+    pub async fn write_together_on(
+        &self,
+        conn: &mut PgConnection,
+        holder: &Holder,
+        keys: &[RecordKey],
+        write: impl Into<PgWrite>,
+    ) -> Result<PgWrittenTogether> {
+        self.write_together_in(conn, holder, keys, write).await
     }
 
     async fn write_together_via(

@@ -54,6 +54,13 @@ impl RedisKeys {
         Ok(format!("{}{{{}}}", self.token_prefix, tag(resource)?))
     }
 
+    /// [`Self::token_key`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `RedisKeys::token_key`")]
+    #[doc(hidden)]
+    pub fn counter_key(&self, resource: &ResourceName) -> Result<String, InvalidInput> {
+        self.token_key(resource)
+    }
+
     /// The key that binds the counter of `resource` to the server history that last
     /// established it (`<counter key>:history`, same hash tag): a counter read on another
     /// history may be behind the tokens issued (a failover to a lagging replica, a restart

@@ -86,6 +86,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
         &self.tokens
     }
 
+    /// [`Self::token_source`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `RedisLease::token_source()`")]
+    #[doc(hidden)]
+    pub fn tokens(&self) -> &RedisTokenSource<C> {
+        self.token_source()
+    }
+
     /// The SHA1 the acquire script is sent by (to preload it with `SCRIPT LOAD`, or to drive
     /// it from `redis-benchmark`). Its keys are the lease key, the counter key, the counter's
     /// history key and its opening key ([`RedisKeys`]); its arguments the owner, the TTL in

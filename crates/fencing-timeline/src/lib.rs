@@ -45,3 +45,8 @@ mod timeline;
 pub use picture::{DrawError, Part, Picture, Region};
 pub use settlement::settlement;
 pub use timeline::{Lane, Mark, Moment, Tenure, TimeLabels, Timeline, WriteRun};
+
+/// [`TimeLabels`], as 0.1 named it.
+#[deprecated(since = "0.2.0", note = "renamed `TimeLabels`")]
+#[doc(hidden)]
+pub type Clock = TimeLabels;

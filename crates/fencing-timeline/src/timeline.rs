@@ -275,6 +275,13 @@ impl Timeline {
         self.labels
     }
 
+    /// [`Self::labels`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `Timeline::labels()`")]
+    #[doc(hidden)]
+    pub fn clock(&self) -> TimeLabels {
+        self.labels()
+    }
+
     /// The lanes, in the order of their first event.
     pub fn lanes(&self) -> &[Lane] {
         &self.lanes

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::contract::guard::LeaseGuard;
 use crate::contract::lease::Lease;
-use crate::contract::store::FencedStore;
+use crate::contract::store::{FencedStore, FencedWrite, Written};
 use crate::holder::latch::{Latch, MismatchPolicy};
 use crate::holder::retry::{RetryPolicy, acquire};
 use crate::holder::write::Holder;
@@ -173,6 +173,28 @@ impl FencedBatch {
     /// and still noted, but nothing reads the notes.
     pub fn holder(&self) -> Holder {
         self.guard().holder().latched(self.latch.clone())
+    }
+
+    /// [`Self::holder`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `FencedBatch::holder()`")]
+    #[doc(hidden)]
+    pub fn fence(&self) -> Holder {
+        self.holder()
+    }
+
+    /// A write through the batch's holder, as 0.1 spelled it.
+    #[deprecated(
+        since = "0.2.0",
+        note = "write through the holder: `batch.holder().write(…)`"
+    )]
+    #[doc(hidden)]
+    pub async fn write<S: FencedStore + ?Sized>(
+        &self,
+        store: &S,
+        key: &RecordKey,
+        write: &FencedWrite,
+    ) -> Result<Written> {
+        self.holder().write(store, key, write).await
     }
 
     /// Ends the batch and releases its lease, whether or not it aborted (the release is

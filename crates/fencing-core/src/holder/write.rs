@@ -77,6 +77,13 @@ impl LeaseGuard {
             ..Holder::from_source(self.resource(), self.token(), self.token_source().clone())
         }
     }
+
+    /// [`Self::holder`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `LeaseGuard::holder()`")]
+    #[doc(hidden)]
+    pub fn fence(&self) -> Holder {
+        self.holder()
+    }
 }
 
 impl Holder {

@@ -54,6 +54,13 @@ impl MemoryLease {
     pub fn token_source(&self) -> &MemoryTokenSource {
         &self.tokens
     }
+
+    /// [`Self::token_source`], as 0.1 named it.
+    #[deprecated(since = "0.2.0", note = "renamed `MemoryLease::token_source()`")]
+    #[doc(hidden)]
+    pub fn tokens(&self) -> &MemoryTokenSource {
+        self.token_source()
+    }
 }
 
 fn is_live_owner(holder: &Holding, guard: &LeaseGuard, now: Instant) -> bool {

@@ -211,15 +211,7 @@ pub(crate) async fn run(
     let started = Instant::now();
     std::fs::create_dir_all(dir)?;
     let names = RunNames::fresh(plan.seed);
-    let mut clients = Clients::connect(
-        &services.database_url,
-        "harness_campaign",
-        &services.aws_endpoint,
-    )
-    .await?;
-    if plan.lease.team_database() == TeamDatabase::Mysql {
-        clients = clients.with_mysql(&services.mysql_url, None).await?;
-    }
+    let clients = connect(plan, services).await?;
     stores::create(&names, &clients, plan, true).await?;
 
     let journal = dir.join("journal.jsonl");
@@ -284,6 +276,21 @@ pub(crate) async fn run(
         result.draw(&dir.join("timeline.svg"))?;
     }
     Ok(result)
+}
+
+/// The campaign's clients for a run of `plan`: PostgreSQL and the AWS emulator, and MySQL where
+/// the run keeps the team's tables there.
+async fn connect(plan: &RunPlan, services: &Services) -> Result<Clients, RunError> {
+    let clients = Clients::connect(
+        &services.database_url,
+        "harness_campaign",
+        &services.aws_endpoint,
+    )
+    .await?;
+    Ok(match plan.lease.team_database() {
+        TeamDatabase::Mysql => clients.with_mysql(&services.mysql_url, None).await?,
+        TeamDatabase::Postgres => clients,
+    })
 }
 
 /// Drops what a passed run kept: its schema, its AWS resources, its MySQL database.
