@@ -2,12 +2,8 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use fencing_core::adapter::{CasStore, HolderExt, ObjectCodec, StoreWrites, check_store_name};
-use fencing_core::{
-    FencedStore, FencedWrite, FencingToken, Holder, InvalidInput, Record, RecordKey, Result,
-    Written,
-};
+use fencing_core::adapter::CasStore;
+use fencing_core::{RecordKey, Result};
 use object_store::ObjectStore;
 use object_store::path::Path;
 
@@ -16,7 +12,8 @@ use crate::objects::Objects;
 /// Fenced records as objects of any `object_store` backend, one per record at
 /// `<prefix>/<key>`, each body an envelope that carries the fence, the state and a per-write
 /// id ahead of the payload ([`fencing_core::adapter::envelope`]), or the team's own JSON
-/// object with those as fields ([`Self::with_codec`]).
+/// object with those as fields ([`Self::with_codec`]). Its name in errors is
+/// `object_store:<backend>/<prefix>` unless [`Self::named`].
 ///
 /// A write is [`CasStore`]'s loop: read the object (body, ETag and version) → decide →
 /// `put_opts` with `PutMode::Update` on that version (or `PutMode::Create` for a new record)
@@ -36,27 +33,6 @@ impl ObjectStoreStore {
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path) -> Self {
         ObjectStoreStore {
             cas: CasStore::new(Objects::new(store, prefix)),
-        }
-    }
-
-    /// The same store under another name in errors and batches
-    /// (`object_store:<backend>/<prefix>` unless renamed), e.g. `receipts`. Any text without
-    /// control or format characters.
-    pub fn named(self, name: &str) -> Result<Self, InvalidInput> {
-        check_store_name(name)?;
-        Ok(ObjectStoreStore {
-            cas: self.cas.map_inner(|objects| objects.named(name.to_owned())),
-        })
-    }
-
-    /// The same store, each body in `codec`'s format instead of the envelope: with
-    /// [`JsonCodec`](fencing_core::adapter::JsonCodec), the team's own JSON object with the
-    /// fence, state and write id as three fields of it. Whatever the codec, a body is checked
-    /// to read back as what it holds before it is written, and an object the codec cannot read
-    /// is never written over.
-    pub fn with_codec(self, codec: impl ObjectCodec + 'static) -> Self {
-        ObjectStoreStore {
-            cas: self.cas.with_codec(codec),
         }
     }
 
@@ -92,45 +68,6 @@ impl ObjectStoreStore {
     pub async fn check_conditional_writes(&self) -> Result<()> {
         self.cas.inner().check_updates().await
     }
-
-    /// Deletes `key` as its holder: accepted only with `holder`'s token, the record's fence.
-    /// This writes a **tombstone** over the record by a conditional update on the version just
-    /// read (the object stays, holding the fence and no record): readers
-    /// ([`FencedStore::read`]) find no record, a write from a token below the kept fence is
-    /// refused as stale ([`fencing_core::Error::Fenced`]), and only a token at least the
-    /// fence meets the record absent (a claim may create it again). Returns the record
-    /// deleted. A refusal is explained and the outcome reported as [`Holder::write`]'s; an
-    /// ambiguous outcome is settled by reading the tombstone back, not sent again.
-    pub async fn delete(&self, holder: &Holder, key: &RecordKey) -> Result<Record> {
-        let attempt = self.cas.delete(key, holder.token());
-        holder
-            .run_write_once(self, &[key], &FencedWrite::holder_only(), attempt)
-            .await
-    }
 }
 
-#[async_trait]
-impl FencedStore for ObjectStoreStore {
-    fn name(&self) -> &str {
-        self.cas.name()
-    }
-
-    async fn read(&self, key: &RecordKey) -> Result<Option<Record>> {
-        self.cas.read(key).await
-    }
-}
-
-#[async_trait]
-impl StoreWrites for ObjectStoreStore {
-    /// A write on a record deleted by a holder of a higher token is refused as stale
-    /// ([`fencing_core::Error::Fenced`], the fence the tombstone keeps); every other token
-    /// finds the record absent.
-    async fn write(
-        &self,
-        key: &RecordKey,
-        token: FencingToken,
-        write: &FencedWrite,
-    ) -> Result<Written> {
-        self.cas.write(key, token, write).await
-    }
-}
+fencing_core::adapter::object_store_front!(ObjectStoreStore);

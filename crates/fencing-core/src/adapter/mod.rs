@@ -96,6 +96,8 @@ pub use crate::contract::token_source::FloorFilter;
 pub use crate::holder::retry::contention_pause;
 pub use crate::holder::write::HolderExt;
 pub use crate::memory::MemoryVersionedStore;
+#[doc(inline)]
+pub use crate::object_store_front;
 pub use crate::protocol::rules::is_regression;
 pub use crate::value::clock::{Clock, TokioClock};
 pub use crate::value::error::{Explained, RequestEffect};

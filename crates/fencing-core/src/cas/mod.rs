@@ -13,3 +13,5 @@ pub(crate) mod codec;
 pub(crate) mod engine;
 
 pub(crate) mod check;
+
+pub(crate) mod front;
