@@ -11,8 +11,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 pub use fencing_simulation::settlement::euros;
 
 pub use crate::checks::{Check, Violation};
-use crate::gateway::{Outcome, read_journal};
 use crate::history::History;
+use crate::payments::{Outcome, read_journal};
 use crate::plan::{REFUND_CENTS, RunPlan};
 use crate::stores::{Clients, JOB, RunNames, RunStores};
 use crate::tables::RefundRow;

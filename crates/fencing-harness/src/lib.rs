@@ -1,20 +1,25 @@
 //! The refund settlement as separate processes under real faults, and the audit that judges
 //! each run from the stores themselves.
 //!
-//! Three programs: `gateway` (a payment gateway over HTTP, idempotent by refund id, which
-//! journals every call), `settle-worker` (the job, received from an SQS queue: lease, claim,
-//! gateway call, confirm, ledger entry, receipt, each write fenced, then the message deleted) and `campaign` (starts the services and processes of
-//! each run, injects the faults its seed schedules, audits, and writes `docs/reliability.md`).
-//! `docs/reliability.md` says how to run it and what it found.
+//! The executable's programs (`src/programs/`, one module each, named after its command):
+//! `campaign` (starts the services and processes of each run, injects the faults its seed
+//! schedules, audits, and writes `docs/reliability.md`), `worker` (the job, received from an
+//! SQS queue: lease, claim, gateway call, confirm, ledger entry, receipt, each write fenced,
+//! then the message deleted), `gateway` (a payment gateway over HTTP, idempotent by refund
+//! id, which journals every call), `scale` and `scale-worker` (many merchants, many workers,
+//! measured). This library is what they share: the plan of a run, its stores and the team's
+//! tables, the gateway ([`payments`]), the audits and checks, the many-merchant tables
+//! ([`merchants`]). `docs/reliability.md` says how to run a campaign and what it found.
 
 pub mod audit;
 pub mod checks;
-pub mod gateway;
 pub mod history;
 pub mod http;
+pub mod merchants;
+pub mod payments;
 pub mod plan;
 pub mod queue;
-pub mod scale;
+pub mod servers;
 pub mod stores;
 pub mod tables;
 

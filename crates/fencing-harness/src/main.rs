@@ -26,7 +26,7 @@ enum Program {
     /// Settles many merchants with many workers, audits, measures (see docs/benchmarks.md).
     Scale(programs::scale::Args),
     /// One worker of the settlement at scale (started by `scale`).
-    ScaleWorker(programs::scale::worker::Args),
+    ScaleWorker(programs::scale_worker::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +42,6 @@ fn main() -> ExitCode {
         Program::Worker(args) => runtime().block_on(programs::worker::main(args)),
         Program::Gateway(args) => programs::gateway::main(args),
         Program::Scale(args) => runtime().block_on(programs::scale::main(args)),
-        Program::ScaleWorker(args) => runtime().block_on(programs::scale::worker::main(args)),
+        Program::ScaleWorker(args) => runtime().block_on(programs::scale_worker::main(args)),
     }
 }

@@ -4,8 +4,8 @@
 
 use std::process::Command;
 
-use fencing_harness::gateway::{JournalEntry, Outcome};
-use fencing_harness::scale::{self, Work};
+use fencing_harness::merchants::{self, Work};
+use fencing_harness::payments::{JournalEntry, Outcome};
 use fencing_harness::stores::{self, RunNames};
 use fencing_test_support::services;
 use sqlx::AssertSqlSafe;
@@ -110,7 +110,9 @@ async fn the_audit_finds_a_refund_sent_twice_a_lowered_fence_a_stranger_and_a_wr
         merchants: 2,
         refunds_each: 3,
     };
-    scale::create(&names, &pool, work).await.expect("created");
+    merchants::create(&names, &pool, work)
+        .await
+        .expect("created");
     let refunds = format!("\"{}\".refunds", names.schema());
     let amounts: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(format!(
         "UPDATE {refunds} SET state = 'sent', fence = 5 RETURNING id, amount_cents"
@@ -126,7 +128,7 @@ async fn the_audit_finds_a_refund_sent_twice_a_lowered_fence_a_stranger_and_a_wr
         .map(|(id, cents)| journal_line(id, Outcome::Created, Some(*cents)))
         .collect();
     std::fs::write(&journal, lines.join("\n") + "\n").unwrap();
-    let clean = scale::audit(&names, &pool, work, &journal)
+    let clean = merchants::audit(&names, &pool, work, &journal)
         .await
         .expect("audited");
     assert_eq!(clean.refunds, 6);
@@ -150,7 +152,7 @@ async fn the_audit_finds_a_refund_sent_twice_a_lowered_fence_a_stranger_and_a_wr
     .execute(&pool)
     .await
     .unwrap();
-    let damaged = scale::audit(&names, &pool, work, &journal)
+    let damaged = merchants::audit(&names, &pool, work, &journal)
         .await
         .expect("audited");
     assert_eq!(damaged.sent_twice, 1);

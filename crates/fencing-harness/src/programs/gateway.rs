@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fencing_harness::gateway::Gateway;
+use fencing_harness::payments::Gateway;
 
 /// Serves refunds by idempotency key and journals every call.
 #[derive(Debug, clap::Args)]

@@ -3,4 +3,5 @@
 pub(crate) mod campaign;
 pub(crate) mod gateway;
 pub(crate) mod scale;
+pub(crate) mod scale_worker;
 pub(crate) mod worker;

@@ -5,8 +5,6 @@
 //! fences off, at least one of them showed violations; 1 otherwise; 2 when the services
 //! could not be set up; 130 when interrupted.
 
-mod clock;
-mod failover;
 mod gallery;
 mod picture;
 mod report;

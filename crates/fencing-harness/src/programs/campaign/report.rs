@@ -405,196 +405,9 @@ pub(crate) fn document(
 }
 
 /// How the campaign ran its runs, what faults it struck them with and what the audit checks:
-/// the part of the report that does not change with its figures.
-const WHAT_A_RUN_IS: &str = "This page is written by the harness (`crates/fencing-harness`); every figure below was
-measured by the command at the end, on a 2-core machine, against PostgreSQL, Redis, etcd and
-the moto emulator of S3 and DynamoDB.
-
-## What a run is
-
-A run settles merchant m_4471's refunds of 70.25 EUR each (1,200 of them make the 84,300.00
-EUR settlement) with separate processes:
-
-* `gateway`, a payment gateway over HTTP that creates a refund once per idempotency key (the
-  refund id) and journals every call;
-* a job queue: the settlement is one message on an SQS queue (on the emulator). A worker
-  receives it with a visibility timeout of the lease's TTL (in whole seconds, rounded up) and
-  extends that every third of the TTL while it works; a worker that stalls or dies stops
-  extending, the message becomes visible again, and the next worker to poll receives it;
-* two workers (`fencing-harness worker`) polling the queue. The one that receives the job takes the merchant's lease (Redis, PostgreSQL, DynamoDB,
-  a three-member etcd cluster or MySQL, rotating with the seed), takes the job's row and
-  claims each refund in PostgreSQL (in MariaDB on the MySQL lease: a team whose tables all
-  live in MySQL, the lease's tables beside them in the run's database), calls the gateway,
-  confirms the refund, posts its ledger entry in DynamoDB, puts its receipt in S3 and marks it
-  filed; once none is left it marks the job finished and deletes the message. Every one of
-  those writes carries the lease's fencing token and is checked by the
-  store it goes to; the message is deleted only after the job's finishing write was
-  accepted, so a worker that stalled cannot delete the job another is working on (the
-  emulator, unlike SQS, honours an old receipt handle). A worker does not consult its lease renewal before writing (that check
-  narrows the window without closing it): what keeps a stale worker out is the fences alone.
-
-The seed of a run decides its lease, its faults and when they strike; the campaign prints each
-run's plan, and `campaign --replay SEED` runs one again (with the campaign's `--refunds` and
-`--ttl-ms`; `--fences off` for a control run, `--counter-binding off` for a failover's control;
-`--worked-example` for the full-figures run; `--lease KIND` puts every run on one lease).
-The plan is replayed exactly; where in a refund's steps a signal lands is the operating
-system's business, so the interleavings, unlike the plan, can differ.
-
-## The faults
-
-* **SIGSTOP past the TTL**: the holder (the last worker to acquire the lease or file a
-  refund) is stopped for 1.5 to 2 TTLs, renewal and all, then continued; the other worker
-  takes over meanwhile.
-* **SIGKILL between call and confirm**: the worker stops itself right after the gateway
-  answered for a chosen refund and is killed there; a new worker starts in its place, and the
-  next holder finds the refund in flight and asks the gateway before sending anything.
-* **Redis restart, nothing persisted** (half the runs on the Redis lease): the lease and the
-  counter vanish; the epochs behind Redis tokens live in PostgreSQL, so tokens still rise.
-* **Redis failover to a lagging replica** (the other half: the run's Redis is a primary, a
-  replica and three sentinels of its own, and the workers reach the primary through the
-  sentinels): the replica is made to lag (it has every write so far, then it is stopped and
-  the primary drops its link), the holder is killed so that the lease changes hands on the
-  primary alone, then the primary is killed and the sentinels promote the replica, whose
-  counter is behind the token just issued. The counter is bound to the server's history
-  (`run_id` and `master_replid`), so the promoted replica's first acquisition opens a new
-  epoch rather than issue that token again. In half these runs the replica lags from before
-  the run's first acquisition, so the promoted replica has no counter for the resource at all.
-* **PostgreSQL failover to a lagging standby** (half the runs on the PostgreSQL lease: its
-  leases and counters live on a primary and an asynchronous streaming standby of the run's
-  own, the machine's PostgreSQL 15, which the workers reach through a relay standing for a
-  virtual address): the standby is stopped once it has replayed everything, the holder is
-  killed so that the lease changes hands on the primary alone, then the primary is killed,
-  the standby started and promoted, and the relay moved to it (connections open then are
-  cut). The counter rows are bound to the server's history (timeline and postmaster start),
-  so the next token jumps past anything the lost primary could have issued. In half these
-  runs the standby stops before the run's first acquisition, so the promoted standby has no
-  counter row for the resource at all: the table's binding row makes it start above every
-  token the lost primary issued.
-* **pg_terminate_backend** on every connection of the run's workers (runs whose refunds
-  are in PostgreSQL).
-* **KILL of the workers' MySQL connections** (half the runs on the MySQL lease, drawn):
-  `KILL CONNECTION` of every connection whose default database is the run's; a write in
-  flight is rolled back or committed, and its worker cannot tell which (it sends it again
-  with the same token).
-* **A worker cut off from PostgreSQL past the TTL** (half the runs whose refunds are in PostgreSQL, drawn): in such a run
-  each worker reaches PostgreSQL (its refunds, the job row, and the leases, counters or
-  epochs kept there) through a TCP relay of its own; the holder's relay is partitioned for
-  1.5 to 2 TTLs, then healed. A partition holds every byte both ways: nothing is refused and
-  nothing answered, so what the worker sent meanwhile has an unknown outcome to it and
-  reaches the server only at the heal, after the other worker may have taken the lease over
-  and written. The workers give up on an attempt unanswered for a TTL
-  (`Holder::with_request_timeout`) and send it again with the same token, twice, so a write
-  cut off for longer returns with its outcome unknown and the next holder settles it. The worker process runs on throughout (unlike a stall): its Redis, DynamoDB
-  or etcd lease may be renewed meanwhile, and then no one takes over.
-* **A worker cut off from Redis past the TTL** (every run on the Redis lease without
-  Sentinel): each worker reaches Redis through a relay of its own, and the holder's
-  is partitioned the same way. This is the case a fence is for, with the worker awake: it
-  cannot renew, so its lease runs out and the other worker takes over, while its own
-  PostgreSQL writes (and gateway calls) go on; the fences refuse them once the new holder
-  has written. Its renewals and acquisitions sent meanwhile reach Redis at the heal.
-* **A worker cut off from the AWS emulator past the TTL** (half the runs, drawn): the same
-  again between the holder and the emulator, which serves the queue, the DynamoDB ledger, the
-  S3 receipts and (on that lease) the DynamoDB lease and counters. The holder cannot extend
-  its message's visibility, so the job is delivered to the other worker; its ledger entries
-  and receipts sent meanwhile have unknown outcomes and arrive at the heal, where the fences
-  in the item and in the object judge them.
-* **A worker cut off from one etcd member past the TTL** (half the runs on the etcd lease):
-  each worker reaches the first member of the cluster through a relay of its own and the
-  other two directly; the holder's relay is partitioned. A minority is lost to one client
-  while the cluster stays whole: the client's requests to that member hang until they time
-  out, and its lease renewals must go through the others.
-* **A worker cut off from MySQL past the TTL** (every run on the MySQL lease): each worker
-  reaches MySQL, where the lease, its counters, the refunds and the job's row live, through
-  a relay of its own; the holder's relay is partitioned. It cannot renew, so its lease runs
-  out and the other worker takes over; its renewal and its refund writes, held in the
-  relay, arrive at the heal, after the new holder may have written, and must be refused.
-* **etcd leader SIGKILL** (runs on the etcd lease): the cluster's leader is killed and
-  restarted on its data 1.5 to 2 TTLs later; the other two members elect a new leader
-  meanwhile, under the holder's renewals and the other worker's acquisitions.
-* **A store's container paused past the TTL** (`docker pause`, containers mode only:
-  `FENCING_TEST_SERVICES=containers`).
-* **A holder's clock set behind**, and **the waiting workers' clocks set ahead** (each drawn
-  in half the runs, on every lease): in such a run the workers run under libfaketime
-  (Debian's `faketime`, preloaded), each reading its wall clock's offset from a file of its
-  own. When the fault strikes, the holder's wall clock is set back by 1.5 to 2 TTLs (or every
-  other live worker's set ahead by as much) for as long, then put right: two jumps, during a
-  lease. The monotonic clock is left alone (every timer, the guard's local deadline and the
-  history's times run on it), as a clock stepped by NTP or an operator leaves it. Of the
-  leases only DynamoDB's reads a wall clock: its item's expiry is written by the holder's
-  clock and judged by the taker's, so a holder behind renews its lease into the past and a
-  waiting worker ahead sees a live lease as expired; every AWS call's signature carries the
-  skewed time too. The others keep their expiry on their servers. Safety must not depend on
-  any of it (the fences order the holders); what it costs in liveness is the table of
-  hand-overs below the summary: how often the lease changed hands in fenced runs with a clock
-  fault and without, and how long each hand-over took, from the last write accepted under
-  the old token to the new acquisition.
-
-## The audit
-
-After each run the campaign reads the stores directly, never through the library: plain SQL
-on the refunds and on a history table a trigger fills with every accepted write, a DynamoDB
-scan of the ledger, every version of every receipt in the versioned S3 bucket (the fence read
-from each envelope by hand), and the gateway's journal. It checks that every refund was
-created exactly once at the gateway; that all were sent and filed, with the whole amount both
-paid (gateway) and recorded (ledger); that each refund was confirmed by the holder that
-claimed it, with the gateway's reference; that no fence ever went down, in the refunds'
-history or across receipt versions; that each refund, its ledger entry and its receipt were
-last written under one token, the filer's (the ledger keeps no history of its own, so this is
-what the audit can say of it); that every sent refund has its ledger entry and its
-receipt; and that the job was finished by one holder and its message deleted at most once by
-that holder, and otherwise only by workers that received it again and found the job finished
-(had the finisher died before deleting, or the message come back while it held it), with the
-queue empty by its own counts. Claims and confirms are recorded as the acquisition that
-wrote them (worker name and acquisition number, in columns of the refunds table), so these
-checks mean the same with fences off, where every token is the same.
-
-## The history check
-
-The end state can hide what happened on the way. Each worker also prints every operation it
-saw end, timed by the machine's monotonic clock (one clock for every process): each
-acquisition (`op acquire <invoked> <ended> <holder> token <t>`) and each fenced write, from
-the library's own event when the write ended (`op write <invoked> <ended> <holder> <store>
-<record> <claim|holder_only> token <t>: <accepted|refused|unknown>`, invoked at its first
-attempt). One operation precedes another when it ended before the other was invoked;
-otherwise they overlapped and neither order is implied. An operation that never ended (its
-process killed) has no line, and a write whose outcome stayed unknown proves nothing, so the
-rules only accuse a run of what was seen. The campaign checks the whole history against four
-rules:
-
-* **tokens unique, in real-time order**: no two acquisitions carry one token, and an
-  acquisition that ended before another was invoked carries the lower token (the lease acts
-  as a linearizable counter);
-* **one holder's writes per token**: no two holders had a write accepted under one token
-  (a store tells holders apart by their tokens only);
-* **no stale write accepted**: once a holder's claim on a record was accepted, no write that
-  an older holder (one whose acquisition ended before this holder's began) invoked after
-  that was accepted on the record, in any store: the fence's promise, seen from the clients;
-* **confirm after its holder's claim**: every accepted holder-only write (a confirm) was
-  invoked after its own holder's claim of the record, under the same token, was accepted.
-
-With fences off, every rule but the last must break (every acquisition presents one token,
-and stale writes are accepted). The history checker's own control (`--reissued`) runs with
-fences on and a seeded bug in the lease: an acquisition issued an even token is handed the
-token below it, the one the acquisition before it was issued. Its holders present that token
-to the stores, which refuse most of what it lets through; the history check must find the
-token issued twice whatever the end state shows.
-
-The control runs the same job with fences off: every write presents one token, so the stores
-admit everything and only the lease's TTL separates the workers. Each control run includes a
-stall. The audit must find violations there, or it proves nothing. The failover's control
-(`--unchecked`) runs with fences on, behind Sentinel, failed over, with the Redis counter not
-bound to the server's history (`RedisLease::may_reissue_tokens`): the promoted replica issues
-again the token the last holder got, and the history check must find it.
-
-Runs are sized to fit a 2-core machine: 200 refunds and a 1.5 s TTL each (faults strike
-between the 10th and the 50th percent of the refunds), and one run of the worked example at
-its full figures: 1,200 refunds, a 30 s TTL, the holder stalled at r_0815 for 45 s. The
-same runs back to back for an hour, every process's memory and open files sampled, are in
-[soak.md](soak.md).
-
-## Results
-
-";
+/// the part of the report that does not change with its figures (a template of its own, so
+/// the prose is edited as the Markdown it is).
+const WHAT_A_RUN_IS: &str = include_str!("prose/what_a_run_is.md");
 
 /// The notes on the summary, the command, every run's line, and a few of the controls'
 /// violations.
@@ -648,6 +461,10 @@ Every run:
     out
 }
 
+/// What a soak is and how it samples: the part of `docs/soak.md` that does not change with its
+/// figures.
+const SOAK_IS: &str = include_str!("prose/soak.md");
+
 /// `docs/soak.md`: what a soak is, its windows and verdict (`windows`), the audit of its runs,
 /// the command, and the pictures in `drawn`.
 pub(crate) fn soak_document(
@@ -658,30 +475,7 @@ pub(crate) fn soak_document(
     drawn: &[Drawn],
 ) -> String {
     let mut out = String::new();
-    let _ = write!(
-        out,
-        "# Soak: the settlement for an hour
-
-This page is written by the harness (`crates/fencing-harness`, `campaign --soak-minutes`);
-every figure below was measured by the command at the end, on a 2-core machine.
-
-A soak is the fault campaign of [reliability.md](reliability.md) with fences on, run back to
-back on one set of services for a fixed time: the same runs (each a settlement of refunds by
-two workers taking the job from its SQS queue, under the faults its seed draws, audited from
-the stores), seeds rising from the first. It stops by itself: no run starts after the time is
-up, and the one under way finishes. Every 10 s it samples every process it started (the
-campaign itself, the AWS emulator, Redis, each etcd member, the gateway and the workers alive
-at that moment) for its resident memory (`VmRSS`) and open files (`/proc/PID/fd`), and counts
-the PostgreSQL connections of the runs' processes (`pg_stat_activity`). A run that passed its
-audit has its PostgreSQL schema and its emulator tables, bucket and queue dropped, as a
-deployment's retention would.
-
-Each window gives the largest value seen in it (for etcd, the largest member; for workers,
-the largest alive). Growth is measured from the second window (the first holds the start-up)
-to the last.
-
-"
-    );
+    out.push_str(SOAK_IS);
     out.push_str(windows);
     let _ = write!(
         out,

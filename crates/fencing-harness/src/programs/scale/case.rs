@@ -7,9 +7,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fencing_harness::merchants::{self, ScaleAudit, Work};
 use fencing_harness::plan::LeaseKind;
 use fencing_harness::queue::JobQueue;
-use fencing_harness::scale::{self, ScaleAudit, Work};
 use fencing_harness::stores::{self, Clients, RunNames};
 use sqlx::AssertSqlSafe;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -135,7 +135,7 @@ pub(crate) struct WorkerLog {
     /// `stopped <merchant>: <why>` lines.
     pub(crate) stopped: Vec<String>,
     /// Its CPU time and peak memory, once it finished.
-    pub(crate) usage: Option<scale::Usage>,
+    pub(crate) usage: Option<merchants::Usage>,
     /// The refund it paused after, and its token then (`paused <merchant> after <refund> token
     /// <t>`).
     pub(crate) paused: Option<(String, u64)>,
@@ -276,9 +276,9 @@ pub(crate) async fn run(case: &Case, args: &Args, services: &Services) -> CaseRe
     result.commits = after.commits.saturating_sub(before.commits);
     result.machine_busy = after.busy_since(&before);
     result.postgres_cpu = after.postgres.saturating_sub(before.postgres);
-    result.gateway_cpu = gateway
-        .pid
-        .map_or(Duration::ZERO, |pid| scale::usage_of(&pid.to_string()).cpu);
+    result.gateway_cpu = gateway.pid.map_or(Duration::ZERO, |pid| {
+        merchants::usage_of(&pid.to_string()).cpu
+    });
     drop(gateway);
     result.workers = run.logs();
     result.tokens_twice = tokens_twice(&result.workers);
@@ -291,7 +291,7 @@ pub(crate) async fn run(case: &Case, args: &Args, services: &Services) -> CaseRe
             .trouble
             .push(format!("worker {} ended with {}", worker.name, worker.exit));
     }
-    result.audit = scale::audit(
+    result.audit = merchants::audit(
         &names,
         &clients.pool,
         case.work,
@@ -324,7 +324,7 @@ async fn prepare(
     let clients = Clients::connect(&services.database_url, "scale", &services.moto.endpoint())
         .await
         .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
-    scale::create(names, &clients.pool, case.work)
+    merchants::create(names, &clients.pool, case.work)
         .await
         .map_err(|e| format!("cannot create the refunds: {e}"))?;
     stores::create_lease_tables(names, &clients, case.lease)
@@ -335,7 +335,7 @@ async fn prepare(
         .map_err(|e| format!("cannot create the queue: {e}"))?;
     for n in 1..=case.work.merchants {
         queue
-            .send(&scale::merchant(n))
+            .send(&merchants::merchant(n))
             .await
             .map_err(|e| format!("cannot queue merchant {n}: {e}"))?;
     }
@@ -702,7 +702,7 @@ async fn read_worker(
                 log.paused = Some(((*refund).to_owned(), token.parse().unwrap_or(0)));
             }
             ["done", "cpu_ms", cpu, "peak_rss_kib", rss] => {
-                log.usage = Some(scale::Usage {
+                log.usage = Some(merchants::Usage {
                     cpu: Duration::from_millis(cpu.parse().unwrap_or(0)),
                     peak_rss_kib: rss.parse().unwrap_or(0),
                 });
@@ -762,7 +762,7 @@ impl Snapshot {
         let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
         Snapshot {
             commits: commits.try_into().unwrap_or(0),
-            postgres: scale::cpu_of_command("postgres"),
+            postgres: merchants::cpu_of_command("postgres"),
             busy_ticks: all_ticks.saturating_sub(idle),
             all_ticks,
         }

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencing_core::{Lease, ResourceName, Ttl};
+use fencing_harness::merchants::{self, Work};
 use fencing_harness::plan::LeaseKind;
-use fencing_harness::scale::{self, Work};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use super::Services;
-use crate::programs::worker::redis_connection;
+use fencing_harness::servers::redis_connection;
 
 /// Resources the Redis acquisitions spread over.
 pub(crate) const RESOURCES: u32 = 10_000;
@@ -78,7 +78,7 @@ async fn pgbench(services: &Services, clients: &Clients) -> Result<Vec<(u32, f64
         merchants: 100,
         refunds_each: 1200,
     };
-    scale::create(&names, &clients.pool, work)
+    merchants::create(&names, &clients.pool, work)
         .await
         .map_err(|e| format!("cannot create the refunds: {e}"))?;
     let script = std::env::temp_dir().join(format!("{}.pgbench", names.id()));

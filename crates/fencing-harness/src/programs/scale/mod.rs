@@ -12,8 +12,7 @@
 
 mod case;
 mod ceiling;
-mod report;
-pub(crate) mod worker;
+mod figures;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,11 +93,11 @@ pub(crate) async fn main(args: Args) -> ExitCode {
         }
         println!("scale: {case}");
         let result = case::run(case, &args, &services).await;
-        println!("{}", report::line(&result));
+        println!("{}", figures::line(&result));
         results.push(result);
     }
     if let Some(path) = &args.report {
-        if let Err(why) = report::write(path, &args, &results, ceilings.as_ref()) {
+        if let Err(why) = figures::write(path, &args, &results, ceilings.as_ref()) {
             eprintln!("scale: cannot write {}: {why}", path.display());
             return ExitCode::FAILURE;
         }

@@ -10,7 +10,7 @@ use fencing_core::{
     EffectOutcome, EffectStart, FencedBatch, FencedWrite, Holder, Lifecycle, RecordKey,
     RecordWrites, Result, SkippedRecord, Written,
 };
-use fencing_harness::gateway::GatewayCall;
+use fencing_harness::payments::GatewayCall;
 use fencing_harness::stores::{JOB, MERCHANT, RunStores};
 use fencing_harness::tables::UnfiledRefund;
 use futures_util::TryStreamExt;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use fencing_core::ResourceName;
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
-use crate::gateway::{self, Outcome};
+use crate::payments::{self, Outcome};
 use crate::stores::RunNames;
 
 /// Refunds settled by a scale run: `merchants` × `refunds_each`.
@@ -175,7 +175,7 @@ pub async fn audit(
         ..ScaleAudit::default()
     };
     let mut created: HashMap<String, u32> = HashMap::with_capacity(work.refunds() as usize);
-    for entry in gateway::read_journal(journal)? {
+    for entry in payments::read_journal(journal)? {
         audit.gateway_calls += 1;
         match entry.outcome {
             Outcome::Created => {

@@ -1,4 +1,7 @@
-//! One run: its stores, its gateway and workers as processes, its faults, its audit.
+//! One run: its stores, its gateway and workers as processes, its faults (`faults`, one room
+//! per family), its audit.
+
+mod faults;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -7,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencing_harness::audit::{self, AuditReport, WorkerReports};
-use fencing_harness::plan::{Fault, FaultKind, PausedStore, RunPlan, TeamDatabase};
+use fencing_harness::plan::{Fault, FaultKind, RunPlan, TeamDatabase};
 use fencing_harness::signal;
 use fencing_harness::stores::{self, Clients, RunNames};
 use fencing_test_support::services::{EtcdCluster, MotoServer, RedisServer, TestContainer};
@@ -15,11 +18,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use super::clock::FakedClock;
-use super::failover::{Failover, LONGEST_LAG};
 use super::picture::RunPicture;
+use faults::{Failover, FakedClock, LONGEST_LAG, Link, start_failover, wait_until_stopped};
 use fencing_test_support::relay::Relay;
-use sqlx::AssertSqlSafe;
 
 /// Where the services of a campaign are.
 pub(crate) struct Services {
@@ -147,59 +148,6 @@ struct Worker {
     clock: Option<Arc<FakedClock>>,
 }
 
-/// A server a worker reaches through a relay of its own, in a run that cuts a worker off from
-/// it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Link {
-    /// Refunds, the job row, and the leases, counters or epochs kept there.
-    Postgres,
-    /// The Redis lease and its counters.
-    Redis,
-    /// The AWS emulator: the queue, the ledger, the receipts, the DynamoDB lease.
-    Aws,
-    /// The first member of the etcd cluster (the others reached directly).
-    Etcd,
-    /// MySQL: the MySQL lease and its counters.
-    Mysql,
-}
-
-impl Link {
-    const ALL: [Link; 5] = [
-        Link::Postgres,
-        Link::Redis,
-        Link::Aws,
-        Link::Etcd,
-        Link::Mysql,
-    ];
-
-    /// The fault that cuts a worker off from this server.
-    fn fault(self) -> FaultKind {
-        match self {
-            Link::Postgres => FaultKind::PgPartition,
-            Link::Redis => FaultKind::RedisPartition,
-            Link::Aws => FaultKind::AwsPartition,
-            Link::Etcd => FaultKind::EtcdPartition,
-            Link::Mysql => FaultKind::MysqlPartition,
-        }
-    }
-
-    /// The server a fault cuts a worker off from, if it is a partition.
-    fn cut_by(kind: FaultKind) -> Option<Link> {
-        Link::ALL.into_iter().find(|link| link.fault() == kind)
-    }
-
-    /// Its name in the picture.
-    fn server(self) -> &'static str {
-        match self {
-            Link::Postgres => "PostgreSQL",
-            Link::Redis => "Redis",
-            Link::Aws => "the AWS emulator",
-            Link::Etcd => "one etcd member",
-            Link::Mysql => "MySQL",
-        }
-    }
-}
-
 type RunError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs `plan`, keeping its logs in `dir`.
@@ -313,25 +261,6 @@ fn lease_args(services: &Services, failover: Option<&Failover>) -> Vec<String> {
     args.extend(["--mysql-url".to_owned(), services.mysql_url.clone()]);
     args.extend(failover.into_iter().flat_map(Failover::worker_args));
     args
-}
-
-/// What a run fails over is the run's own: Redis behind Sentinel, or the PostgreSQL lease's
-/// primary and standby (its lease table made there).
-async fn start_failover(plan: &RunPlan, names: &RunNames) -> Result<Option<Failover>, RunError> {
-    let Some(fault) = plan
-        .faults
-        .iter()
-        .find(|f| matches!(f.kind, FaultKind::RedisFailover | FaultKind::PgFailover))
-    else {
-        return Ok(None);
-    };
-    let failover = Failover::start(fault.kind).await?;
-    if let Failover::Postgres(postgres) = &failover {
-        let pool = sqlx::PgPool::connect(&postgres.url()).await?;
-        stores::create_pg_lease(names, &pool).await?;
-        pool.close().await;
-    }
-    Ok(Some(failover))
 }
 
 /// A run under way, as the campaign watches it: its workers, the faults still to strike, and
@@ -510,246 +439,6 @@ impl<'a> Watch<'a> {
                 .push(format!("worker {name} exited with {code:?}"));
         }
     }
-
-    /// Fails over once the lagging replica's lease changed hands, or it lagged as long as it
-    /// may.
-    fn fail_over_when_due(&mut self) -> Result<(), RunError> {
-        let (Some((since, handed_over)), Some(deployment)) = (self.lagging, &mut self.failover)
-        else {
-            return Ok(());
-        };
-        if !handed_over && since.elapsed() < LONGEST_LAG {
-            return Ok(());
-        }
-        self.lagging = None;
-        let killed_at = Instant::now();
-        let took = tokio::task::block_in_place(|| deployment.fail_over())?;
-        self.failovers.push(FailoverTiming {
-            kind: deployment.kind(),
-            promoted: took,
-            first_token: None,
-            fresh_resource: self.plan.fails_over_a_fresh_resource(),
-        });
-        self.awaiting_token = Some(killed_at);
-        self.picture.service_fault(
-            self.started.elapsed(),
-            &format!(
-                "{} primary killed{}; the lagging {} promoted in {} ms",
-                deployment.server(),
-                if handed_over {
-                    " after a hand-over"
-                } else {
-                    ""
-                },
-                deployment.follower(),
-                took.as_millis()
-            ),
-        );
-        *self.injected.entry(deployment.kind()).or_default() += 1;
-        Ok(())
-    }
-
-    /// Strikes every pending fault whose time has come (by refunds filed).
-    async fn strike_due_faults(&mut self) -> Result<(), RunError> {
-        while let Some(fault) = self.pending.first().filter(|f| self.filed >= f.at).cloned() {
-            let holder = self
-                .last_writer
-                .as_ref()
-                .and_then(|name| Some((name, self.workers.get(name)?)))
-                .filter(|(_, w)| !w.killed)
-                .map(|(name, w)| (name.clone(), w.pid));
-            // Stalling (or killing) a worker that only waits for the lease proves nothing: the
-            // fault waits until the campaign knows the holder again.
-            if matches!(
-                fault.kind,
-                FaultKind::Stall
-                    | FaultKind::RedisFailover
-                    | FaultKind::PgFailover
-                    | FaultKind::PgPartition
-                    | FaultKind::RedisPartition
-                    | FaultKind::AwsPartition
-                    | FaultKind::EtcdPartition
-                    | FaultKind::ClockBehind
-                    | FaultKind::ClockAhead
-            ) && holder.is_none()
-            {
-                break;
-            }
-            self.pending.remove(0);
-            if self.strike(&fault, holder).await? {
-                *self.injected.entry(fault.kind).or_default() += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// Strikes `fault` (on `holder`, for the faults that strike the holder); whether it
-    /// counts as injected now.
-    async fn strike(
-        &mut self,
-        fault: &Fault,
-        holder: Option<(String, u32)>,
-    ) -> Result<bool, RunError> {
-        let at = self.started.elapsed();
-        let services = &mut *self.spawner.services;
-        Ok(match fault.kind {
-            FaultKind::Stall => match holder {
-                Some((name, pid)) => {
-                    self.picture.stalled(at, &name, fault.pause);
-                    signal("STOP", pid);
-                    let pause = fault.pause;
-                    tokio::spawn(async move {
-                        tokio::time::sleep(pause).await;
-                        signal("CONT", pid);
-                    });
-                    true
-                }
-                None => false,
-            },
-            FaultKind::PgPartition
-            | FaultKind::RedisPartition
-            | FaultKind::AwsPartition
-            | FaultKind::EtcdPartition
-            | FaultKind::MysqlPartition => self.cut_off(fault, holder, at),
-            FaultKind::ClockBehind | FaultKind::ClockAhead => {
-                self.jump_clocks(fault, holder, at)?
-            }
-            FaultKind::RedisRestart => {
-                self.picture
-                    .service_fault(at, "Redis restarted, nothing persisted");
-                tokio::task::block_in_place(|| services.redis.restart());
-                true
-            }
-            FaultKind::PgTerminate => {
-                self.picture
-                    .service_fault(at, "the workers' PostgreSQL connections terminated");
-                terminate_backends(self.clients, self.names).await? > 0
-            }
-            FaultKind::MysqlKill => {
-                self.picture
-                    .service_fault(at, "the workers' MySQL connections killed");
-                kill_mysql_connections(self.clients, self.names).await? > 0
-            }
-            FaultKind::EtcdLeaderKill => {
-                self.picture.service_fault(
-                    at,
-                    &format!("etcd leader killed for {} ms", fault.pause.as_millis()),
-                );
-                kill_etcd_leader(&mut services.etcd, fault.pause).await?;
-                true
-            }
-            FaultKind::ContainerPause => self.pause_container(fault, at).await,
-            // The holder is killed while the replica (standby) lags, so that the lease
-            // changes hands on the primary alone; the failover follows that hand-over
-            // (counted then).
-            FaultKind::RedisFailover | FaultKind::PgFailover => {
-                if let Some((name, _)) = holder.filter(|_| self.failover.is_some()) {
-                    // Killed first: its lease lasts a TTL more, time enough to make the
-                    // replica lag before anyone else can acquire.
-                    self.kill_and_replace(&name, at)?;
-                    let deployment = self.failover.as_mut().expect("checked above");
-                    tokio::task::block_in_place(|| deployment.lag())?;
-                    let what = format!("{} {}", deployment.server(), deployment.follower());
-                    self.picture
-                        .service_fault(at, &format!("{what} made to lag"));
-                    self.lagging = Some((Instant::now(), false));
-                }
-                false
-            }
-            FaultKind::KillAfterCall => false,
-        })
-    }
-
-    /// Cuts `holder` off from the server the fault names for the fault's pause, through its
-    /// relay, then heals it; whether it struck (a holder known, reaching that server through
-    /// a relay).
-    fn cut_off(&mut self, fault: &Fault, holder: Option<(String, u32)>, at: Duration) -> bool {
-        let Some(link) = Link::cut_by(fault.kind) else {
-            return false;
-        };
-        let cut = holder.and_then(|(name, _)| {
-            let worker = self.workers.get(&name)?;
-            let (_, relay) = worker.relays.iter().find(|(l, _)| *l == link)?;
-            Some((name, relay.clone()))
-        });
-        let Some((name, relay)) = cut else {
-            return false;
-        };
-        self.picture
-            .partitioned(at, &name, link.server(), fault.pause);
-        relay.partition();
-        let pause = fault.pause;
-        tokio::spawn(async move {
-            tokio::time::sleep(pause).await;
-            relay.heal();
-        });
-        true
-    }
-
-    /// Pauses the container of the store the fault names for the fault's pause; whether it
-    /// struck (the stores run in containers).
-    async fn pause_container(&mut self, fault: &Fault, at: Duration) -> bool {
-        match &self.spawner.services.containers {
-            Some((postgres, aws)) => {
-                let (container, what) = match fault.store {
-                    PausedStore::Postgres => (postgres, "PostgreSQL"),
-                    PausedStore::Aws => (aws, "AWS emulator"),
-                };
-                self.picture.service_fault(
-                    at,
-                    &format!("{what} container paused for {} ms", fault.pause.as_millis()),
-                );
-                tokio::task::block_in_place(|| container.pause());
-                tokio::time::sleep(fault.pause).await;
-                tokio::task::block_in_place(|| container.unpause());
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Sets the holder's clock behind, or every other live worker's ahead, by the fault's
-    /// pause for as long; whether it struck (a holder known, and someone to jump).
-    fn jump_clocks(
-        &mut self,
-        fault: &Fault,
-        holder: Option<(String, u32)>,
-        at: Duration,
-    ) -> Result<bool, RunError> {
-        let Some((holder, _)) = holder else {
-            return Ok(false);
-        };
-        let behind = fault.kind == FaultKind::ClockBehind;
-        let offset_ms = i64::try_from(fault.pause.as_millis())?;
-        let offset_ms = if behind { -offset_ms } else { offset_ms };
-        let mut jumped = false;
-        for (name, worker) in &self.workers {
-            let Some(clock) = worker.clock.as_ref().filter(|_| !worker.killed) else {
-                continue;
-            };
-            if (*name == holder) == behind {
-                clock.jump(offset_ms, fault.pause)?;
-                self.picture.clock_jumped(at, name, offset_ms, fault.pause);
-                jumped = true;
-            }
-        }
-        Ok(jumped)
-    }
-
-    /// SIGKILLs worker `name` and starts a new one in its place.
-    fn kill_and_replace(&mut self, name: &str, at: Duration) -> Result<(), RunError> {
-        if let Some(worker) = self.workers.get_mut(name) {
-            signal("KILL", worker.pid);
-            worker.killed = true;
-        }
-        self.picture.killed(at, name);
-        if self.last_writer.as_deref() == Some(name) {
-            self.last_writer = None;
-        }
-        let (name, worker) = self.spawner.spawn(None)?;
-        self.workers.insert(name, worker);
-        Ok(())
-    }
 }
 
 /// Generous: a healthy run takes a fraction of it.
@@ -910,62 +599,4 @@ async fn start_gateway(program: &Path, journal: &Path) -> Result<(Child, String)
         .ok_or_else(|| format!("the gateway said {line:?}"))?
         .to_owned();
     Ok((child, addr))
-}
-
-/// SIGKILLs the etcd cluster's leader and restarts it on its data once `down` has passed:
-/// the other two members elect a new leader meanwhile, with the holder's renewal and the
-/// other worker's acquisitions in flight.
-async fn kill_etcd_leader(etcd: &mut EtcdCluster, down: Duration) -> Result<(), RunError> {
-    let leader = tokio::task::block_in_place(|| etcd.wait_for_leader(Duration::from_secs(10)))?;
-    tokio::task::block_in_place(|| etcd.kill(leader));
-    tokio::time::sleep(down).await;
-    tokio::task::block_in_place(|| etcd.restart(leader));
-    Ok(())
-}
-
-/// Waits (up to 2 s) until `pid` is stopped, as `/proc/<pid>/stat` shows.
-async fn wait_until_stopped(pid: u32) {
-    for _ in 0..200 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The state follows the parenthesised command name.
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next());
-        if matches!(state, Some("T" | "t") | None) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// `KILL CONNECTION` of every MySQL connection whose database is the run's (a worker's
-/// connections use it by default; the campaign's own do not); how many it killed. A
-/// connection gone meanwhile is not counted.
-async fn kill_mysql_connections(clients: &Clients, names: &RunNames) -> Result<usize, RunError> {
-    let pool = clients.mysql()?;
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()",
-    )
-    .bind(names.mysql_database())
-    .fetch_all(pool)
-    .await?;
-    let mut killed = 0;
-    for id in ids {
-        let kill = sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")));
-        if kill.execute(pool).await.is_ok() {
-            killed += 1;
-        }
-    }
-    Ok(killed)
-}
-
-async fn terminate_backends(clients: &Clients, names: &RunNames) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
-         WHERE application_name LIKE $1",
-    )
-    .bind(format!("harness_{}_%", names.id()))
-    .fetch_one(&clients.pool)
-    .await
 }

@@ -9,6 +9,10 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
+use fencing_harness::plan::{Fault, FaultKind};
+
+use super::super::{RunError, Watch};
+
 /// Where Debian's `faketime` package puts the library, its thread-safe build first.
 const LIBRARIES: [&str; 2] = [
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
@@ -78,6 +82,36 @@ fn offset(offset_ms: i64) -> String {
     let sign = if offset_ms < 0 { '-' } else { '+' };
     let ms = offset_ms.unsigned_abs();
     format!("{sign}{}.{:03}\n", ms / 1000, ms % 1000)
+}
+
+impl Watch<'_> {
+    /// Sets the holder's clock behind, or every other live worker's ahead, by the fault's
+    /// pause for as long; whether it struck (a holder known, and someone to jump).
+    pub(super) fn jump_clocks(
+        &mut self,
+        fault: &Fault,
+        holder: Option<(String, u32)>,
+        at: Duration,
+    ) -> Result<bool, RunError> {
+        let Some((holder, _)) = holder else {
+            return Ok(false);
+        };
+        let behind = fault.kind == FaultKind::ClockBehind;
+        let offset_ms = i64::try_from(fault.pause.as_millis())?;
+        let offset_ms = if behind { -offset_ms } else { offset_ms };
+        let mut jumped = false;
+        for (name, worker) in &self.workers {
+            let Some(clock) = worker.clock.as_ref().filter(|_| !worker.killed) else {
+                continue;
+            };
+            if (*name == holder) == behind {
+                clock.jump(offset_ms, fault.pause)?;
+                self.picture.clock_jumped(at, name, offset_ms, fault.pause);
+                jumped = true;
+            }
+        }
+        Ok(jumped)
+    }
 }
 
 #[cfg(test)]

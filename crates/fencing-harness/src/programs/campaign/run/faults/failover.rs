@@ -5,10 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use fencing_harness::plan::FaultKind;
+use fencing_harness::plan::{FaultKind, RunPlan};
+use fencing_harness::stores::{self, RunNames};
 use fencing_test_support::services::{LocalPostgres, RedisSentinels, RedisServer, redis_cli};
 
 use fencing_test_support::relay::Relay;
+
+use super::super::{FailoverTiming, RunError, Watch};
 
 /// The name the sentinels monitor the primary under.
 const SERVICE: &str = "settlement";
@@ -212,4 +215,90 @@ fn wait_for_link(replica: &RedisServer) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Err("the replica did not sync with its primary within 30 s".to_owned())
+}
+
+/// What a run fails over is the run's own: Redis behind Sentinel, or the PostgreSQL lease's
+/// primary and standby (its lease table made there).
+pub(in crate::programs::campaign::run) async fn start_failover(
+    plan: &RunPlan,
+    names: &RunNames,
+) -> Result<Option<Failover>, RunError> {
+    let Some(fault) = plan
+        .faults
+        .iter()
+        .find(|f| matches!(f.kind, FaultKind::RedisFailover | FaultKind::PgFailover))
+    else {
+        return Ok(None);
+    };
+    let failover = Failover::start(fault.kind).await?;
+    if let Failover::Postgres(postgres) = &failover {
+        let pool = sqlx::PgPool::connect(&postgres.url()).await?;
+        stores::create_pg_lease(names, &pool).await?;
+        pool.close().await;
+    }
+    Ok(Some(failover))
+}
+
+impl Watch<'_> {
+    /// Kills `holder` while the follower is made to lag, so that the lease changes hands on
+    /// the primary alone; the failover follows that hand-over ([`Self::fail_over_when_due`],
+    /// counted then). Killed first: its lease lasts a TTL more, time enough to make the
+    /// follower lag before anyone else can acquire.
+    pub(super) fn start_lag(
+        &mut self,
+        holder: Option<(String, u32)>,
+        at: Duration,
+    ) -> Result<(), RunError> {
+        let Some((name, _)) = holder.filter(|_| self.failover.is_some()) else {
+            return Ok(());
+        };
+        self.kill_and_replace(&name, at)?;
+        let deployment = self.failover.as_mut().expect("checked above");
+        tokio::task::block_in_place(|| deployment.lag())?;
+        let what = format!("{} {}", deployment.server(), deployment.follower());
+        self.picture
+            .service_fault(at, &format!("{what} made to lag"));
+        self.lagging = Some((Instant::now(), false));
+        Ok(())
+    }
+
+    /// Fails over once the lagging replica's lease changed hands, or it lagged as long as it
+    /// may.
+    pub(in crate::programs::campaign::run) fn fail_over_when_due(
+        &mut self,
+    ) -> Result<(), RunError> {
+        let (Some((since, handed_over)), Some(deployment)) = (self.lagging, &mut self.failover)
+        else {
+            return Ok(());
+        };
+        if !handed_over && since.elapsed() < LONGEST_LAG {
+            return Ok(());
+        }
+        self.lagging = None;
+        let killed_at = Instant::now();
+        let took = tokio::task::block_in_place(|| deployment.fail_over())?;
+        self.failovers.push(FailoverTiming {
+            kind: deployment.kind(),
+            promoted: took,
+            first_token: None,
+            fresh_resource: self.plan.fails_over_a_fresh_resource(),
+        });
+        self.awaiting_token = Some(killed_at);
+        self.picture.service_fault(
+            self.started.elapsed(),
+            &format!(
+                "{} primary killed{}; the lagging {} promoted in {} ms",
+                deployment.server(),
+                if handed_over {
+                    " after a hand-over"
+                } else {
+                    ""
+                },
+                deployment.follower(),
+                took.as_millis()
+            ),
+        );
+        *self.injected.entry(deployment.kind()).or_default() += 1;
+        Ok(())
+    }
 }

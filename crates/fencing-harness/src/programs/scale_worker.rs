@@ -28,15 +28,15 @@ use std::time::Duration;
 use fencing_core::{
     FencedBatch, FencedStore, Lease, LeaseGuard, LeaseRenewal, Lifecycle, RecordKey, Ttl,
 };
-use fencing_harness::gateway::GatewayCall;
+use fencing_harness::merchants;
+use fencing_harness::payments::GatewayCall;
 use fencing_harness::plan::LeaseKind;
 use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
-use fencing_harness::scale;
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames};
 use fencing_postgres::{PgStore, PgTable};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
-use crate::programs::worker::{WorkerOf, etcd_client, redis_connection};
+use fencing_harness::servers::{WorkerOf, etcd_client, redis_connection};
 
 /// Settles merchants of one scale run, as many at once as told.
 #[derive(Debug, clap::Args)]
@@ -83,7 +83,7 @@ pub(crate) async fn main(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let usage = scale::own_usage();
+    let usage = merchants::own_usage();
     println!(
         "done cpu_ms {} peak_rss_kib {}",
         usage.cpu.as_millis(),
@@ -216,7 +216,7 @@ impl Worker {
         if unsent == 0 {
             return Ok(0);
         }
-        let resource = scale::settlement_of(merchant).map_err(|err| err.to_string())?;
+        let resource = merchants::settlement_of(merchant).map_err(|err| err.to_string())?;
         let guard = self.acquire(&resource).await;
         let guard_token = guard.token();
         println!("acquired {merchant} token {guard_token}");
