@@ -20,6 +20,10 @@ use sqlx::{MySqlPool, PgPool};
 use crate::Backend;
 use crate::output::Failure;
 
+/// The environment variable that named the Redis token prefix in 0.1, read when
+/// `FENCING_REDIS_TOKEN_PREFIX` and `--redis-token-prefix` are not given.
+const OLD_TOKEN_PREFIX_VARIABLE: &str = "FENCING_REDIS_COUNTER_PREFIX";
+
 /// How to reach each store. AWS credentials come from `AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` only, never from a flag.
 #[derive(Debug, Args)]
@@ -94,15 +98,16 @@ pub(crate) struct Settings {
         default_value = "lock:"
     )]
     redis_lock_prefix: String,
-    /// The prefix of Redis counter keys (`RedisKeys`).
+    /// The prefix of Redis token keys (`RedisKeys::token_key`; default `fence:`). Its 0.1
+    /// names, `--redis-counter-prefix` and `FENCING_REDIS_COUNTER_PREFIX`, still work.
     #[arg(
         long,
-        env = "FENCING_REDIS_COUNTER_PREFIX",
+        alias = "redis-counter-prefix",
+        env = "FENCING_REDIS_TOKEN_PREFIX",
         global = true,
-        hide_env_values = true,
-        default_value = "fence:"
+        hide_env_values = true
     )]
-    redis_counter_prefix: String,
+    redis_token_prefix: Option<String>,
     /// etcd to talk to: its members' client endpoints, comma-separated (HOST:PORT,HOST:PORT).
     #[arg(long, env = "ETCD_ENDPOINTS", global = true, hide_env_values = true)]
     etcd_endpoints: Option<String>,
@@ -303,9 +308,14 @@ impl Settings {
 
     /// The Redis key layout the deployment uses.
     pub(crate) fn redis_keys(&self) -> Result<RedisKeys, Failure> {
+        let token_prefix = self
+            .redis_token_prefix
+            .clone()
+            .or_else(|| std::env::var(OLD_TOKEN_PREFIX_VARIABLE).ok())
+            .unwrap_or_else(|| "fence:".to_owned());
         Ok(RedisKeys::new(
             self.redis_lock_prefix.clone(),
-            self.redis_counter_prefix.clone(),
+            token_prefix,
         )?)
     }
 

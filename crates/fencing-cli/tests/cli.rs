@@ -252,7 +252,31 @@ async fn a_deployment_with_its_own_redis_key_prefixes_is_read_where_it_lives() {
         "{out}"
     );
 
-    // With them, by flag or by environment variable.
+    // With them, by flag or by environment variable, under today's names and 0.1's.
+    for (lock_flag, token_flag) in [
+        ("--redis-lock-prefix", "--redis-token-prefix"),
+        ("--redis-lock-prefix", "--redis-counter-prefix"),
+    ] {
+        let out = run(
+            fencing()
+                .args(["token", "current", &resource, "--tokens", "redis", "--json"])
+                .args([lock_flag, "billing:lock:", token_flag, "billing:fence:"]),
+            0,
+        );
+        assert_eq!(
+            json(&out)["current"],
+            guard.token().get(),
+            "{token_flag}: {out}"
+        );
+    }
+    let out = run(
+        fencing()
+            .env("FENCING_REDIS_LOCK_PREFIX", "billing:lock:")
+            .env("FENCING_REDIS_TOKEN_PREFIX", "billing:fence:")
+            .args(["token", "current", &resource, "--tokens", "redis", "--json"]),
+        0,
+    );
+    assert_eq!(json(&out)["current"], guard.token().get(), "{out}");
     let out = run(
         fencing().args([
             "lease",
@@ -262,7 +286,7 @@ async fn a_deployment_with_its_own_redis_key_prefixes_is_read_where_it_lives() {
             "redis",
             "--redis-lock-prefix",
             "billing:lock:",
-            "--redis-counter-prefix",
+            "--redis-token-prefix",
             "billing:fence:",
             "--json",
         ]),
