@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
-use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock, contention_pause};
+use fencing_core::adapter::{
+    Clock, LeaseGuardExt, LeaseRequest, RequestEffect, TokioClock, contention_pause,
+};
 use fencing_core::{
     FencingToken, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
     TokenSource, Ttl,
@@ -188,21 +190,13 @@ impl DynamoLease {
 #[async_trait]
 impl Lease for DynamoLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
-        let owner = OwnerId::random();
-        let requested_at = TokioClock.now();
+        let request = LeaseRequest::new(resource, ttl);
         let mut expected = self.tokens.last_seen(resource);
         let mut serving = self.tokens.serving(false).await?;
         let mut lowered = false;
         let granted = |token, serving: &str, now| {
             self.tokens.saw(resource, bound(token, serving, now));
-            Some(LeaseGuard::new(
-                resource.clone(),
-                owner.clone(),
-                token,
-                ttl,
-                requested_at,
-                self.tokens.clone(),
-            ))
+            Some(request.clone().granted(token, self.tokens.clone()))
         };
         let mut lost = 0;
         for round in 0..COUNTER_ROUNDS {
@@ -224,7 +218,7 @@ impl Lease for DynamoLease {
                     }
                 };
             let sent = self
-                .acquisition(resource, &expected, to, &serving, &owner, ttl, now)
+                .acquisition(resource, &expected, to, &serving, request.owner(), ttl, now)
                 .send()
                 .await;
             let err = match sent {
@@ -243,7 +237,7 @@ impl Lease for DynamoLease {
             };
             match self.holder(found.as_ref(), now)? {
                 // An earlier attempt whose answer was lost applied, with this same `to`.
-                Some((holder, _)) if holder == owner.to_string() => {
+                Some((holder, _)) if holder == request.owner().to_string() => {
                     return Ok(granted(to, &serving, now));
                 }
                 Some(_) => return Ok(None),

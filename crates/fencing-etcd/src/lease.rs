@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
-use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock};
+use fencing_core::adapter::{Clock, LeaseGuardExt, LeaseRequest, RequestEffect, TokioClock};
 use fencing_core::{
     Error, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
     TokenSource, Ttl,
@@ -321,18 +321,10 @@ const SETTLING_READS: usize = 3;
 #[async_trait]
 impl Lease for EtcdLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
-        let requested_at = TokioClock.now();
+        let request = LeaseRequest::new(resource, ttl);
         let lease_id = self.grant(ttl).await?;
-        let owner = OwnerId::random();
-        match self.take(resource, &owner, lease_id).await {
-            Ok(Some(token)) => Ok(Some(LeaseGuard::new(
-                resource.clone(),
-                owner,
-                token,
-                ttl,
-                requested_at,
-                self.tokens.clone(),
-            ))),
+        match self.take(resource, request.owner(), lease_id).await {
+            Ok(Some(token)) => Ok(Some(request.granted(token, self.tokens.clone()))),
             other => {
                 self.revoke(lease_id).await;
                 other.map(|_| None)

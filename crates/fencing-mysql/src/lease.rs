@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock};
+use fencing_core::adapter::{Clock, LeaseGuardExt, LeaseRequest, RequestEffect, TokioClock};
 use fencing_core::{
     Error, FencingToken, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
     TokenSource, Ttl,
@@ -168,13 +168,12 @@ async fn owned_row_changed(
 #[async_trait]
 impl Lease for MySqlLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
-        let owner = OwnerId::random();
-        let requested_at = TokioClock.now();
+        let request = LeaseRequest::new(resource, ttl);
         let mut outcome = Err(MySqlFailure::Inconsistent(
             "the lease row kept being taken by other acquisitions",
         ));
         for _ in 0..RACE_ROUNDS {
-            outcome = self.acquire_once(resource, &owner, ttl).await;
+            outcome = self.acquire_once(resource, request.owner(), ttl).await;
             match &outcome {
                 Err(MySqlFailure::Driver(err)) if is_rolled_back(err) || is_duplicate(err) => {}
                 Ok(Acquired::NoRow) => {}
@@ -182,14 +181,7 @@ impl Lease for MySqlLease {
             }
         }
         match outcome.map_err(|failure| self.failed(failure, RequestEffect::Writes))? {
-            Acquired::Granted(token) => Ok(Some(LeaseGuard::new(
-                resource.clone(),
-                owner,
-                token,
-                ttl,
-                requested_at,
-                self.tokens.clone(),
-            ))),
+            Acquired::Granted(token) => Ok(Some(request.granted(token, self.tokens.clone()))),
             Acquired::Held => Ok(None),
             Acquired::NoRow => Err(self.failed(
                 MySqlFailure::Inconsistent("the lease's row kept disappearing"),

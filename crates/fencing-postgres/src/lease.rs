@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock};
+use fencing_core::adapter::{Clock, LeaseGuardExt, LeaseRequest, RequestEffect, TokioClock};
 use fencing_core::{
-    Error, FencingToken, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName, Result,
-    TokenSource, Ttl,
+    Error, FencingToken, Lease, LeaseGuard, LeaseStatus, ResourceName, Result, TokenSource, Ttl,
 };
 use sqlx::{PgConnection, Row};
 
@@ -124,14 +123,13 @@ impl PgLease {
 #[async_trait]
 impl Lease for PgLease {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
-        let owner = OwnerId::random();
-        let requested_at = TokioClock.now();
+        let request = LeaseRequest::new(resource, ttl);
         let query = self
             .tokens
             .session()
             .query(self.acquire.as_str())
             .bind(resource.as_str())
-            .bind(owner.as_str())
+            .bind(request.owner().as_str())
             .bind(ttl.as_millis() as i64);
         let row = self
             .on_one_connection(RequestEffect::Writes, async |conn| {
@@ -157,14 +155,7 @@ impl Lease for PgLease {
                         RequestEffect::Writes,
                     )
                 })?;
-                Ok(Some(LeaseGuard::new(
-                    resource.clone(),
-                    owner,
-                    token,
-                    ttl,
-                    requested_at,
-                    self.tokens.clone(),
-                )))
+                Ok(Some(request.granted(token, self.tokens.clone())))
             }
             None if free && !drew => Err(Error::TokenExhausted {
                 resource: resource.clone(),

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencing_core::adapter::{Clock, LeaseGuardExt, RequestEffect, TokioClock};
+use fencing_core::adapter::{Clock, LeaseGuardExt, LeaseRequest, RequestEffect, TokioClock};
 use fencing_core::{
-    EpochSource, FenceFloor, InvalidInput, Lease, LeaseGuard, LeaseStatus, OwnerId, ResourceName,
-    Result, TokenSource, Ttl,
+    EpochSource, FenceFloor, InvalidInput, Lease, LeaseGuard, LeaseStatus, ResourceName, Result,
+    TokenSource, Ttl,
 };
 use redis::Script;
 use redis::aio::ConnectionLike;
@@ -127,20 +127,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> RedisLease<C> {
 #[async_trait]
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Lease for RedisLease<C> {
     async fn try_acquire(&self, resource: &ResourceName, ttl: Ttl) -> Result<Option<LeaseGuard>> {
-        let owner = OwnerId::random();
-        let requested_at = TokioClock.now();
-        let lock = LockRequest { owner: &owner, ttl };
+        let request = LeaseRequest::new(resource, ttl);
+        let lock = LockRequest {
+            owner: request.owner(),
+            ttl,
+        };
         let Some(token) = self.tokens.issue(resource, Some(lock)).await? else {
             return Ok(None);
         };
-        Ok(Some(LeaseGuard::new(
-            resource.clone(),
-            owner,
-            token,
-            ttl,
-            requested_at,
-            self.tokens.clone(),
-        )))
+        Ok(Some(request.granted(token, self.tokens.clone())))
     }
 
     async fn extend(&self, guard: &mut LeaseGuard, ttl: Ttl) -> Result<()> {

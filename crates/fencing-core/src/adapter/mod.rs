@@ -18,7 +18,8 @@
 //!   `Error::failed_request`, [`Explained`] for a driver's error with a message of its own), the writes an adapter makes outside `Holder::write`
 //!   ([`HolderExt`]: `write_by`, `run_write`, `run_write_once`, and [`RecordOutcomes`] for
 //!   what a write of many records reports), what a lease records on its guards
-//!   ([`LeaseGuardExt`]: `new`, `extended`, `lost`), the key check of a write of many records
+//!   ([`LeaseRequest`]: the request as it leaves, made a guard once granted;
+//!   [`LeaseGuardExt`]: `new`, `extended`, `lost`), the key check of a write of many records
 //!   ([`check_distinct`]), which store a store is ([`StoreIdentity`]), the rows a SQL fence
 //!   floor reads ([`FloorFilter`]), and the clock a lease's deadline is measured on
 //!   ([`Clock`]).
@@ -90,7 +91,7 @@ pub use crate::cas::engine::{
 };
 pub use crate::cas::object::{Contents, WriteId};
 pub use crate::contract::extras::{Extras, SqlValue};
-pub use crate::contract::guard::LeaseGuardExt;
+pub use crate::contract::guard::{LeaseGuardExt, LeaseRequest};
 pub use crate::contract::store::{RecordOutcomes, StoreIdentity, StoreWrites, Via, check_distinct};
 pub use crate::contract::token_source::FloorFilter;
 pub use crate::holder::retry::contention_pause;
@@ -106,3 +107,101 @@ pub use crate::value::input::{
 };
 pub use crate::value::spelling::{canonical_integer, canonical_uuid};
 pub use async_trait::async_trait;
+
+/// The front every object store's public type has over its [`CasStore`], written once: each
+/// adapter states its own type and adds what is its own (constructor, accessors, its check of
+/// conditional writes).
+///
+/// Gives `$front`, a struct with one field `cas: CasStore<V>`, what every fenced object store
+/// has: [`named`](#method.named), [`with_codec`](#method.with_codec), a holder's
+/// [`delete`](#method.delete), and the [`FencedStore`](crate::FencedStore) and
+/// [`StoreWrites`](crate::adapter::StoreWrites) of its `CasStore`. `V` has
+/// `fn named(self, name: String) -> Self` (the same objects under another store name).
+///
+/// ```ignore
+/// pub struct S3Store {
+///     cas: CasStore<S3Objects>,
+/// }
+/// fencing_core::adapter::object_store_front!(S3Store);
+/// ```
+#[macro_export]
+#[doc(hidden)]
+macro_rules! object_store_front {
+    ($front:ident) => {
+        impl $front {
+            /// The same store under another name in errors and batches, e.g. `receipts`.
+            /// Any text without control or format characters.
+            pub fn named(self, name: &str) -> ::std::result::Result<Self, $crate::InvalidInput> {
+                $crate::adapter::check_store_name(name)?;
+                Ok($front {
+                    cas: self.cas.map_inner(|objects| objects.named(name.to_owned())),
+                })
+            }
+
+            /// The same store, each body in `codec`'s format instead of the envelope: with
+            /// [`JsonCodec`]($crate::adapter::JsonCodec), the team's own JSON object with the
+            /// fence, state and write id as three fields of it. Whatever the codec, a body is
+            /// checked to read back as what it holds before it is written, and an object the
+            /// codec cannot read is never written over.
+            pub fn with_codec(self, codec: impl $crate::adapter::ObjectCodec + 'static) -> Self {
+                $front {
+                    cas: self.cas.with_codec(codec),
+                }
+            }
+
+            /// Deletes `key` as its holder: accepted only with `holder`'s token, the
+            /// record's fence. This writes a **tombstone** over the record by a conditional
+            /// put on the version just read, never a plain delete (with the object gone, a
+            /// stale holder's claim could create the record again under its lower token): the
+            /// object stays, holding the fence and no record. Readers
+            /// ([`FencedStore::read`]($crate::FencedStore::read)) find no record, a write from
+            /// a token below the kept fence is refused as stale
+            /// ([`Error::Fenced`]($crate::Error::Fenced)), and only a token at least the fence
+            /// meets the record absent (a claim may create it again). A lifecycle rule that
+            /// expires tombstones gives that protection up for the records it removes.
+            /// Returns the record deleted. A refusal is explained and the outcome reported as
+            /// [`Holder::write`]($crate::Holder::write)'s; an ambiguous outcome is settled by
+            /// reading the tombstone back, not sent again.
+            pub async fn delete(
+                &self,
+                holder: &$crate::Holder,
+                key: &$crate::RecordKey,
+            ) -> $crate::Result<$crate::Record> {
+                use $crate::adapter::HolderExt as _;
+                let attempt = self.cas.delete(key, holder.token());
+                holder
+                    .run_write_once(self, &[key], &$crate::FencedWrite::holder_only(), attempt)
+                    .await
+            }
+        }
+
+        #[$crate::async_trait]
+        impl $crate::FencedStore for $front {
+            fn name(&self) -> &str {
+                $crate::FencedStore::name(&self.cas)
+            }
+
+            async fn read(
+                &self,
+                key: &$crate::RecordKey,
+            ) -> $crate::Result<Option<$crate::Record>> {
+                $crate::FencedStore::read(&self.cas, key).await
+            }
+        }
+
+        #[$crate::async_trait]
+        impl $crate::adapter::StoreWrites for $front {
+            /// A write on a record deleted by a holder of a higher token is refused as stale
+            /// ([`Error::Fenced`]($crate::Error::Fenced), the fence the tombstone keeps);
+            /// every other token finds the record absent.
+            async fn write(
+                &self,
+                key: &$crate::RecordKey,
+                token: $crate::FencingToken,
+                write: &$crate::FencedWrite,
+            ) -> $crate::Result<$crate::Written> {
+                $crate::adapter::StoreWrites::write(&self.cas, key, token, write).await
+            }
+        }
+    };
+}

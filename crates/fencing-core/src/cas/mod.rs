@@ -13,5 +13,3 @@ pub(crate) mod codec;
 pub(crate) mod engine;
 
 pub(crate) mod check;
-
-pub(crate) mod front;

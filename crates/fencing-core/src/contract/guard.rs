@@ -162,6 +162,48 @@ impl LeaseGuard {
     }
 }
 
+/// An acquisition's request as it leaves for the lease's server: the resource, the TTL asked
+/// for, a fresh owner id and when it left (the guard's local deadline counts from then, so a
+/// slow answer shortens the tenure the holder trusts, never lengthens it). A lease adapter
+/// makes one as `try_acquire` begins and turns it into the guard once its server grants it.
+#[derive(Clone, Debug)]
+pub struct LeaseRequest {
+    resource: ResourceName,
+    owner: OwnerId,
+    ttl: Ttl,
+    requested_at: Instant,
+}
+
+impl LeaseRequest {
+    /// A request for `resource` under a fresh owner id, leaving now (tokio's clock, virtual
+    /// under a paused runtime).
+    pub fn new(resource: &ResourceName, ttl: Ttl) -> Self {
+        LeaseRequest {
+            resource: resource.clone(),
+            owner: OwnerId::random(),
+            ttl,
+            requested_at: TokioClock.now(),
+        }
+    }
+
+    /// The owner id the server is to record.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    /// The guard of this request, granted with `token` drawn from `source`.
+    pub fn granted(self, token: FencingToken, source: Arc<dyn TokenSource>) -> LeaseGuard {
+        LeaseGuard::new(
+            self.resource,
+            self.owner,
+            token,
+            self.ttl,
+            self.requested_at,
+            source,
+        )
+    }
+}
+
 /// What a lease adapter does with the guards it hands out and a job does not: record an
 /// acquisition and its extensions, and refuse an owner that lost its lease. Bring it in with
 /// `use fencing_core::adapter::LeaseGuardExt`.
