@@ -32,11 +32,10 @@ use fencing_harness::merchants;
 use fencing_harness::payments::GatewayCall;
 use fencing_harness::plan::LeaseKind;
 use fencing_harness::queue::{self, JobMessage, JobQueue, VisibilityKeeper};
+use fencing_harness::servers::{WorkerOf, etcd_client, redis_connection};
 use fencing_harness::stores::{self, Clients, LeaseServer, RunNames};
 use fencing_postgres::{PgStore, PgTable};
 use sqlx::{AssertSqlSafe, PgPool, Row};
-
-use fencing_harness::servers::{WorkerOf, etcd_client, redis_connection};
 
 /// Settles merchants of one scale run, as many at once as told.
 #[derive(Debug, clap::Args)]

@@ -13,6 +13,7 @@ use fencing_harness::audit::{self, AuditReport, WorkerReports};
 use fencing_harness::plan::{Fault, FaultKind, RunPlan, TeamDatabase};
 use fencing_harness::signal;
 use fencing_harness::stores::{self, Clients, RunNames};
+use fencing_test_support::relay::Relay;
 use fencing_test_support::services::{EtcdCluster, MotoServer, RedisServer, TestContainer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -20,7 +21,6 @@ use tokio::sync::mpsc;
 
 use super::picture::RunPicture;
 use faults::{Failover, FakedClock, LONGEST_LAG, Link, start_failover, wait_until_stopped};
-use fencing_test_support::relay::Relay;
 
 /// Where the services of a campaign are.
 pub(crate) struct Services {
